@@ -1,0 +1,98 @@
+// One shard of a model in host memory: f32 master weights, optimizer state and per-block step counts, cut
+// into blocks that are the unit of locking. Offsets and lengths are in wire bytes (what the LU exposes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <shared_mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "aggregator/cpu_engine.h"
+#include "aggregator/optimizer.h"
+#include "aggregator/wire_dtype.h"
+
+namespace blockps {
+
+/// The shape of a shard. `bytes` and `block_bytes` are wire bytes; the last block may be shorter.
+struct ShardGeometry {
+  std::uint64_t bytes = 0;
+  WireDtype dtype = WireDtype::f32;
+  std::uint32_t block_bytes = 256 * 1024;
+
+  std::uint64_t elements() const { return bytes / wire_size(dtype); }
+  std::uint64_t block_elements() const { return block_bytes / wire_size(dtype); }
+  std::uint64_t blocks() const { return block_bytes == 0 ? 0 : (bytes + block_bytes - 1) / block_bytes; }
+  /// Elements of block b (block_elements() but for a shorter last block); 0 for b >= blocks().
+  std::uint64_t elements_in_block(std::uint64_t b) const;
+  bool operator==(const ShardGeometry&) const = default;
+};
+
+/// Why a geometry is unusable ("" when it is fine): bytes 0 or not a multiple of the element size, block_bytes
+/// 0 or not a multiple of the element size.
+std::string geometry_error(const ShardGeometry& g);
+/// Why the wire byte range [offset, offset+len) is not one the data path accepts ("" when it is): the geometry
+/// is unusable, offset or len is not element-aligned, or the range ends beyond the shard.
+std::string range_error(const ShardGeometry& g, std::uint64_t offset, std::uint64_t len);
+
+/// A read-only view of one block for checkpointing, taken under the block's lock.
+struct BlockView {
+  std::uint64_t index;
+  std::uint64_t step;                 // optimizer steps applied to this block so far
+  std::span<const float> weights;
+  std::span<const float> state[2];    // empty spans for unused slots
+};
+
+class ModelShard {
+ public:
+  /// Weights start at zero, state at zero, steps at zero. `engine` runs the math (shared by shards; null runs it
+  /// on the caller's thread). A geometry with a geometry_error() gives a shard with no blocks, on which every
+  /// call is a no-op. Throws std::bad_alloc when the memory for the shard cannot be had.
+  ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine);
+  ~ModelShard();
+  ModelShard(const ModelShard&) = delete;
+  ModelShard& operator=(const ModelShard&) = delete;
+
+  const ShardGeometry& geometry() const { return geometry_; }
+  OptimizerParams params() const;
+  /// Replace hyper-parameters (not the kind: the state layout depends on it); takes effect on the next push.
+  void set_params(const OptimizerParams& p);
+
+  // The data path. [offset, offset+len) must lie inside the shard and be element-aligned; callers (the SCSI
+  // layer) check that first. Ranges may cover partial blocks; each touched block is locked while it changes,
+  // so a concurrent read sees every block either before or after an update, never in between.
+  // A range with a range_error() is not applied: push/assign change nothing and read fills `out` with zeros.
+
+  /// Apply one optimizer step to every element the gradient covers; each touched block's step count +1.
+  void push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
+  /// Current weights in the wire dtype.
+  void read_weights(std::uint64_t offset, std::span<std::byte> out) const;
+  /// Overwrite weights (wire dtype in, f32 kept); optimizer state and steps are left as they are.
+  void assign_weights(std::uint64_t offset, std::span<const std::byte> in);
+
+  /// Set every weight from a generator (initialisation; not concurrent with the data path).
+  void fill_weights(const std::function<float(std::uint64_t element)>& value_of);
+
+  /// Visit every block in order, each under its (shared) lock: for checkpoints. The view's spans are valid only
+  /// during the call.
+  void for_each_block(const std::function<void(const BlockView&)>& visit) const;
+  /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
+  /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
+  /// or a span has the wrong size.
+  bool restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,
+                     std::span<const float> state0, std::span<const float> state1);
+
+ private:
+  ShardGeometry geometry_;
+  mutable std::shared_mutex params_mutex_;
+  OptimizerParams params_;
+  std::shared_ptr<CpuEngine> engine_;
+  // implementation-defined storage: aligned f32 arrays, per-block step counts and locks
+  struct Storage;
+  std::unique_ptr<Storage> storage_;
+};
+
+}  // namespace blockps

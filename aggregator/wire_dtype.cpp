@@ -1,0 +1,67 @@
+#include "aggregator/wire_dtype.h"
+
+#include <bit>
+
+#include "aggregator/cpu_clones.h"
+
+namespace blockps {
+
+// load_wire/store_wire read the LU's bytes as native values.
+static_assert(std::endian::native == std::endian::little, "wire formats are little-endian");
+
+std::string_view to_string(WireDtype d) {
+  switch (d) {
+    case WireDtype::f32:
+      return "f32";
+    case WireDtype::bf16:
+      return "bf16";
+    case WireDtype::f16:
+      return "f16";
+  }
+  return "invalid";
+}
+
+std::optional<WireDtype> parse_wire_dtype(std::string_view name) {
+  for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
+    if (name == to_string(d)) return d;
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+template <WireDtype D>
+BLOCKPS_INLINE_LOOP void decode_loop(const void* src, float* __restrict dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) dst[i] = load_wire<D>(src, i);
+}
+
+template <WireDtype D>
+BLOCKPS_INLINE_LOOP void encode_loop(const float* __restrict src, void* dst, std::size_t n) {
+  for (std::size_t i = 0; i < n; ++i) store_wire<D>(dst, i, src[i]);
+}
+
+}  // namespace
+
+BLOCKPS_CPU_CLONES void decode_wire(WireDtype d, const void* src, float* dst, std::size_t n) {
+  switch (d) {
+    case WireDtype::f32:
+      return decode_loop<WireDtype::f32>(src, dst, n);
+    case WireDtype::bf16:
+      return decode_loop<WireDtype::bf16>(src, dst, n);
+    case WireDtype::f16:
+      return decode_loop<WireDtype::f16>(src, dst, n);
+  }
+}
+
+BLOCKPS_CPU_CLONES void encode_wire(WireDtype d, const float* src, void* dst, std::size_t n) {
+  switch (d) {
+    case WireDtype::f32:
+      return encode_loop<WireDtype::f32>(src, dst, n);
+    case WireDtype::bf16:
+      return encode_loop<WireDtype::bf16>(src, dst, n);
+    case WireDtype::f16:
+      return encode_loop<WireDtype::f16>(src, dst, n);
+  }
+}
+
+}  // namespace blockps

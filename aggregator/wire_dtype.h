@@ -1,0 +1,41 @@
+// Wire dtypes: the element formats gradients and weights have on the LU. Master weights are always f32.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+#include "aggregator/host_device.h"
+
+namespace blockps {
+
+enum class WireDtype : std::uint8_t { f32 = 0, bf16 = 1, f16 = 2 };
+
+/// Bytes one element takes on the wire.
+constexpr std::size_t wire_size(WireDtype d) { return d == WireDtype::f32 ? 4 : 2; }
+std::string_view to_string(WireDtype d);
+/// "f32", "bf16", "f16"; nullopt for anything else.
+std::optional<WireDtype> parse_wire_dtype(std::string_view name);
+
+// Scalar conversions; f32 -> 16-bit rounds to nearest, ties to even; NaN stays NaN (quiet), +-Inf stays Inf,
+// values beyond the 16-bit range become Inf, f16 subnormals are produced and read exactly.
+BLOCKPS_HD std::uint16_t f32_to_bf16(float f);
+BLOCKPS_HD float bf16_to_f32(std::uint16_t h);
+BLOCKPS_HD std::uint16_t f32_to_f16(float f);
+BLOCKPS_HD float f16_to_f32(std::uint16_t h);
+
+/// Element i of a wire-format array (little-endian, as the LU holds it).
+template <WireDtype D>
+BLOCKPS_HD float load_wire(const void* base, std::size_t i);
+template <WireDtype D>
+BLOCKPS_HD void store_wire(void* base, std::size_t i, float v);
+
+/// Bulk conversions of n elements (vectorised).
+void decode_wire(WireDtype d, const void* src, float* dst, std::size_t n);
+void encode_wire(WireDtype d, const float* src, void* dst, std::size_t n);
+
+}  // namespace blockps
+
+#include "aggregator/wire_dtype_inl.h"

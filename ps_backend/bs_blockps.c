@@ -1,0 +1,140 @@
+/*
+ * tgt glue for blockps: the only file that includes tgt's headers. It registers `--bstype blockps`, turns tgt's
+ * LU life cycle and commands into calls of the C++ core (lu_abi.h), and sets the SCSI result the core chose.
+ * Commands run on tgt's per-LU I/O thread pool (bs_thread), so tgtd's main thread never does the math.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "list.h"
+#include "util.h"
+#include "tgtd.h"
+#include "scsi.h"
+#include "spc.h"
+#include "bs_thread.h"
+
+#include "ps_backend/lu_abi.h"
+
+/* Private LU data: tgt's thread-pool state must come first (BS_THREAD_I assumes it). */
+struct blockps_lu_private {
+	struct bs_thread_info thread_info;
+	struct blockps_lu *core;
+};
+
+static struct blockps_lu_private *lu_private(struct scsi_lu *lu)
+{
+	return (struct blockps_lu_private *)BS_THREAD_I(lu);
+}
+
+static void log_to_tgtd(const char *line)
+{
+	eprintf("%s\n", line);
+}
+
+static void blockps_request(struct scsi_cmd *cmd)
+{
+	struct blockps_command c;
+	struct blockps_outcome o;
+
+	c.cdb = cmd->scb;
+	c.offset = cmd->offset;
+	c.transfer_length = cmd->tl;
+	c.in = scsi_get_in_buffer(cmd);
+	c.in_length = scsi_get_in_length(cmd);
+	c.out = scsi_get_out_buffer(cmd);
+	c.out_length = scsi_get_out_length(cmd);
+	blockps_lu_execute(lu_private(cmd->dev)->core, &c, &o);
+
+	scsi_set_result(cmd, o.status);
+	if (o.status != SAM_STAT_GOOD) {
+		if (o.has_info)
+			sense_data_build_with_info(cmd, o.sense_key, o.asc, o.info);
+		else
+			sense_data_build(cmd, o.sense_key, o.asc);
+	}
+}
+
+static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
+{
+	struct blockps_lu_private *priv = lu_private(lu);
+	char error[1024];
+	tgtadm_err ret;
+
+	priv->core = blockps_lu_configure(bsopts, 1U << lu->blk_shift, error, sizeof(error));
+	if (!priv->core) {
+		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, error);
+		return strstr(error, "unknown key") ? TGTADM_UNKNOWN_PARAM : TGTADM_INVALID_REQUEST;
+	}
+	ret = bs_thread_open(&priv->thread_info, blockps_request, nr_iothreads);
+	if (ret != TGTADM_SUCCESS) {
+		/* tgt does not call bs_exit when bs_init fails: clean up here. */
+		blockps_lu_free(priv->core);
+		priv->core = NULL;
+	}
+	return ret;
+}
+
+static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *size)
+{
+	struct blockps_lu_private *priv = lu_private(lu);
+	char error[1024];
+
+	*fd = -1; /* no file descriptor: the shard lives in memory, the path is its checkpoint file */
+	if (blockps_lu_attach(priv->core, path, size, error, sizeof(error)) != 0) {
+		eprintf("blockps: refused LU %" PRIu64 " on %s: %s\n", lu->lun, path, error);
+		return -1;
+	}
+	snprintf(lu->attrs.vendor_id, sizeof(lu->attrs.vendor_id), "%s", "BLOCKPS");
+	snprintf(lu->attrs.product_id, sizeof(lu->attrs.product_id), "%s", blockps_lu_product_id(priv->core));
+	return 0;
+}
+
+static void bs_blockps_close(struct scsi_lu *lu)
+{
+	blockps_lu_detach(lu_private(lu)->core);
+}
+
+static void bs_blockps_exit(struct scsi_lu *lu)
+{
+	struct blockps_lu_private *priv = lu_private(lu);
+
+	bs_thread_close(&priv->thread_info);
+	blockps_lu_free(priv->core);
+	priv->core = NULL;
+}
+
+static struct backingstore_template blockps_bst = {
+	.bs_name = "blockps",
+	.bs_datasize = sizeof(struct blockps_lu_private),
+	.bs_open = bs_blockps_open,
+	.bs_close = bs_blockps_close,
+	.bs_init = bs_blockps_init,
+	.bs_exit = bs_blockps_exit,
+	.bs_cmd_submit = bs_thread_cmd_submit,
+};
+
+/* tgtd dlopens every file in its backing-store directory and calls this (bs.c). Not a constructor as well:
+ * registering twice corrupts tgt's template list. */
+__attribute__((visibility("default"))) void register_bs_module(void);
+void register_bs_module(void)
+{
+	/* The block-device command set of tgt's rdwr store, less COMPARE AND WRITE (handled inside tgt) and
+	 * UNMAP (tgt's sbc_unmap races with a thread-pool store, and thin provisioning means nothing here). */
+	static unsigned char opcodes[] = {
+		ALLOW_MEDIUM_REMOVAL, COMPARE_AND_WRITE, FORMAT_UNIT, INQUIRY, MAINT_PROTOCOL_IN,
+		MODE_SELECT, MODE_SELECT_10, MODE_SENSE, MODE_SENSE_10, ORWRITE_16,
+		PERSISTENT_RESERVE_IN, PERSISTENT_RESERVE_OUT, PRE_FETCH_10, PRE_FETCH_16,
+		READ_10, READ_12, READ_16, READ_6, READ_CAPACITY, RELEASE, REPORT_LUNS, REQUEST_SENSE,
+		RESERVE, SEND_DIAGNOSTIC, SERVICE_ACTION_IN, START_STOP, SYNCHRONIZE_CACHE,
+		SYNCHRONIZE_CACHE_16, TEST_UNIT_READY, VERIFY_10, VERIFY_12, VERIFY_16,
+		WRITE_10, WRITE_12, WRITE_16, WRITE_6, WRITE_SAME, WRITE_SAME_16,
+		WRITE_VERIFY, WRITE_VERIFY_12, WRITE_VERIFY_16,
+	};
+
+	blockps_set_log(log_to_tgtd);
+	bs_create_opcode_map(&blockps_bst, opcodes, ARRAY_SIZE(opcodes));
+	register_backingstore_template(&blockps_bst);
+}

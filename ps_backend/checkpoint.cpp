@@ -1,0 +1,210 @@
+#include "ps_backend/checkpoint.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <ctime>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+namespace blockps {
+namespace {
+
+constexpr char kMagic[8] = {'B', 'L', 'K', 'P', 'S', 'C', 'K', '1'};
+constexpr char kEndMagic[8] = {'B', 'L', 'K', 'P', 'S', 'E', 'N', 'D'};
+constexpr int kFormat = 1;
+constexpr std::uint32_t kMaxHeader = 1 << 20;
+
+std::string errno_text(const std::string& what, const std::string& path) {
+  return what + " " + path + ": " + std::strerror(errno);
+}
+
+// Buffered sequential writer that keeps a running CRC of everything written.
+class CrcWriter {
+ public:
+  explicit CrcWriter(int fd) : fd_(fd) { buf_.reserve(kBuf); }
+  bool put(const void* p, std::size_t n) {
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
+    const auto* b = static_cast<const char*>(p);
+    while (n) {
+      const std::size_t take = std::min(n, kBuf - buf_.size());
+      buf_.insert(buf_.end(), b, b + take);
+      b += take, n -= take;
+      if (buf_.size() == kBuf && !flush()) return false;
+    }
+    return true;
+  }
+  bool put_raw(const void* p, std::size_t n) {  // not covered by the CRC (the trailer itself)
+    const uLong saved = crc_;
+    const bool ok = put(p, n);
+    crc_ = saved;
+    return ok;
+  }
+  bool flush() {
+    const char* p = buf_.data();
+    std::size_t left = buf_.size();
+    while (left) {
+      const ssize_t w = ::write(fd_, p, left);
+      if (w < 0 && errno == EINTR) continue;
+      if (w <= 0) return false;
+      p += w, left -= static_cast<std::size_t>(w);
+    }
+    buf_.clear();
+    return true;
+  }
+  std::uint32_t crc() const { return static_cast<std::uint32_t>(crc_); }
+
+ private:
+  static constexpr std::size_t kBuf = 1 << 20;
+  int fd_;
+  std::vector<char> buf_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+};
+
+class CrcReader {
+ public:
+  explicit CrcReader(int fd) : fd_(fd) {}
+  bool get(void* p, std::size_t n) {
+    auto* b = static_cast<char*>(p);
+    std::size_t left = n;
+    while (left) {
+      const ssize_t r = ::read(fd_, b, left);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      b += r, left -= static_cast<std::size_t>(r);
+    }
+    crc_ = crc32_z(crc_, static_cast<const Bytef*>(p), n);
+    return true;
+  }
+  std::uint32_t crc() const { return static_cast<std::uint32_t>(crc_); }
+
+ private:
+  int fd_;
+  uLong crc_ = crc32_z(0, nullptr, 0);
+};
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+std::variant<CheckpointHeader, std::string> read_header(CrcReader& in, const std::string& path) {
+  char magic[8];
+  std::uint32_t len = 0;
+  if (!in.get(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
+    return path + " is not a blockps checkpoint (bad magic)";
+  if (!in.get(&len, sizeof len) || len == 0 || len > kMaxHeader)
+    return path + ": checkpoint header length " + std::to_string(len) + " is invalid";
+  std::string text(len, '\0');
+  if (!in.get(text.data(), len)) return path + ": checkpoint truncated in its header";
+  const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return path + ": checkpoint header is not JSON";
+  if (j.value("format", 0) != kFormat)
+    return path + ": checkpoint format " + j.value("format", nlohmann::json()).dump() + " is not " +
+           std::to_string(kFormat);
+  const auto opts = parse_lu_options("role=grad;" + j.value("options", std::string()), 1);
+  if (const auto* e = std::get_if<OptionError>(&opts)) return path + ": checkpoint options: " + e->message;
+  CheckpointHeader h;
+  h.config = std::get<LuOptions>(opts).config;
+  h.created_unix = j.value("created", std::uint64_t{0});
+  if (const std::string err = geometry_error(h.config.geometry); !err.empty()) return path + ": " + err;
+  if (j.value("blocks", std::uint64_t{0}) != h.config.geometry.blocks())
+    return path + ": checkpoint block count does not match its geometry";
+  return h;
+}
+
+}  // namespace
+
+bool checkpoint_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
+}
+
+std::variant<CheckpointHeader, std::string> read_checkpoint_header(const std::string& path) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return errno_text("cannot open checkpoint", path);
+  CrcReader in(f.fd);
+  return read_header(in, path);
+}
+
+std::string load_checkpoint(const std::string& path, ModelShard& shard) {
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) return errno_text("cannot open checkpoint", path);
+  CrcReader in(f.fd);
+  auto header = read_header(in, path);
+  if (auto* e = std::get_if<std::string>(&header)) return *e;
+  const ShardConfig& c = std::get<CheckpointHeader>(header).config;
+  if (!(c.geometry == shard.geometry()) || c.optimizer.kind != shard.params().kind)
+    return path + ": checkpoint shape differs from the shard it is loaded into";
+
+  const int slots = state_slots(c.optimizer.kind);
+  std::vector<float> w(c.geometry.block_elements()), s0, s1;
+  if (slots > 0) s0.resize(w.size());
+  if (slots > 1) s1.resize(w.size());
+  for (std::uint64_t b = 0; b < c.geometry.blocks(); ++b) {
+    const std::size_t n = c.geometry.elements_in_block(b);
+    std::uint64_t step = 0;
+    bool ok = in.get(&step, sizeof step) && in.get(w.data(), n * sizeof(float));
+    if (slots > 0) ok = ok && in.get(s0.data(), n * sizeof(float));
+    if (slots > 1) ok = ok && in.get(s1.data(), n * sizeof(float));
+    if (!ok) return path + ": checkpoint truncated at block " + std::to_string(b);
+    shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0});
+  }
+  const std::uint32_t expected = in.crc();
+  std::uint32_t stored = 0;
+  char end[8];
+  if (!in.get(&stored, sizeof stored) || !in.get(end, sizeof end) || std::memcmp(end, kEndMagic, sizeof end) != 0)
+    return path + ": checkpoint truncated (no trailer)";
+  if (stored != expected) return path + ": checkpoint CRC mismatch (file corrupt)";
+  char extra;
+  if (::read(f.fd, &extra, 1) != 0) return path + ": checkpoint has trailing bytes";
+  return "";
+}
+
+std::string write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config) {
+  const std::string tmp = path + ".tmp";
+  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (f.fd < 0) return errno_text("cannot create", tmp);
+  CrcWriter out(f.fd);
+
+  const nlohmann::json header = {{"format", kFormat},
+                                 {"options", format_shard_options(config)},
+                                 {"blocks", shard.geometry().blocks()},
+                                 {"created", static_cast<std::uint64_t>(std::time(nullptr))}};
+  const std::string text = header.dump();
+  const auto len = static_cast<std::uint32_t>(text.size());
+  bool ok = out.put(kMagic, sizeof kMagic) && out.put(&len, sizeof len) && out.put(text.data(), len);
+  const int slots = state_slots(config.optimizer.kind);
+  shard.for_each_block([&](const BlockView& v) {
+    if (!ok) return;
+    ok = out.put(&v.step, sizeof v.step) && out.put(v.weights.data(), v.weights.size_bytes());
+    for (int s = 0; s < slots && ok; ++s) ok = out.put(v.state[s].data(), v.state[s].size_bytes());
+  });
+  const std::uint32_t crc = out.crc();
+  ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
+  if (!ok || ::fsync(f.fd) != 0) {
+    const std::string err = errno_text("cannot write", tmp);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  ::close(f.fd);
+  f.fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    const std::string err = errno_text("cannot rename " + tmp + " to", path);
+    ::unlink(tmp.c_str());
+    return err;
+  }
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0 || ::fsync(d.fd) != 0) return errno_text("cannot fsync directory", dir);
+  return "";
+}
+
+}  // namespace blockps

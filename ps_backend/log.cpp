@@ -1,0 +1,20 @@
+#include "ps_backend/log.h"
+
+#include <atomic>
+#include <cstdio>
+#include <string>
+
+namespace blockps {
+namespace {
+void stderr_sink(const char* line) { std::fprintf(stderr, "%s\n", line); }
+std::atomic<LogSink> g_sink{stderr_sink};
+}  // namespace
+
+void set_log_sink(LogSink sink) { g_sink.store(sink ? sink : stderr_sink); }
+
+void log_line(std::string_view line) {
+  const std::string text = "blockps: " + std::string(line);
+  g_sink.load()(text.c_str());
+}
+
+}  // namespace blockps

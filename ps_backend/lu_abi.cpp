@@ -1,0 +1,114 @@
+// The extern "C" side of lu_abi.h: exceptions stop here.
+#include "ps_backend/lu_abi.h"
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ps_backend/log.h"
+#include "ps_backend/lu_options.h"
+#include "ps_backend/served_lu.h"
+
+struct blockps_lu {
+  blockps::LuOptions options;
+  std::uint32_t lu_block_bytes = 512;
+  std::optional<blockps::ServedLu> served;  // set between attach and detach
+};
+
+namespace {
+void set_error(char* error, size_t size, const std::string& text) {
+  if (error && size) std::snprintf(error, size, "%s", text.c_str());
+}
+}  // namespace
+
+extern "C" {
+
+void blockps_set_log(void (*sink)(const char* line)) { blockps::set_log_sink(sink); }
+
+blockps_lu* blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes, char* error, size_t error_size) {
+  try {
+    if (lu_block_bytes == 0) {
+      set_error(error, error_size, "LU block size is 0");
+      return nullptr;
+    }
+    auto parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
+    if (auto* e = std::get_if<blockps::OptionError>(&parsed)) {
+      set_error(error, error_size, "bsopts: " + e->message);
+      return nullptr;
+    }
+    auto lu = std::make_unique<blockps_lu>();
+    lu->options = std::get<blockps::LuOptions>(std::move(parsed));
+    lu->lu_block_bytes = lu_block_bytes;
+    return lu.release();
+  } catch (const std::exception& e) {
+    set_error(error, error_size, std::string("bsopts: ") + e.what());
+    return nullptr;
+  }
+}
+
+int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char* error, size_t error_size) {
+  try {
+    if (!lu || !path) {
+      set_error(error, error_size, "no LU or no backing-store path");
+      return -1;
+    }
+    auto attached = blockps::ShardRegistry::instance().attach(path, lu->options);
+    if (auto* e = std::get_if<std::string>(&attached)) {
+      set_error(error, error_size, *e);
+      return -1;
+    }
+    auto shard = std::get<std::shared_ptr<blockps::ServedShard>>(std::move(attached));
+    if (lu->options.role != blockps::LuRole::status &&
+        shard->model().geometry().bytes % lu->lu_block_bytes != 0) {
+      set_error(error, error_size,
+                "shard size " + std::to_string(shard->model().geometry().bytes) +
+                    " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
+      return -1;
+    }
+    lu->served.emplace(lu->options.role, std::move(shard), lu->lu_block_bytes);
+    *capacity = lu->served->capacity_bytes();
+    blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu->options.role)) +
+                      " LU attached, capacity " + std::to_string(*capacity) + " bytes");
+    return 0;
+  } catch (const std::exception& e) {
+    set_error(error, error_size, e.what());
+    return -1;
+  }
+}
+
+void blockps_lu_detach(blockps_lu* lu) {
+  if (lu) lu->served.reset();
+}
+
+void blockps_lu_free(blockps_lu* lu) { delete lu; }
+
+const char* blockps_lu_product_id(const blockps_lu* lu) {
+  if (!lu) return "BLOCKPS";
+  switch (lu->options.role) {
+    case blockps::LuRole::grad: return "BLOCKPS-GRAD";
+    case blockps::LuRole::weights: return "BLOCKPS-WEIGHTS";
+    case blockps::LuRole::status: return "BLOCKPS-STATUS";
+  }
+  return "BLOCKPS";
+}
+
+void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {
+  blockps::LuOutcome r;
+  if (!lu || !lu->served || !cmd || !cmd->cdb) {
+    r = {blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError, blockps::scsi::kAscInternalTargetFailure};
+  } else {
+    const blockps::LuCommand c{
+        cmd->cdb, cmd->offset, cmd->transfer_length,
+        {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
+        {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}};
+    r = lu->served->execute(c);
+  }
+  outcome->status = r.status;
+  outcome->sense_key = r.sense_key;
+  outcome->asc = r.asc;
+  outcome->has_info = r.has_info;
+  outcome->info = r.info;
+}
+
+}  // extern "C"

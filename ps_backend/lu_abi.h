@@ -1,0 +1,59 @@
+/* The C interface between the tgt glue (bs_blockps.c, the only file that includes tgt's headers) and the C++
+ * PS core. Every call is safe to make with bad input: errors come back as text, nothing throws or aborts. */
+#ifndef BLOCKPS_LU_ABI_H
+#define BLOCKPS_LU_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct blockps_lu;
+
+/* Route the core's log lines (one line each, no newline) to the host daemon's log. */
+void blockps_set_log(void (*sink)(const char *line));
+
+/* bs_init: parse and check --bsopts (may be NULL). Returns NULL and writes the reason into `error` on failure. */
+struct blockps_lu *blockps_lu_configure(const char *bsopts, uint32_t lu_block_bytes, char *error, size_t error_size);
+
+/* bs_open: attach the LU to the shard of `path` (its checkpoint file), creating or loading it. Returns 0 and the
+ * LU's capacity in bytes, or -1 and the reason. */
+int blockps_lu_attach(struct blockps_lu *lu, const char *path, uint64_t *capacity, char *error, size_t error_size);
+
+/* bs_close: detach from the shard (the last LU of a shard writes a final checkpoint). */
+void blockps_lu_detach(struct blockps_lu *lu);
+
+/* bs_exit: free. */
+void blockps_lu_free(struct blockps_lu *lu);
+
+/* The INQUIRY product id for this LU's role ("BLOCKPS-GRAD" ...), so hosts can tell the LUs apart. */
+const char *blockps_lu_product_id(const struct blockps_lu *lu);
+
+struct blockps_command {
+  const uint8_t *cdb;
+  uint64_t offset;          /* bytes (LBA << block shift) */
+  uint32_t transfer_length; /* bytes */
+  uint8_t *in;              /* READ data buffer, in_length bytes */
+  uint32_t in_length;
+  const uint8_t *out;       /* WRITE data, out_length bytes (may be NULL) */
+  uint32_t out_length;
+};
+
+struct blockps_outcome {
+  uint8_t status;    /* SAM status: 0 GOOD, 2 CHECK CONDITION */
+  uint8_t sense_key;
+  uint16_t asc;      /* ASC << 8 | ASCQ */
+  int has_info;
+  uint64_t info;
+};
+
+/* Execute one command (called from tgt's I/O threads, several at once). */
+void blockps_lu_execute(struct blockps_lu *lu, const struct blockps_command *cmd, struct blockps_outcome *outcome);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

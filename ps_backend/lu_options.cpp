@@ -1,0 +1,336 @@
+#include "ps_backend/lu_options.h"
+
+#include <charconv>
+#include <cmath>
+#include <functional>
+
+namespace blockps {
+namespace {
+
+constexpr std::uint32_t kMaxBlockBytes = 512 * 1024;  // one iSER buffer (tgt's default buf_sz)
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_float(std::string_view text, float& out) {
+  // std::from_chars for float is in libstdc++ 12; it rejects leading '+', which we accept for friendliness.
+  if (!text.empty() && text.front() == '+') text.remove_prefix(1);
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && end == text.data() + text.size() && std::isfinite(out);
+}
+
+bool parse_uint(std::string_view text, std::uint64_t& out) {
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && ec == std::errc() && end == text.data() + text.size();
+}
+
+// The shortest text that parses back to the same float ("0.9", not "0.899999976").
+std::string format_float(float v) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
+  return ec == std::errc() ? std::string(buf, end) : "?";
+}
+
+std::string bad(std::string_view key, std::string_view value, std::string_view allowed) {
+  return std::string(key) + "=" + std::string(value) + ": " + std::string(allowed);
+}
+
+// A float key: parsed, range-checked, formatted. `in_range` says what is allowed.
+struct FloatKey {
+  float OptimizerParams::*field;
+  bool (*in_range)(float);
+  std::string_view allowed;
+};
+
+using Apply = std::function<std::string(std::string_view key, std::string_view value, LuOptions&)>;
+using Show = std::function<std::string(const ShardConfig&)>;
+
+struct KeyDef {
+  OptionKey doc;
+  bool shard_key;    // describes the shard (merged across LUs and checked against checkpoints)
+  bool structural;   // changes the memory layout: must match a checkpoint
+  Apply apply;
+  Show show;
+};
+
+KeyDef float_key(std::string_view name, std::string_view def, std::string_view meaning, FloatKey k) {
+  return KeyDef{
+      {name, def, meaning}, true, false,
+      [k](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
+        float v = 0;
+        if (!parse_float(value, v) || !k.in_range(v)) return bad(key, value, k.allowed);
+        o.config.optimizer.*k.field = v;
+        return "";
+      },
+      [k](const ShardConfig& c) { return format_float(c.optimizer.*k.field); }};
+}
+
+bool parse_bool(std::string_view v, bool& out) {
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return out = true, true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return out = false, true;
+  return false;
+}
+
+const std::vector<KeyDef>& key_table() {
+  static const std::vector<KeyDef> table = {
+      {{"role", "(required)", "grad: WRITE pushes a gradient, READ pulls weights; weights: plain disk over the "
+                              "weights; status: READ gives a JSON status page, WRITE is refused"},
+       false, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         if (v == "grad") o.role = LuRole::grad;
+         else if (v == "weights") o.role = LuRole::weights;
+         else if (v == "status") o.role = LuRole::status;
+         else return bad(key, v, "must be grad, weights or status");
+         return "";
+       },
+       nullptr},
+      {{"size", "(required for a new shard)", "shard size in wire bytes (K/M/G/T suffixes, binary); the grad "
+                                              "and weights LUs have this capacity"},
+       true, true,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         std::uint64_t n = 0;
+         if (!parse_byte_size(v, n) || n == 0) return bad(key, v, "must be a byte count > 0, e.g. 64M");
+         o.config.geometry.bytes = n;
+         return "";
+       },
+       [](const ShardConfig& c) { return format_byte_size(c.geometry.bytes); }},
+      {{"dtype", "f32", "wire format of gradients and weights: f32, bf16, f16 (master weights are f32)"}, true, true,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         const auto d = parse_wire_dtype(v);
+         if (!d) return bad(key, v, "must be f32, bf16 or f16");
+         o.config.geometry.dtype = *d;
+         return "";
+       },
+       [](const ShardConfig& c) { return std::string(to_string(c.geometry.dtype)); }},
+      {{"block", "256K", "aggregation block in wire bytes: the unit of locking; a multiple of the LU block size, "
+                         "at most 512K (one iSER buffer)"},
+       true, true,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         std::uint64_t n = 0;
+         if (!parse_byte_size(v, n) || n == 0 || n > kMaxBlockBytes)
+           return bad(key, v, "must be a byte count from 1 LU block to 512K");
+         o.config.geometry.block_bytes = static_cast<std::uint32_t>(n);
+         return "";
+       },
+       [](const ShardConfig& c) { return format_byte_size(c.geometry.block_bytes); }},
+      {{"opt", "sgd", "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g)"}, true, true,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         const auto k = parse_optimizer(v);
+         if (!k) return bad(key, v, "must be sgd, momentum, adam, adamw or sum");
+         o.config.optimizer.kind = *k;
+         return "";
+       },
+       [](const ShardConfig& c) { return std::string(to_string(c.optimizer.kind)); }},
+      float_key("lr", "0.01", "learning rate", {&OptimizerParams::lr, [](float v) { return v >= 0; },
+                                                "must be a finite number >= 0"}),
+      float_key("momentum", "0.9", "momentum factor mu (opt=momentum)",
+                {&OptimizerParams::momentum, [](float v) { return v >= 0 && v < 1; }, "must be in [0, 1)"}),
+      {{"nesterov", "0", "Nesterov momentum (opt=momentum): 0/1, true/false"}, true, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         if (!parse_bool(v, o.config.optimizer.nesterov)) return bad(key, v, "must be 0, 1, true or false");
+         return "";
+       },
+       [](const ShardConfig& c) { return std::string(c.optimizer.nesterov ? "1" : "0"); }},
+      float_key("beta1", "0.9", "first-moment decay (adam, adamw)",
+                {&OptimizerParams::beta1, [](float v) { return v >= 0 && v < 1; }, "must be in [0, 1)"}),
+      float_key("beta2", "0.999", "second-moment decay (adam, adamw)",
+                {&OptimizerParams::beta2, [](float v) { return v >= 0 && v < 1; }, "must be in [0, 1)"}),
+      float_key("eps", "1e-08", "denominator term (adam, adamw)",
+                {&OptimizerParams::eps, [](float v) { return v > 0; }, "must be a finite number > 0"}),
+      float_key("weight_decay", "0", "L2 penalty (sgd, momentum, adam) or decoupled decay (adamw)",
+                {&OptimizerParams::weight_decay, [](float v) { return v >= 0; }, "must be a finite number >= 0"}),
+      {{"init", "zeros", "initial weights of a new shard: zeros, uniform:A (U(-A,A)), normal:S (N(0,S^2)), "
+                         "file:PATH (raw wire-dtype bytes, exactly size bytes)"},
+       true, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         InitSpec s;
+         const auto colon = v.find(':');
+         const std::string_view kind = v.substr(0, colon);
+         const std::string_view arg = colon == std::string_view::npos ? "" : v.substr(colon + 1);
+         float scale = 0;
+         if (kind == "zeros" && colon == std::string_view::npos) {
+           s.kind = InitSpec::Kind::zeros;
+         } else if ((kind == "uniform" || kind == "normal") && parse_float(arg, scale) && scale > 0) {
+           s.kind = kind == "uniform" ? InitSpec::Kind::uniform : InitSpec::Kind::normal;
+           s.scale = scale;
+         } else if (kind == "file" && !arg.empty()) {
+           s.kind = InitSpec::Kind::file;
+           s.path = std::string(arg);
+         } else {
+           return bad(key, v, "must be zeros, uniform:A or normal:S with A, S > 0, or file:PATH");
+         }
+         o.config.init = s;
+         return "";
+       },
+       [](const ShardConfig& c) { return to_string(c.init); }},
+      {{"seed", "1", "seed of the uniform/normal initialisation (the same seed gives the same weights)"}, true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         if (!parse_uint(v, o.config.seed)) return bad(key, v, "must be an unsigned integer");
+         return "";
+       },
+       [](const ShardConfig& c) { return std::to_string(c.seed); }},
+      {{"mode", "async", "aggregation mode: async (every push is applied at once)"}, true, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         if (v != "async") return bad(key, v, "must be async (sync and ssp:K are not in this version)");
+         o.config.mode = std::string(v);
+         return "";
+       },
+       [](const ShardConfig& c) { return c.mode; }},
+      {{"device", "cpu", "where aggregation runs: cpu"}, true, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         if (v != "cpu") return bad(key, v, "must be cpu (this build has no GPU engine)");
+         o.config.device = std::string(v);
+         return "";
+       },
+       [](const ShardConfig& c) { return c.device; }},
+      {{"checkpoint_s", "0", "seconds between periodic checkpoints (0: only on SYNCHRONIZE CACHE and close)"}, true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         std::uint64_t n = 0;
+         if (!parse_uint(v, n) || n > 86400 * 365) return bad(key, v, "must be whole seconds from 0 to 31536000");
+         o.config.checkpoint_s = static_cast<std::uint32_t>(n);
+         return "";
+       },
+       [](const ShardConfig& c) { return std::to_string(c.checkpoint_s); }},
+  };
+  return table;
+}
+
+const KeyDef* find_key(std::string_view name) {
+  for (const auto& k : key_table())
+    if (k.doc.name == name) return &k;
+  return nullptr;
+}
+
+std::string known_keys() {
+  std::string s;
+  for (const auto& k : key_table()) s += (s.empty() ? "" : ", ") + std::string(k.doc.name);
+  return s;
+}
+
+}  // namespace
+
+std::string_view to_string(LuRole r) {
+  switch (r) {
+    case LuRole::grad: return "grad";
+    case LuRole::weights: return "weights";
+    case LuRole::status: return "status";
+  }
+  return "?";
+}
+
+std::string to_string(const InitSpec& s) {
+  switch (s.kind) {
+    case InitSpec::Kind::zeros: return "zeros";
+    case InitSpec::Kind::uniform: return "uniform:" + format_float(static_cast<float>(s.scale));
+    case InitSpec::Kind::normal: return "normal:" + format_float(static_cast<float>(s.scale));
+    case InitSpec::Kind::file: return "file:" + s.path;
+  }
+  return "?";
+}
+
+bool parse_byte_size(std::string_view text, std::uint64_t& out) {
+  text = trim(text);
+  std::uint64_t mult = 1;
+  if (!text.empty()) {
+    switch (text.back()) {
+      case 'k': case 'K': mult = 1ull << 10; break;
+      case 'm': case 'M': mult = 1ull << 20; break;
+      case 'g': case 'G': mult = 1ull << 30; break;
+      case 't': case 'T': mult = 1ull << 40; break;
+      default: break;
+    }
+    if (mult != 1) text.remove_suffix(1);
+  }
+  std::uint64_t n = 0;
+  if (!parse_uint(text, n) || n > UINT64_MAX / mult) return false;
+  out = n * mult;
+  return true;
+}
+
+std::string format_byte_size(std::uint64_t bytes) {
+  static constexpr const char* kSuffix[] = {"", "K", "M", "G", "T"};
+  int i = 0;
+  while (i < 4 && bytes != 0 && bytes % 1024 == 0) bytes /= 1024, ++i;
+  return std::to_string(bytes) + kSuffix[i];
+}
+
+std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes) {
+  LuOptions o;
+  bool has_role = false;
+  while (!bsopts.empty()) {
+    const auto semi = bsopts.find(';');
+    const std::string_view item = trim(bsopts.substr(0, semi));
+    bsopts = semi == std::string_view::npos ? std::string_view{} : bsopts.substr(semi + 1);
+    if (item.empty()) continue;
+    const auto eq = item.find('=');
+    if (eq == std::string_view::npos)
+      return OptionError{"'" + std::string(item) + "' is not key=value (separate options with ';')"};
+    const std::string_view key = trim(item.substr(0, eq));
+    const std::string_view value = trim(item.substr(eq + 1));
+    const KeyDef* def = find_key(key);
+    if (!def) return OptionError{"unknown key '" + std::string(key) + "' (known: " + known_keys() + ")"};
+    if (key == "role" ? has_role : o.given.count(std::string(key)))
+      return OptionError{"key '" + std::string(key) + "' given twice"};
+    if (std::string err = def->apply(key, value, o); !err.empty()) return OptionError{err};
+    if (key == "role") has_role = true;
+    else o.given.insert(std::string(key));
+  }
+  if (!has_role) return OptionError{"role= is required (grad, weights or status)"};
+
+  // Sizes the LU exposes must be whole LU blocks (tgt addresses by LBA) and whole elements.
+  const ShardGeometry& g = o.config.geometry;
+  const std::uint32_t esize = static_cast<std::uint32_t>(wire_size(g.dtype));
+  if (o.given.count("size") && (g.bytes % lu_block_bytes || g.bytes % esize))
+    return OptionError{bad("size", format_byte_size(g.bytes),
+                           "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)")};
+  if (g.block_bytes % lu_block_bytes)
+    return OptionError{bad("block", format_byte_size(g.block_bytes),
+                           "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)")};
+  if (o.config.optimizer.nesterov && o.config.optimizer.momentum == 0)
+    return OptionError{"nesterov=1 needs momentum > 0"};
+  return o;
+}
+
+std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only, ShardConfig& out) {
+  out = existing;
+  for (const auto& key : opts.given) {
+    const KeyDef* def = find_key(key);
+    const std::string mine = def->show(opts.config);
+    const std::string theirs = def->show(existing);
+    if (mine == theirs) continue;
+    if (structural_only && !def->structural) {
+      LuOptions replaced;
+      replaced.config = out;
+      def->apply(key, mine, replaced);
+      out = replaced.config;
+      continue;
+    }
+    return key + "=" + mine + " differs from " + key + "=" + theirs;
+  }
+  return "";
+}
+
+const std::vector<OptionKey>& option_keys() {
+  static const std::vector<OptionKey> keys = [] {
+    std::vector<OptionKey> v;
+    for (const auto& k : key_table()) v.push_back(k.doc);
+    return v;
+  }();
+  return keys;
+}
+
+}  // namespace blockps
+
+namespace blockps {
+std::string format_shard_options(const ShardConfig& c) {
+  std::string s;
+  for (const auto& k : key_table())
+    if (k.shard_key) s += (s.empty() ? "" : ";") + std::string(k.doc.name) + "=" + k.show(c);
+  return s;
+}
+}  // namespace blockps

@@ -1,0 +1,78 @@
+// The --bsopts of a blockps LU: parsing, validation and the one table of keys (docs/OPTIONS.md mirrors it).
+#pragma once
+
+#include <cstdint>
+#include <set>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "aggregator/model_shard.h"
+#include "aggregator/optimizer.h"
+
+namespace blockps {
+
+enum class LuRole { grad, weights, status };
+std::string_view to_string(LuRole r);
+
+/// How a new shard's weights start (ignored when a checkpoint is loaded).
+struct InitSpec {
+  enum class Kind { zeros, uniform, normal, file } kind = Kind::zeros;
+  double scale = 0;   // uniform: a (U(-a, a)); normal: standard deviation
+  std::string path;   // file: raw wire-dtype bytes, exactly `size` bytes
+  bool operator==(const InitSpec&) const = default;
+};
+std::string to_string(const InitSpec& s);
+
+/// Everything that describes a shard (shared by all LUs over one checkpoint path).
+struct ShardConfig {
+  ShardGeometry geometry;
+  OptimizerParams optimizer;
+  InitSpec init;
+  std::uint64_t seed = 1;
+  std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
+  // mode and device have one allowed value each in this version; kept as text for the status page.
+  std::string mode = "async";
+  std::string device = "cpu";
+};
+
+/// A parsed --bsopts string. `given` holds the shard keys the user set; the others take the defaults above
+/// for a new shard, or the values of the shard already open at the same path / in its checkpoint.
+struct LuOptions {
+  LuRole role = LuRole::grad;
+  ShardConfig config;
+  std::set<std::string> given;
+};
+
+struct OptionError {
+  std::string message;  // precise: the key, the value seen, what is allowed
+};
+
+/// Parse "k=v;k=v". `lu_block_bytes` is the LU's logical block size (512 unless tgtadm --blocksize):
+/// size and block must be multiples of it. Never throws.
+std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes);
+
+/// Merge `opts` onto an existing shard's config: every key the user gave must equal the shard's value
+/// (`structural_only`: only size/dtype/block/opt must match, hyper-parameters given replace the shard's,
+/// as when a checkpoint is loaded with a new lr). Returns the error, or "" and the merged config in `out`.
+std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only, ShardConfig& out);
+
+/// One row per key, for the docs and for `unknown key` messages.
+struct OptionKey {
+  std::string_view name;
+  std::string_view default_value;
+  std::string_view meaning;
+};
+const std::vector<OptionKey>& option_keys();
+
+/// Parse "256K", "16M", "1G", "4096" (binary multiples). Nullopt-like: returns false on bad text.
+bool parse_byte_size(std::string_view text, std::uint64_t& out);
+std::string format_byte_size(std::uint64_t bytes);
+
+}  // namespace blockps
+
+namespace blockps {
+/// All shard keys of `c` as "k=v;k=v" (parse_lu_options reads it back): how checkpoints record their config.
+std::string format_shard_options(const ShardConfig& c);
+}  // namespace blockps

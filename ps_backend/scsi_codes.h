@@ -1,0 +1,39 @@
+// The SCSI facts the PS core needs (SPC/SBC): opcodes that reach a backing store, sense keys and ASC/ASCQ
+// codes, as plain constants so the core stays free of tgt's headers.
+#pragma once
+
+#include <cstdint>
+
+namespace blockps::scsi {
+
+enum Opcode : std::uint8_t {
+  kRead6 = 0x08, kRead10 = 0x28, kRead12 = 0xa8, kRead16 = 0x88,
+  kWrite6 = 0x0a, kWrite10 = 0x2a, kWrite12 = 0xaa, kWrite16 = 0x8a,
+  kWriteVerify10 = 0x2e, kWriteVerify12 = 0xae, kWriteVerify16 = 0x8e,
+  kVerify10 = 0x2f, kVerify12 = 0xaf, kVerify16 = 0x8f,
+  kWriteSame10 = 0x41, kWriteSame16 = 0x93,
+  kOrWrite16 = 0x8b,
+  kPreFetch10 = 0x34, kPreFetch16 = 0x90,
+  kSynchronizeCache10 = 0x35, kSynchronizeCache16 = 0x91,
+};
+
+enum Status : std::uint8_t { kGood = 0x00, kCheckCondition = 0x02 };
+
+enum SenseKey : std::uint8_t {
+  kNoSense = 0x00, kMediumError = 0x03, kHardwareError = 0x04, kIllegalRequest = 0x05, kDataProtect = 0x07,
+  kMiscompare = 0x0e,
+};
+
+// ASC << 8 | ASCQ
+enum Asc : std::uint16_t {
+  kAscNone = 0x0000,
+  kAscWriteError = 0x0c00,
+  kAscMiscompareDuringVerify = 0x1d00,
+  kAscInvalidOpcode = 0x2000,
+  kAscLbaOutOfRange = 0x2100,
+  kAscInvalidFieldInCdb = 0x2400,
+  kAscWriteProtect = 0x2700,
+  kAscInternalTargetFailure = 0x4400,
+};
+
+}  // namespace blockps::scsi

@@ -1,0 +1,178 @@
+#include "ps_backend/served_lu.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <vector>
+
+#include "ps_backend/log.h"
+
+namespace blockps {
+namespace {
+
+using namespace scsi;
+
+LuOutcome good() { return {}; }
+LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
+
+bool is_read(std::uint8_t op) { return op == kRead6 || op == kRead10 || op == kRead12 || op == kRead16; }
+bool is_write(std::uint8_t op) { return op == kWrite6 || op == kWrite10 || op == kWrite12 || op == kWrite16; }
+bool is_write_verify(std::uint8_t op) {
+  return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16;
+}
+bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
+
+void put_be(std::byte* p, std::uint64_t v, int bytes) {
+  for (int i = bytes - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<std::byte>(v & 0xff);
+}
+
+}  // namespace
+
+ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes)
+    : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes) {}
+
+std::uint64_t ServedLu::capacity_bytes() const {
+  return role_ == LuRole::status ? kStatusLuBytes : shard_->model().geometry().bytes;
+}
+
+LuOutcome ServedLu::execute(const LuCommand& cmd) {
+  try {
+    const std::uint8_t op = cmd.cdb[0];
+    if (is_read(op)) {
+      const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.in.size());
+      return read(cmd.offset, cmd.in.first(len));
+    }
+    if (is_write(op) || is_write_verify(op)) {
+      if (is_write_verify(op) && role_ == LuRole::grad)  // the data read back is weights, never the gradient
+        return check(kIllegalRequest, kAscInvalidOpcode);
+      const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
+      // FUA is byte 1 bit 3 (WRITE(6) has none).
+      const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
+      const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua);
+      return (w.status != kGood || !is_write_verify(op)) ? w : verify(cmd.offset, cmd.out.first(len));
+    }
+    if (is_verify(op)) {
+      // BYTCHK (byte 1, bits 1-2) set: compare the data sent with the medium; clear: nothing to check in memory.
+      if (!(cmd.cdb[1] & 0x06) || cmd.out.empty()) return good();
+      const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
+      return verify(cmd.offset, cmd.out.first(len));
+    }
+    switch (op) {
+      case kWriteSame10:
+      case kWriteSame16: return write_same(cmd);
+      case kOrWrite16: return or_write(cmd);
+      case kPreFetch10:
+      case kPreFetch16: return good();  // everything is in memory already
+      case kSynchronizeCache10:
+      case kSynchronizeCache16: return synchronize_cache(cmd);
+      default: return check(kIllegalRequest, kAscInvalidOpcode);
+    }
+  } catch (const std::exception& e) {
+    log_line(shard_->path() + ": command failed: " + e.what());
+    shard_->counters().io_errors.fetch_add(1, std::memory_order_relaxed);
+    return check(kHardwareError, kAscInternalTargetFailure);
+  }
+}
+
+LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
+  if (offset > capacity_bytes() || out.size() > capacity_bytes() - offset) return check(kIllegalRequest, kAscLbaOutOfRange);
+  if (role_ == LuRole::status) {
+    // The page is made afresh for each READ; read it in one command (it is far smaller than the LU).
+    const std::string page = shard_->status_json();
+    std::fill(out.begin(), out.end(), std::byte{0});
+    if (offset < page.size()) {
+      const std::size_t n = std::min<std::size_t>(out.size(), page.size() - offset);
+      std::memcpy(out.data(), page.data() + offset, n);
+    }
+    return good();
+  }
+  const std::size_t esize = wire_size(shard_->model().geometry().dtype);
+  if (offset % esize || out.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+  shard_->model().read_weights(offset, out);
+  auto& k = shard_->counters();
+  k.pulls.fetch_add(1, std::memory_order_relaxed);
+  k.pull_bytes.fetch_add(out.size(), std::memory_order_relaxed);
+  return good();
+}
+
+LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua) {
+  if (role_ == LuRole::status) return check(kDataProtect, kAscWriteProtect);
+  if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
+    return check(kIllegalRequest, kAscLbaOutOfRange);
+  const std::size_t esize = wire_size(shard_->model().geometry().dtype);
+  if (offset % esize || data.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+  auto& k = shard_->counters();
+  if (role_ == LuRole::grad) {
+    const auto t0 = std::chrono::steady_clock::now();
+    shard_->model().push_gradient(offset, data);
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    shard_->note_aggregation(static_cast<std::uint64_t>(ns.count()));
+    k.pushes.fetch_add(1, std::memory_order_relaxed);
+    k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  } else {
+    shard_->model().assign_weights(offset, data);
+    k.weight_writes.fetch_add(1, std::memory_order_relaxed);
+    k.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  }
+  shard_->note_mutation();
+  if (fua && !shard_->checkpoint().empty())
+    return check(kMediumError, kAscWriteError);
+  return good();
+}
+
+LuOutcome ServedLu::verify(std::uint64_t offset, std::span<const std::byte> expected) {
+  std::vector<std::byte> actual(expected.size());
+  if (LuOutcome r = read(offset, actual); r.status != kGood) return r;
+  if (std::memcmp(actual.data(), expected.data(), expected.size()) != 0)
+    return check(kMiscompare, kAscMiscompareDuringVerify);
+  return good();
+}
+
+LuOutcome ServedLu::write_same(const LuCommand& cmd) {
+  if (role_ != LuRole::weights) return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect)
+                                                             : check(kIllegalRequest, kAscInvalidOpcode);
+  const std::uint64_t cap = capacity_bytes();
+  if (cmd.offset > cap) return check(kIllegalRequest, kAscLbaOutOfRange);
+  const std::uint64_t total = cmd.transfer_length ? cmd.transfer_length : cap - cmd.offset;
+  if (total > cap - cmd.offset) return check(kIllegalRequest, kAscLbaOutOfRange);
+  const bool unmap = cmd.cdb[1] & 0x08;
+  const std::uint8_t lbdata = cmd.cdb[1] & 0x06;  // 0x02 LBDATA, 0x04 PBDATA: stamp each block's LBA
+  std::vector<std::byte> pattern(lu_block_bytes_, std::byte{0});
+  if (!unmap && cmd.out.size() >= lu_block_bytes_) std::memcpy(pattern.data(), cmd.out.data(), lu_block_bytes_);
+
+  // Expand into a bounded buffer and assign it piecewise.
+  constexpr std::uint64_t kChunk = 1 << 20;
+  std::vector<std::byte> chunk(static_cast<std::size_t>(std::min<std::uint64_t>(kChunk, total)));
+  for (std::uint64_t done = 0; done < total;) {
+    const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), total - done));
+    for (std::size_t b = 0; b < n; b += lu_block_bytes_) {
+      std::memcpy(chunk.data() + b, pattern.data(), lu_block_bytes_);
+      const std::uint64_t lba = (cmd.offset + done + b) / lu_block_bytes_;
+      if (!unmap && lbdata == 0x02) put_be(chunk.data() + b, lba, 4);
+      if (!unmap && lbdata == 0x04) put_be(chunk.data() + b, lba, 8);
+    }
+    if (LuOutcome r = write(cmd.offset + done, {chunk.data(), n}, false); r.status != kGood) return r;
+    done += n;
+  }
+  return good();
+}
+
+LuOutcome ServedLu::or_write(const LuCommand& cmd) {
+  if (role_ != LuRole::weights) return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect)
+                                                             : check(kIllegalRequest, kAscInvalidOpcode);
+  const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
+  std::vector<std::byte> merged(len);
+  if (LuOutcome r = read(cmd.offset, merged); r.status != kGood) return r;
+  for (std::size_t i = 0; i < len; ++i) merged[i] |= cmd.out[i];
+  return write(cmd.offset, merged, false);
+}
+
+LuOutcome ServedLu::synchronize_cache(const LuCommand& cmd) {
+  // IMMED (byte 1 bit 1) asks for completion before the data is durable; a checkpoint cannot promise that
+  // afterwards, so it is refused as tgt's rdwr does.
+  if (cmd.cdb[1] & 0x02) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+  if (!shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
+  return good();
+}
+
+}  // namespace blockps

@@ -1,0 +1,63 @@
+// One LU of a shard: what each SCSI command that reaches the backing store means for its role. The tgt glue
+// hands commands here as plain buffers (ps_backend/lu_abi.h); nothing here knows tgt.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "ps_backend/lu_options.h"
+#include "ps_backend/scsi_codes.h"
+#include "ps_backend/served_shard.h"
+
+namespace blockps {
+
+/// Capacity of a status LU: room for the JSON page, which is NUL-padded.
+inline constexpr std::uint64_t kStatusLuBytes = 1 << 20;
+
+/// A command as the glue sees it. offset/transfer_length are in bytes (tgt has range-checked the LBA range
+/// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). For WRITE SAME, transfer_length 0 means
+/// "to the end of the LU" (tgt passes it through).
+struct LuCommand {
+  const std::uint8_t* cdb;
+  std::uint64_t offset;
+  std::uint32_t transfer_length;
+  std::span<std::byte> in;          // data for the initiator (READ)
+  std::span<const std::byte> out;   // data from the initiator (WRITE); may be empty
+};
+
+struct LuOutcome {
+  std::uint8_t status = scsi::kGood;
+  std::uint8_t sense_key = scsi::kNoSense;
+  std::uint16_t asc = scsi::kAscNone;
+  bool has_info = false;            // sense INFORMATION field (e.g. miscompare offset)
+  std::uint64_t info = 0;
+};
+
+class ServedLu {
+ public:
+  ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes);
+
+  LuRole role() const { return role_; }
+  std::uint64_t capacity_bytes() const;
+  ServedShard& shard() { return *shard_; }
+
+  /// Execute one command; never throws.
+  LuOutcome execute(const LuCommand& cmd);
+
+ private:
+  LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
+  /// fua: the initiator asked for the write to be durable before it completes (a checkpoint follows).
+  LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua);
+  LuOutcome verify(std::uint64_t offset, std::span<const std::byte> expected);
+  LuOutcome write_same(const LuCommand& cmd);
+  LuOutcome or_write(const LuCommand& cmd);
+  LuOutcome synchronize_cache(const LuCommand& cmd);
+
+  const LuRole role_;
+  const std::shared_ptr<ServedShard> shard_;
+  const std::uint32_t lu_block_bytes_;
+};
+
+}  // namespace blockps

@@ -1,0 +1,100 @@
+// A shard as the PS serves it: the model in memory, its config, counters, and its checkpoint file. All LUs
+// whose --backing-store paths name the same file share one ServedShard (see ShardRegistry).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <variant>
+
+#include "aggregator/model_shard.h"
+#include "ps_backend/lu_options.h"
+
+namespace blockps {
+
+/// Monotonic counters for the status page.
+struct ShardCounters {
+  std::atomic<std::uint64_t> pushes{0}, push_bytes{0};
+  std::atomic<std::uint64_t> pulls{0}, pull_bytes{0};               // reads of the grad and weights LUs
+  std::atomic<std::uint64_t> weight_writes{0}, weight_write_bytes{0};
+  std::atomic<std::uint64_t> aggregation_ns{0}, aggregation_max_ns{0};
+  std::atomic<std::uint64_t> checkpoints{0}, checkpoint_errors{0};
+  std::atomic<std::uint64_t> io_errors{0};
+};
+
+class ServedShard {
+ public:
+  /// Build a shard for `path` from `opts`: load the checkpoint when the file holds one (its shape must match
+  /// the keys given), else initialise from the options. Returns the shard or the reason it cannot be made.
+  static std::variant<std::shared_ptr<ServedShard>, std::string> create(const std::string& path,
+                                                                        const LuOptions& opts);
+  /// Writes a last checkpoint when the weights changed since the last one (nothing is lost on a clean stop);
+  /// only for a shard that opened successfully.
+  ~ServedShard();
+
+  const std::string& path() const { return path_; }
+  ShardConfig config() const;
+  ModelShard& model() { return model_; }
+  const ModelShard& model() const { return model_; }
+  ShardCounters& counters() { return counters_; }
+
+  /// Called after every completed change of the weights (push or weights-LU write).
+  void note_mutation() { mutations_.fetch_add(1, std::memory_order_release); }
+  void note_aggregation(std::uint64_t ns);
+
+  /// Write a checkpoint that holds at least every change completed before the call; concurrent calls share one
+  /// write. "" or the reason.
+  std::string checkpoint();
+
+  /// The status page (JSON) as the status LU serves it.
+  std::string status_json() const;
+
+ private:
+  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine);
+  void periodic_checkpoints(std::stop_token stop);
+
+  const std::string path_;
+  mutable std::mutex config_mutex_;
+  ShardConfig config_;
+  ModelShard model_;
+  ShardCounters counters_;
+  const std::uint64_t started_unix_;
+  // Set once create() succeeded: a shard that failed to open (bad init file, corrupt checkpoint) must not
+  // write a "final checkpoint" over the file it could not load.
+  bool serving_ = false;
+
+  std::atomic<std::uint64_t> mutations_{0};
+  std::mutex checkpoint_mutex_;                 // one checkpoint write at a time
+  bool file_is_current_ = false;                // the file holds the state as of checkpointed_mutations_
+  std::uint64_t checkpointed_mutations_ = 0;
+  std::atomic<std::uint64_t> last_checkpoint_unix_{0};
+  std::string last_checkpoint_error_;           // guarded by checkpoint_mutex_
+
+  std::mutex periodic_mutex_;
+  std::condition_variable_any periodic_cv_;
+  std::jthread periodic_;
+};
+
+/// Path -> shard. LUs attach by path; the shard lives while any LU holds it.
+class ShardRegistry {
+ public:
+  static ShardRegistry& instance();
+  /// The shard for `path` (made absolute and canonical: "/d/./m" and "/d/m" are one shard), created or, when
+  /// already open, checked against the keys `opts` gives. Returns the shard or the reason for refusal.
+  std::variant<std::shared_ptr<ServedShard>, std::string> attach(const std::string& path, const LuOptions& opts);
+
+ private:
+  std::mutex mutex_;
+  std::map<std::string, std::weak_ptr<ServedShard>> shards_;
+};
+
+/// "/d/./m.ckpt" -> "/d/m.ckpt": the directory resolved with realpath (it must exist), the file name kept.
+/// Returns "" and sets `out`, or the reason.
+std::string canonical_shard_path(const std::string& path, std::string& out);
+
+}  // namespace blockps

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# The one place that installs what blockps needs (idempotent; run as root on Debian bookworm).
+#   scripts/setup.sh [BUILD_DIR]     BUILD_DIR defaults to ./build; tgt's source is unpacked into BUILD_DIR/tgt-src
+# It installs the Debian packages, adds a deb-src entry so `apt-get source tgt` works, fetches tgt's source
+# (the module needs tgt's internal headers) and checks that it is the same version as the installed tgtd.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=$(realpath -m "${1:-$repo/build}")
+tgt_src_dir="$build_dir/tgt-src"
+say() { echo "setup: $*"; }
+die() { echo "setup: ERROR: $*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (it installs Debian packages and creates /usr/lib/tgt/backing-store)"
+command -v apt-get >/dev/null || die "this needs Debian (apt-get not found)"
+
+packages=(
+  # build
+  build-essential cmake pkg-config dpkg-dev
+  # tgt and initiators
+  tgt libiscsi-dev libiscsi-bin open-iscsi qemu-utils qemu-block-extra qemu-system-common fuse3
+  # I/O engines and RDMA
+  fio libaio-dev liburing-dev rdma-core libibverbs-dev librdmacm-dev
+  # C++ libraries
+  libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
+  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  # tests: network namespaces, process tools
+  iproute2 procps psmisc
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+# deb-src for the suites that carry tgt (a security or point update may be the installed one).
+src_list=/etc/apt/sources.list.d/blockps-deb-src.sources
+if [ ! -f "$src_list" ]; then
+  say "adding deb-src entry $src_list"
+  cat >"$src_list" <<'SRC'
+Types: deb-src
+URIs: http://deb.debian.org/debian
+Suites: bookworm bookworm-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb-src
+URIs: http://deb.debian.org/debian-security
+Suites: bookworm-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+  apt_updated=
+fi
+
+if [ ${#missing[@]} -gt 0 ] || [ ! -d "$tgt_src_dir" ] || [ -z "${apt_updated-x}" ]; then
+  say "apt-get update"
+  apt-get update -q -o DPkg::Lock::Timeout=600 >/dev/null || die "apt-get update failed"
+fi
+if [ ${#missing[@]} -gt 0 ]; then
+  say "installing: ${missing[*]}"
+  # policy-rc.d keeps package scripts from starting daemons (tgt, iscsid) that our tests start themselves.
+  had_policy=; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+  [ -n "$had_policy" ] || printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 \
+    "${missing[@]}" || { [ -n "$had_policy" ] || rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
+  [ -n "$had_policy" ] || rm -f /usr/sbin/policy-rc.d
+fi
+
+# A tgtd that a package script may have started would hold port 3260: stop it (ours run on their own ports).
+if pgrep -x tgtd >/dev/null && [ -S /var/run/tgtd/socket.0 ]; then
+  tgtadm -C 0 --op delete --mode system >/dev/null 2>&1 || true
+fi
+
+mkdir -p /usr/lib/tgt/backing-store
+
+# tgt's source, matching the installed tgtd exactly (the module uses tgt's internal struct layouts).
+installed=$(dpkg-query -W -f='${Version}' tgt)
+stamp="$tgt_src_dir/.version"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$installed" ]; then
+  say "fetching tgt source $installed into $tgt_src_dir"
+  rm -rf "$tgt_src_dir"; mkdir -p "$tgt_src_dir"
+  (cd "$tgt_src_dir" && apt-get source -q --download-only "tgt=$installed" >/dev/null) ||
+    die "apt-get source tgt=$installed failed: the deb-src entry in $src_list must reach the suite that carries the installed tgt"
+  dsc=$(ls "$tgt_src_dir"/tgt_*.dsc)
+  (cd "$tgt_src_dir" && dpkg-source --no-check -x "$dsc" src >/dev/null) || die "unpacking $dsc failed"
+  src_version=$(cd "$tgt_src_dir/src" && dpkg-parsechangelog -S Version)
+  [ "$src_version" = "$installed" ] ||
+    die "tgt source version $src_version differs from the installed tgtd $installed; the module would not match tgtd's structs"
+  echo "$installed" >"$stamp"
+fi
+src_version=$(cd "$tgt_src_dir/src" && dpkg-parsechangelog -S Version)
+[ "$src_version" = "$installed" ] ||
+  die "tgt source in $tgt_src_dir is $src_version but the installed tgtd is $installed: delete $tgt_src_dir and rerun"
+[ -f "$tgt_src_dir/src/usr/tgtd.h" ] || die "tgt source in $tgt_src_dir/src has no usr/tgtd.h"
+say "ok: packages installed, tgt $installed source in $tgt_src_dir/src, /usr/lib/tgt/backing-store present"

@@ -1,0 +1,155 @@
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <vector>
+
+#include "ps_backend/checkpoint.h"
+#include "test_support.h"
+
+namespace blockps {
+namespace {
+
+using unit::make_shard;
+using unit::TempDir;
+
+std::vector<std::byte> floats(std::size_t n, float start, float step) {
+  std::vector<std::byte> out(n * 4);
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = start + step * static_cast<float>(i);
+    std::memcpy(out.data() + 4 * i, &v, 4);
+  }
+  return out;
+}
+
+std::vector<std::byte> read_all(ModelShard& m) {
+  std::vector<std::byte> out(m.geometry().bytes);
+  m.read_weights(0, out);
+  return out;
+}
+
+TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  // 3 blocks of 1K (the last shorter) so per-block steps and state differ.
+  auto a = make_shard(path, "role=grad;size=2560;block=1K;opt=adam;lr=0.01;init=uniform:1;seed=5");
+  ASSERT_TRUE(a);
+  a->model().push_gradient(0, floats(640, 0.5f, 0.01f));
+  a->model().push_gradient(1024, floats(128, -1.0f, 0.02f));  // block 1 only, twice as many steps
+  ASSERT_EQ(a->checkpoint(), "");
+  const auto before = read_all(a->model());
+
+  // The checkpoint restores the same weights, and further pushes give the same result on both (state and
+  // per-block step counts were restored too).
+  auto b = make_shard(path, "role=grad;size=2560;block=1K;opt=adam;lr=0.01");
+  ASSERT_TRUE(b);
+  EXPECT_EQ(read_all(b->model()), before);
+  const auto g = floats(640, 0.25f, -0.003f);
+  a->model().push_gradient(0, g);
+  b->model().push_gradient(0, g);
+  EXPECT_EQ(read_all(a->model()), read_all(b->model()));
+}
+
+TEST(Checkpoint, ShapeMismatchIsRefusedWithTheReason) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  ASSERT_EQ(make_shard(path, "role=grad;size=4K;opt=momentum")->checkpoint(), "");
+  auto r = ServedShard::create(path, unit::options("role=grad;size=8K;opt=momentum"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("size=8K differs from size=4K"), std::string::npos) << std::get<std::string>(r);
+  r = ServedShard::create(path, unit::options("role=grad;opt=sgd"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("opt=sgd differs from opt=momentum"), std::string::npos);
+  // Hyper-parameters may change across a restart; size may be left out (it comes from the checkpoint).
+  auto ok = make_shard(path, "role=grad;lr=0.5");
+  ASSERT_TRUE(ok);
+  EXPECT_FLOAT_EQ(ok->config().optimizer.lr, 0.5f);
+  EXPECT_EQ(ok->config().geometry.bytes, 4096u);
+}
+
+TEST(Checkpoint, CorruptionIsDetected) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  ASSERT_EQ(make_shard(path, "role=grad;size=8K;init=normal:1")->checkpoint(), "");
+  {  // flip one byte in the weights (the last 12 bytes are the trailer)
+    const int fd = ::open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const off_t at = ::lseek(fd, 0, SEEK_END) - 100;
+    char c = 0;
+    ASSERT_EQ(::pread(fd, &c, 1, at), 1);
+    c ^= 0x5a;
+    ASSERT_EQ(::pwrite(fd, &c, 1, at), 1);
+    ::close(fd);
+  }
+  const auto file_text = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  const std::string corrupt = file_text();
+  auto r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("CRC mismatch"), std::string::npos) << std::get<std::string>(r);
+  // A shard that failed to open must not overwrite the file it could not load (it may be the only copy).
+  EXPECT_EQ(file_text(), corrupt);
+
+  ASSERT_EQ(::truncate(path.c_str(), 100), 0);
+  r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("truncated"), std::string::npos) << std::get<std::string>(r);
+
+  std::ofstream(path) << "not a checkpoint at all";
+  r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("not a blockps checkpoint"), std::string::npos);
+}
+
+TEST(Checkpoint, EmptyFileMeansNewShardAndSizeIsThenRequired) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  std::ofstream(path).close();
+  EXPECT_FALSE(checkpoint_exists(path));
+  auto r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("size= is required"), std::string::npos);
+  EXPECT_TRUE(make_shard(path, "role=grad;size=4K"));
+}
+
+TEST(Checkpoint, FailedWriteKeepsThePreviousFile) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  auto s = make_shard(path, "role=grad;size=4K;init=uniform:1");
+  ASSERT_EQ(s->checkpoint(), "");
+  std::ifstream in(path, std::ios::binary);
+  const std::string good((std::istreambuf_iterator<char>(in)), {});
+  // A directory where the temp file must go makes the write fail; the old checkpoint must survive.
+  ASSERT_EQ(::mkdir((path + ".tmp").c_str(), 0755), 0);
+  s->model().push_gradient(0, floats(16, 1, 0));
+  s->note_mutation();
+  EXPECT_NE(s->checkpoint(), "");
+  std::ifstream again(path, std::ios::binary);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), good);
+  EXPECT_EQ(s->counters().checkpoint_errors.load(), 1u);
+  ::rmdir((path + ".tmp").c_str());
+}
+
+TEST(Checkpoint, InitFromFileMustHaveTheShardSize) {
+  TempDir dir;
+  const std::string init = dir.file("init.bin");
+  {
+    std::ofstream out(init, std::ios::binary);
+    const auto w = floats(1024, -2, 0.5f);
+    out.write(reinterpret_cast<const char*>(w.data()), static_cast<std::streamsize>(w.size()));
+  }
+  auto s = make_shard(dir.file("a.ckpt"), "role=grad;size=4K;init=file:" + init);
+  ASSERT_TRUE(s);
+  EXPECT_EQ(read_all(s->model()), floats(1024, -2, 0.5f));
+  auto r = ServedShard::create(dir.file("b.ckpt"), unit::options("role=grad;size=8K;init=file:" + init));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r));
+  EXPECT_NE(std::get<std::string>(r).find("holds 4096 bytes, the shard needs 8192"), std::string::npos)
+      << std::get<std::string>(r);
+}
+
+}  // namespace
+}  // namespace blockps

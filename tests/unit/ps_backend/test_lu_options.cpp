@@ -1,0 +1,170 @@
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "ps_backend/lu_options.h"
+
+namespace blockps {
+namespace {
+
+LuOptions parse_ok(const std::string& s, std::uint32_t lu_block = 512) {
+  auto r = parse_lu_options(s, lu_block);
+  if (auto* e = std::get_if<OptionError>(&r)) ADD_FAILURE() << s << ": " << e->message;
+  return std::holds_alternative<LuOptions>(r) ? std::get<LuOptions>(r) : LuOptions{};
+}
+
+std::string parse_error(const std::string& s, std::uint32_t lu_block = 512) {
+  auto r = parse_lu_options(s, lu_block);
+  if (auto* e = std::get_if<OptionError>(&r)) return e->message;
+  ADD_FAILURE() << "accepted: " << s;
+  return "";
+}
+
+TEST(LuOptions, ParsesEveryKey) {
+  const LuOptions o = parse_ok(
+      "role=grad; size=64M;dtype=bf16;block=128K;opt=adamw;lr=0.001;momentum=0.5;nesterov=1;beta1=0.8;"
+      "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30");
+  EXPECT_EQ(o.role, LuRole::grad);
+  EXPECT_EQ(o.config.geometry.bytes, 64ull << 20);
+  EXPECT_EQ(o.config.geometry.dtype, WireDtype::bf16);
+  EXPECT_EQ(o.config.geometry.block_bytes, 128u << 10);
+  EXPECT_EQ(o.config.optimizer.kind, OptimizerKind::adamw);
+  EXPECT_FLOAT_EQ(o.config.optimizer.lr, 0.001f);
+  EXPECT_FLOAT_EQ(o.config.optimizer.momentum, 0.5f);
+  EXPECT_TRUE(o.config.optimizer.nesterov);
+  EXPECT_FLOAT_EQ(o.config.optimizer.beta1, 0.8f);
+  EXPECT_FLOAT_EQ(o.config.optimizer.beta2, 0.99f);
+  EXPECT_FLOAT_EQ(o.config.optimizer.eps, 1e-6f);
+  EXPECT_FLOAT_EQ(o.config.optimizer.weight_decay, 0.01f);
+  EXPECT_EQ(o.config.init.kind, InitSpec::Kind::normal);
+  EXPECT_DOUBLE_EQ(o.config.init.scale, static_cast<double>(0.02f));
+  EXPECT_EQ(o.config.seed, 7u);
+  EXPECT_EQ(o.config.checkpoint_s, 30u);
+  EXPECT_EQ(o.given.size(), 16u);
+}
+
+TEST(LuOptions, DefaultsForAKeyThatIsNotGiven) {
+  const LuOptions o = parse_ok("role=weights;size=1M");
+  EXPECT_EQ(o.role, LuRole::weights);
+  EXPECT_EQ(o.config.geometry.block_bytes, 256u << 10);
+  EXPECT_EQ(o.config.geometry.dtype, WireDtype::f32);
+  EXPECT_EQ(o.config.optimizer.kind, OptimizerKind::sgd);
+  EXPECT_EQ(o.config.init.kind, InitSpec::Kind::zeros);
+  EXPECT_EQ(o.given, std::set<std::string>{"size"});
+}
+
+TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
+  struct Case {
+    const char* bsopts;
+    const char* expect;  // a substring of the message
+  };
+  const Case cases[] = {
+      {"", "role= is required"},
+      {"size=1M", "role= is required"},
+      {"role=gradient", "role=gradient: must be grad, weights or status"},
+      {"role=grad;colour=red", "unknown key 'colour'"},
+      {"role=grad;lr", "'lr' is not key=value"},
+      {"role=grad;role=weights", "given twice"},
+      {"role=grad;size=1M;size=2M", "given twice"},
+      {"role=grad;size=0", "size=0: must be a byte count > 0"},
+      {"role=grad;size=12Q", "size=12Q"},
+      {"role=grad;size=-5", "size=-5"},
+      {"role=grad;size=1000", "must be a multiple of the LU block size (512 bytes)"},
+      {"role=grad;dtype=f64", "dtype=f64: must be f32, bf16 or f16"},
+      {"role=grad;block=1M", "block=1M: must be a byte count from 1 LU block to 512K"},
+      {"role=grad;block=0", "block=0"},
+      {"role=grad;block=1000", "block=1000: must be a multiple of the LU block size"},
+      {"role=grad;opt=lamb", "opt=lamb: must be sgd, momentum, adam, adamw or sum"},
+      {"role=grad;lr=-0.1", "lr=-0.1: must be a finite number >= 0"},
+      {"role=grad;lr=abc", "lr=abc"},
+      {"role=grad;lr=nan", "lr=nan"},
+      {"role=grad;lr=inf", "lr=inf"},
+      {"role=grad;momentum=1", "momentum=1: must be in [0, 1)"},
+      {"role=grad;nesterov=maybe", "nesterov=maybe: must be 0, 1, true or false"},
+      {"role=grad;nesterov=1;momentum=0", "nesterov=1 needs momentum > 0"},
+      {"role=grad;beta1=1.5", "beta1=1.5: must be in [0, 1)"},
+      {"role=grad;beta2=-0.1", "beta2=-0.1"},
+      {"role=grad;eps=0", "eps=0: must be a finite number > 0"},
+      {"role=grad;weight_decay=-1", "weight_decay=-1"},
+      {"role=grad;init=ones", "init=ones: must be zeros, uniform:A or normal:S"},
+      {"role=grad;init=uniform:0", "init=uniform:0"},
+      {"role=grad;init=normal:x", "init=normal:x"},
+      {"role=grad;init=file:", "init=file:"},
+      {"role=grad;seed=-1", "seed=-1: must be an unsigned integer"},
+      {"role=grad;mode=sync", "mode=sync: must be async"},
+      {"role=grad;device=gpu:0", "device=gpu:0: must be cpu"},
+      {"role=grad;checkpoint_s=-3", "checkpoint_s=-3"},
+      {"role=grad;checkpoint_s=1.5", "checkpoint_s=1.5"},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = parse_error(c.bsopts);
+    EXPECT_NE(msg.find(c.expect), std::string::npos) << "bsopts '" << c.bsopts << "' gave: " << msg;
+  }
+}
+
+TEST(LuOptions, LuBlockSizeGovernsSizeAndBlock) {
+  EXPECT_NE(parse_error("role=grad;size=6K", 4096).find("multiple of the LU block size (4096 bytes)"),
+            std::string::npos);
+  parse_ok("role=grad;size=8K;block=4K", 4096);
+}
+
+TEST(LuOptions, ByteSizes) {
+  std::uint64_t n = 0;
+  EXPECT_TRUE(parse_byte_size("256K", n));
+  EXPECT_EQ(n, 256u << 10);
+  EXPECT_TRUE(parse_byte_size("3g", n));
+  EXPECT_EQ(n, 3ull << 30);
+  EXPECT_TRUE(parse_byte_size("4096", n));
+  EXPECT_EQ(n, 4096u);
+  EXPECT_FALSE(parse_byte_size("K", n));
+  EXPECT_FALSE(parse_byte_size("99999999999999999999T", n));
+  EXPECT_EQ(format_byte_size(256u << 10), "256K");
+  EXPECT_EQ(format_byte_size(1000), "1000");
+}
+
+TEST(LuOptions, FormattedShardOptionsParseBackToTheSameConfig) {
+  const LuOptions o = parse_ok("role=grad;size=3M;dtype=f16;opt=momentum;lr=0.125;nesterov=1;init=uniform:0.5;seed=3");
+  const std::string text = format_shard_options(o.config);
+  const LuOptions back = parse_ok("role=status;" + text, 1);
+  EXPECT_EQ(format_shard_options(back.config), text);
+  EXPECT_EQ(back.config.geometry, o.config.geometry);
+  EXPECT_EQ(back.config.init, o.config.init);
+}
+
+TEST(LuOptions, MergeOntoAnOpenShardRequiresAgreement) {
+  const ShardConfig open = parse_ok("role=grad;size=4M;opt=adam;lr=0.001").config;
+  ShardConfig merged;
+  // Keys not given are inherited.
+  EXPECT_EQ(merge_onto(parse_ok("role=weights"), open, false, merged), "");
+  EXPECT_EQ(merged.geometry.bytes, 4u << 20);
+  EXPECT_EQ(merged.optimizer.kind, OptimizerKind::adam);
+  // Keys given must match.
+  EXPECT_EQ(merge_onto(parse_ok("role=status;size=4M;opt=adam"), open, false, merged), "");
+  EXPECT_EQ(merge_onto(parse_ok("role=weights;size=8M"), open, false, merged), "size=8M differs from size=4M");
+  EXPECT_EQ(merge_onto(parse_ok("role=weights;lr=0.01"), open, false, merged), "lr=0.01 differs from lr=0.001");
+}
+
+TEST(LuOptions, MergeOntoACheckpointKeepsShapeButTakesNewHyperParameters) {
+  const ShardConfig saved = parse_ok("role=grad;size=4M;opt=adam;lr=0.001").config;
+  ShardConfig merged;
+  EXPECT_EQ(merge_onto(parse_ok("role=grad;size=4M;opt=adam;lr=0.01"), saved, true, merged), "");
+  EXPECT_FLOAT_EQ(merged.optimizer.lr, 0.01f);
+  EXPECT_EQ(merge_onto(parse_ok("role=grad;opt=sgd"), saved, true, merged), "opt=sgd differs from opt=adam");
+  EXPECT_EQ(merge_onto(parse_ok("role=grad;dtype=bf16"), saved, true, merged), "dtype=bf16 differs from dtype=f32");
+}
+
+// docs/OPTIONS.md is the one page users read: every key must be there.
+TEST(LuOptions, EveryKeyIsDocumented) {
+  std::ifstream in(BLOCKPS_OPTIONS_DOC);
+  ASSERT_TRUE(in) << "cannot read " << BLOCKPS_OPTIONS_DOC;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const std::string doc = ss.str();
+  for (const OptionKey& k : option_keys())
+    EXPECT_NE(doc.find("| `" + std::string(k.name) + "` |"), std::string::npos)
+        << "bsopts key " << k.name << " is missing from docs/OPTIONS.md";
+}
+
+}  // namespace
+}  // namespace blockps

@@ -1,0 +1,189 @@
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <vector>
+
+#include "ps_backend/checkpoint.h"
+#include "ps_backend/served_lu.h"
+#include "test_support.h"
+
+namespace blockps {
+namespace {
+
+using namespace scsi;
+using unit::make_shard;
+using unit::TempDir;
+
+std::vector<std::uint8_t> cdb16(std::uint8_t op, std::uint8_t byte1 = 0) {
+  std::vector<std::uint8_t> c(16, 0);
+  c[0] = op;
+  c[1] = byte1;
+  return c;
+}
+
+std::vector<std::byte> f32s(std::initializer_list<float> v) {
+  std::vector<std::byte> out(v.size() * 4);
+  std::size_t i = 0;
+  for (float f : v) std::memcpy(out.data() + 4 * i++, &f, 4);
+  return out;
+}
+
+float f32_at(const std::vector<std::byte>& b, std::size_t i) {
+  float f;
+  std::memcpy(&f, b.data() + 4 * i, 4);
+  return f;
+}
+
+struct Lus {
+  TempDir dir;
+  std::shared_ptr<ServedShard> shard;
+  ServedLu grad, weights, status;
+  explicit Lus(const std::string& bsopts)
+      : shard(make_shard(dir.file("m.ckpt"), bsopts)),
+        grad(LuRole::grad, shard, 512),
+        weights(LuRole::weights, shard, 512),
+        status(LuRole::status, shard, 512) {}
+};
+
+LuOutcome do_write(ServedLu& lu, std::uint64_t off, const std::vector<std::byte>& data, std::uint8_t op = kWrite16,
+                   std::uint8_t byte1 = 0) {
+  const auto c = cdb16(op, byte1);
+  return lu.execute({c.data(), off, static_cast<std::uint32_t>(data.size()), {}, data});
+}
+
+LuOutcome do_read(ServedLu& lu, std::uint64_t off, std::vector<std::byte>& out) {
+  const auto c = cdb16(kRead16);
+  return lu.execute({c.data(), off, static_cast<std::uint32_t>(out.size()), out, {}});
+}
+
+TEST(ServedLu, PushOnGradAppliesSgdAndReadReturnsWeights) {
+  Lus l("role=grad;size=4K;opt=sgd;lr=0.5");
+  std::vector<std::byte> w(4096);
+  ASSERT_EQ(do_write(l.weights, 0, std::vector<std::byte>(4096)).status, kGood);  // zeros
+  std::vector<std::byte> g(512, std::byte{0});
+  const auto head = f32s({2.0f, -4.0f});
+  std::memcpy(g.data(), head.data(), head.size());
+  ASSERT_EQ(do_write(l.grad, 512, g).status, kGood);
+  ASSERT_EQ(do_read(l.grad, 0, w).status, kGood);
+  EXPECT_EQ(f32_at(w, 128), -1.0f);  // 0 - 0.5 * 2
+  EXPECT_EQ(f32_at(w, 129), 2.0f);
+  EXPECT_EQ(f32_at(w, 0), 0.0f);
+  EXPECT_EQ(l.shard->counters().pushes.load(), 1u);
+}
+
+TEST(ServedLu, WeightsLuIsAPlainDiskInTheWireDtype) {
+  Lus l("role=grad;size=4K;dtype=bf16");
+  std::vector<std::byte> in(1024);
+  for (std::size_t i = 0; i < in.size(); i += 2) {  // bf16 values 1.0, 1.0078125, ...: all exact
+    const std::uint16_t v = static_cast<std::uint16_t>(0x3f80 + (i / 2) % 64);
+    std::memcpy(in.data() + i, &v, 2);
+  }
+  ASSERT_EQ(do_write(l.weights, 2048, in).status, kGood);
+  std::vector<std::byte> out(1024);
+  ASSERT_EQ(do_read(l.weights, 2048, out).status, kGood);
+  EXPECT_EQ(out, in);
+}
+
+TEST(ServedLu, OutOfRangeIsRefusedAndChangesNothing) {
+  Lus l("role=grad;size=4K;init=uniform:1");
+  std::vector<std::byte> before(4096), after(4096);
+  do_read(l.weights, 0, before);
+  const LuOutcome r = do_write(l.grad, 3584, std::vector<std::byte>(1024, std::byte{1}));
+  EXPECT_EQ(r.status, kCheckCondition);
+  EXPECT_EQ(r.sense_key, kIllegalRequest);
+  EXPECT_EQ(r.asc, kAscLbaOutOfRange);
+  std::vector<std::byte> big(1024);
+  EXPECT_EQ(do_read(l.grad, 4096, big).asc, kAscLbaOutOfRange);
+  do_read(l.weights, 0, after);
+  EXPECT_EQ(before, after);
+}
+
+TEST(ServedLu, StatusPageIsJsonAndWritesAreRefused) {
+  Lus l("role=grad;size=8K;opt=momentum;lr=0.25");
+  ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(4096)).status, kGood);
+  std::vector<std::byte> page(kStatusLuBytes);
+  ASSERT_EQ(do_read(l.status, 0, page).status, kGood);
+  const std::string text(reinterpret_cast<const char*>(page.data()));
+  const auto j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["shard"]["size"], 8192);
+  EXPECT_EQ(j["shard"]["opt"], "momentum");
+  EXPECT_EQ(j["counters"]["pushes"], 1);
+  EXPECT_EQ(j["counters"]["push_bytes"], 4096);
+  EXPECT_EQ(page.back(), std::byte{0});
+  const LuOutcome w = do_write(l.status, 0, std::vector<std::byte>(512));
+  EXPECT_EQ(w.sense_key, kDataProtect);
+  EXPECT_EQ(w.asc, kAscWriteProtect);
+  EXPECT_EQ(l.status.capacity_bytes(), kStatusLuBytes);
+}
+
+TEST(ServedLu, VerifyComparesWithTheWeights) {
+  Lus l("role=weights;size=4K");
+  const auto data = f32s({1, 2, 3, 4});
+  std::vector<std::byte> block(512);
+  std::memcpy(block.data(), data.data(), data.size());
+  ASSERT_EQ(do_write(l.weights, 0, block, kWriteVerify16).status, kGood);
+  EXPECT_EQ(do_write(l.weights, 0, block, kVerify16, 0x02).status, kGood);
+  block[0] = std::byte{0x7f};
+  const LuOutcome r = do_write(l.weights, 0, block, kVerify16, 0x02);
+  EXPECT_EQ(r.sense_key, kMiscompare);
+  EXPECT_EQ(r.asc, kAscMiscompareDuringVerify);
+  // The data read back from a grad LU is weights, never the gradient just sent: refused.
+  EXPECT_EQ(do_write(l.grad, 0, block, kWriteVerify16).asc, kAscInvalidOpcode);
+}
+
+TEST(ServedLu, WriteSameRepeatsTheBlockAndStampsLbas) {
+  Lus l("role=weights;size=4K");
+  std::vector<std::byte> pattern(512, std::byte{0xab});
+  const auto c = cdb16(kWriteSame16, 0x02);  // LBDATA
+  ASSERT_EQ(l.weights.execute({c.data(), 1024, 2048, {}, pattern}).status, kGood);
+  std::vector<std::byte> out(4096);
+  do_read(l.weights, 0, out);
+  EXPECT_EQ(out[1023], std::byte{0});
+  EXPECT_EQ(out[1024 + 3], std::byte{2});  // LBA 2, big-endian
+  EXPECT_EQ(out[1536 + 3], std::byte{3});
+  EXPECT_EQ(out[1536 + 100], std::byte{0xab});
+  EXPECT_EQ(out[3072], std::byte{0});
+  // Grad LUs do not take WRITE SAME.
+  EXPECT_EQ(l.grad.execute({c.data(), 0, 512, {}, pattern}).asc, kAscInvalidOpcode);
+}
+
+TEST(ServedLu, SynchronizeCacheWritesACheckpoint) {
+  Lus l("role=grad;size=4K;init=uniform:1");
+  const std::string path = l.shard->path();
+  EXPECT_FALSE(checkpoint_exists(path));
+  const auto sync = cdb16(kSynchronizeCache16);
+  EXPECT_EQ(l.grad.execute({sync.data(), 0, 0, {}, {}}).status, kGood);
+  EXPECT_TRUE(checkpoint_exists(path));
+  EXPECT_EQ(l.shard->counters().checkpoints.load(), 1u);
+  // Nothing changed since: a second sync shares the first write.
+  EXPECT_EQ(l.status.execute({sync.data(), 0, 0, {}, {}}).status, kGood);
+  EXPECT_EQ(l.shard->counters().checkpoints.load(), 1u);
+  const auto immed = cdb16(kSynchronizeCache16, 0x02);
+  EXPECT_EQ(l.grad.execute({immed.data(), 0, 0, {}, {}}).asc, kAscInvalidFieldInCdb);
+  // A FUA write is durable when it completes.
+  ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(512, std::byte{1}), kWrite16, 0x08).status, kGood);
+  EXPECT_EQ(l.shard->counters().checkpoints.load(), 2u);
+}
+
+TEST(ServedLu, RegistrySharesOneShardPerCanonicalPath) {
+  TempDir dir;
+  auto& reg = ShardRegistry::instance();
+  auto a = reg.attach(dir.file("m.ckpt"), unit::options("role=grad;size=4K"));
+  auto b = reg.attach(dir.file("./m.ckpt"), unit::options("role=weights"));
+  auto c = reg.attach(dir.file("x/../m.ckpt"), unit::options("role=status;size=8K"));
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<ServedShard>>(a));
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<ServedShard>>(b));
+  EXPECT_EQ(std::get<std::shared_ptr<ServedShard>>(a), std::get<std::shared_ptr<ServedShard>>(b));
+  // "x" does not exist, so x/.. cannot be resolved: refused, not guessed.
+  ASSERT_TRUE(std::holds_alternative<std::string>(c));
+  c = reg.attach(dir.file("m.ckpt"), unit::options("role=status;size=8K"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(c));
+  EXPECT_NE(std::get<std::string>(c).find("already open with other options: size=8K differs from size=4K"),
+            std::string::npos);
+  auto missing = reg.attach("/nonexistent-dir/m.ckpt", unit::options("role=grad;size=4K"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(missing));
+}
+
+}  // namespace
+}  // namespace blockps

@@ -1,0 +1,47 @@
+// Helpers for the PS core's unit tests: temp dirs and shards built from bsopts strings.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "ps_backend/lu_options.h"
+#include "ps_backend/served_shard.h"
+
+namespace blockps::unit {
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/blockps-unit-XXXXXX";
+    path_ = ::mkdtemp(tmpl);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline LuOptions options(const std::string& bsopts) {
+  auto r = parse_lu_options(bsopts, 512);
+  if (auto* e = std::get_if<OptionError>(&r)) {
+    ADD_FAILURE() << bsopts << ": " << e->message;
+    return {};
+  }
+  return std::get<LuOptions>(r);
+}
+
+inline std::shared_ptr<ServedShard> make_shard(const std::string& path, const std::string& bsopts) {
+  auto r = ServedShard::create(path, options(bsopts));
+  if (auto* e = std::get_if<std::string>(&r)) {
+    ADD_FAILURE() << bsopts << ": " << *e;
+    return nullptr;
+  }
+  return std::get<std::shared_ptr<ServedShard>>(r);
+}
+
+}  // namespace blockps::unit
