@@ -68,7 +68,7 @@ static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, error);
 		return strstr(error, "unknown key") ? TGTADM_UNKNOWN_PARAM : TGTADM_INVALID_REQUEST;
 	}
-	ret = bs_thread_open(&priv->thread_info, blockps_request, nr_iothreads);
+	ret = bs_thread_open(&priv->thread_info, blockps_request, (int)blockps_lu_io_threads(priv->core));
 	if (ret != TGTADM_SUCCESS) {
 		/* tgt does not call bs_exit when bs_init fails: clean up here. */
 		blockps_lu_free(priv->core);

@@ -83,6 +83,8 @@ void blockps_lu_detach(blockps_lu* lu) {
 
 void blockps_lu_free(blockps_lu* lu) { delete lu; }
 
+uint32_t blockps_lu_io_threads(const blockps_lu* lu) { return lu ? lu->options.io_threads : 1; }
+
 const char* blockps_lu_product_id(const blockps_lu* lu) {
   if (!lu) return "BLOCKPS";
   switch (lu->options.role) {

@@ -28,6 +28,9 @@ void blockps_lu_detach(struct blockps_lu *lu);
 /* bs_exit: free. */
 void blockps_lu_free(struct blockps_lu *lu);
 
+/* Threads for tgt's I/O pool of this LU (bsopts io_threads). */
+uint32_t blockps_lu_io_threads(const struct blockps_lu *lu);
+
 /* The INQUIRY product id for this LU's role ("BLOCKPS-GRAD" ...), so hosts can tell the LUs apart. */
 const char *blockps_lu_product_id(const struct blockps_lu *lu);
 

@@ -87,6 +87,14 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        nullptr},
+      {{"io_threads", "4", "threads of tgt's I/O pool serving this LU (1..64)"}, false, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         std::uint64_t n = 0;
+         if (!parse_uint(v, n) || n < 1 || n > 64) return bad(key, v, "must be a whole number from 1 to 64");
+         o.io_threads = static_cast<std::uint32_t>(n);
+         return "";
+       },
+       nullptr},
       {{"size", "(required for a new shard)", "shard size in wire bytes (K/M/G/T suffixes, binary); the grad "
                                               "and weights LUs have this capacity"},
        true, true,
@@ -261,7 +269,7 @@ std::string format_byte_size(std::uint64_t bytes) {
 
 std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes) {
   LuOptions o;
-  bool has_role = false;
+  std::set<std::string_view> seen;
   while (!bsopts.empty()) {
     const auto semi = bsopts.find(';');
     const std::string_view item = trim(bsopts.substr(0, semi));
@@ -274,13 +282,11 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
     const std::string_view value = trim(item.substr(eq + 1));
     const KeyDef* def = find_key(key);
     if (!def) return OptionError{"unknown key '" + std::string(key) + "' (known: " + known_keys() + ")"};
-    if (key == "role" ? has_role : o.given.count(std::string(key)))
-      return OptionError{"key '" + std::string(key) + "' given twice"};
+    if (!seen.insert(def->doc.name).second) return OptionError{"key '" + std::string(key) + "' given twice"};
     if (std::string err = def->apply(key, value, o); !err.empty()) return OptionError{err};
-    if (key == "role") has_role = true;
-    else o.given.insert(std::string(key));
+    if (def->shard_key) o.given.insert(std::string(key));
   }
-  if (!has_role) return OptionError{"role= is required (grad, weights or status)"};
+  if (!seen.count("role")) return OptionError{"role= is required (grad, weights or status)"};
 
   // Sizes the LU exposes must be whole LU blocks (tgt addresses by LBA) and whole elements.
   const ShardGeometry& g = o.config.geometry;

@@ -41,6 +41,9 @@ struct ShardConfig {
 /// for a new shard, or the values of the shard already open at the same path / in its checkpoint.
 struct LuOptions {
   LuRole role = LuRole::grad;
+  // Threads of tgt's I/O pool for this LU (tgtd -t is for all of tgtd's stores and defaults to 16, which
+  // oversubscribes small hosts: bench/pushpull measured 4 best on 2 cores).
+  std::uint32_t io_threads = 4;
   ShardConfig config;
   std::set<std::string> given;
 };

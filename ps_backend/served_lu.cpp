@@ -53,9 +53,9 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
     }
     if (is_verify(op)) {
       // BYTCHK (byte 1, bits 1-2) set: compare the data sent with the medium; clear: nothing to check in memory.
+      // tgt's sbc_verify does not set the transfer length: the data that came with the command is the range.
       if (!(cmd.cdb[1] & 0x06) || cmd.out.empty()) return good();
-      const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
-      return verify(cmd.offset, cmd.out.first(len));
+      return verify(cmd.offset, cmd.out);
     }
     switch (op) {
       case kWriteSame10:

@@ -35,6 +35,7 @@ done
 
 # deb-src for the suites that carry tgt (a security or point update may be the installed one).
 src_list=/etc/apt/sources.list.d/blockps-deb-src.sources
+need_update=
 if [ ! -f "$src_list" ]; then
   say "adding deb-src entry $src_list"
   cat >"$src_list" <<'SRC'
@@ -50,21 +51,31 @@ Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
-  apt_updated=
+  need_update=1
 fi
+[ ${#missing[@]} -eq 0 ] || need_update=1
+installed_tgt=$(dpkg-query -W -f='${Version}' tgt 2>/dev/null || true)
+[ -n "$installed_tgt" ] && [ "$(cat "$tgt_src_dir/.version" 2>/dev/null)" = "$installed_tgt" ] || need_update=1
 
-if [ ${#missing[@]} -gt 0 ] || [ ! -d "$tgt_src_dir" ] || [ -z "${apt_updated-x}" ]; then
+if [ -n "$need_update" ]; then
   say "apt-get update"
   apt-get update -q -o DPkg::Lock::Timeout=600 >/dev/null || die "apt-get update failed"
 fi
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing: ${missing[*]}"
-  # policy-rc.d keeps package scripts from starting daemons (tgt, iscsid) that our tests start themselves.
-  had_policy=; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
-  [ -n "$had_policy" ] || printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d
+  # A policy-rc.d that says "no" keeps package scripts from starting daemons (tgt, iscsid): our tests and
+  # scripts start their own, on their own ports.
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d
+    chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  rc=0
   DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends -o DPkg::Lock::Timeout=600 \
-    "${missing[@]}" || { [ -n "$had_policy" ] || rm -f /usr/sbin/policy-rc.d; die "apt-get install failed"; }
-  [ -n "$had_policy" ] || rm -f /usr/sbin/policy-rc.d
+    "${missing[@]}" || rc=$?
+  [ -z "$own_policy" ] || rm -f /usr/sbin/policy-rc.d
+  [ "$rc" = 0 ] || die "apt-get install failed (exit $rc)"
 fi
 
 # A tgtd that a package script may have started would hold port 3260: stop it (ours run on their own ports).

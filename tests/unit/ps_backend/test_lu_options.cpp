@@ -24,7 +24,9 @@ std::string parse_error(const std::string& s, std::uint32_t lu_block = 512) {
 TEST(LuOptions, ParsesEveryKey) {
   const LuOptions o = parse_ok(
       "role=grad; size=64M;dtype=bf16;block=128K;opt=adamw;lr=0.001;momentum=0.5;nesterov=1;beta1=0.8;"
-      "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30");
+      "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30;"
+      "io_threads=8");
+  EXPECT_EQ(o.io_threads, 8u);
   EXPECT_EQ(o.role, LuRole::grad);
   EXPECT_EQ(o.config.geometry.bytes, 64ull << 20);
   EXPECT_EQ(o.config.geometry.dtype, WireDtype::bf16);
@@ -96,6 +98,8 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"role=grad;device=gpu:0", "device=gpu:0: must be cpu"},
       {"role=grad;checkpoint_s=-3", "checkpoint_s=-3"},
       {"role=grad;checkpoint_s=1.5", "checkpoint_s=1.5"},
+      {"role=grad;io_threads=0", "io_threads=0: must be a whole number from 1 to 64"},
+      {"role=grad;io_threads=4;io_threads=2", "given twice"},
   };
   for (const Case& c : cases) {
     const std::string msg = parse_error(c.bsopts);

@@ -125,7 +125,11 @@ TEST(ServedLu, VerifyComparesWithTheWeights) {
   ASSERT_EQ(do_write(l.weights, 0, block, kWriteVerify16).status, kGood);
   EXPECT_EQ(do_write(l.weights, 0, block, kVerify16, 0x02).status, kGood);
   block[0] = std::byte{0x7f};
-  const LuOutcome r = do_write(l.weights, 0, block, kVerify16, 0x02);
+  LuOutcome r = do_write(l.weights, 0, block, kVerify16, 0x02);
+  EXPECT_EQ(r.sense_key, kMiscompare);
+  // tgt does not set the transfer length for VERIFY: the data length alone must drive the compare.
+  const auto v = cdb16(kVerify16, 0x02);
+  r = l.weights.execute({v.data(), 0, 0, {}, block});
   EXPECT_EQ(r.sense_key, kMiscompare);
   EXPECT_EQ(r.asc, kAscMiscompareDuringVerify);
   // The data read back from a grad LU is weights, never the gradient just sent: refused.

@@ -1,0 +1,480 @@
+#include "client/iscsi_lun.h"
+
+// libiscsi's headers are C; they declare everything extern "C" themselves.
+#include <iscsi/iscsi.h>
+#include <iscsi/scsi-lowlevel.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+
+namespace blockps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+static_assert(kScsiGood == SCSI_STATUS_GOOD && kScsiCheckCondition == SCSI_STATUS_CHECK_CONDITION &&
+              kScsiTransportCancelled == SCSI_STATUS_CANCELLED && kScsiTransportError == SCSI_STATUS_ERROR &&
+              kScsiTransportTimeout == SCSI_STATUS_TIMEOUT);
+
+std::string hex(int value, int digits) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "0x%0*x", digits, value);
+  return buf;
+}
+
+const char* status_name(int status) {
+  switch (status) {
+    case SCSI_STATUS_GOOD:
+      return "GOOD";
+    case SCSI_STATUS_CHECK_CONDITION:
+      return "CHECK CONDITION";
+    case SCSI_STATUS_CONDITION_MET:
+      return "CONDITION MET";
+    case SCSI_STATUS_BUSY:
+      return "BUSY";
+    case SCSI_STATUS_RESERVATION_CONFLICT:
+      return "RESERVATION CONFLICT";
+    case SCSI_STATUS_TASK_SET_FULL:
+      return "TASK SET FULL";
+    case SCSI_STATUS_ACA_ACTIVE:
+      return "ACA ACTIVE";
+    case SCSI_STATUS_TASK_ABORTED:
+      return "TASK ABORTED";
+    case SCSI_STATUS_CANCELLED:
+      return "transport: cancelled";
+    case SCSI_STATUS_ERROR:
+      return "transport error";
+    case SCSI_STATUS_TIMEOUT:
+      return "transport: timeout";
+    default:
+      return "unknown status";
+  }
+}
+
+ScsiResult usage_error(std::string message) { return ScsiResult{kScsiTransportError, 0, 0, std::move(message)}; }
+
+// Page-aligned buffers for the pipeline's reads (what an O_DIRECT reader would use).
+struct FreeDeleter {
+  void operator()(std::byte* p) const { std::free(p); }
+};
+using AlignedBuffer = std::unique_ptr<std::byte[], FreeDeleter>;
+AlignedBuffer aligned_buffer(std::size_t bytes) {
+  void* p = nullptr;
+  if (::posix_memalign(&p, 4096, bytes) != 0) return nullptr;
+  std::memset(p, 0, bytes);
+  return AlignedBuffer(static_cast<std::byte*>(p));
+}
+
+}  // namespace
+
+// One command in flight. The callback fills it; the task is ours to free (libiscsi passes NULL instead of
+// the task when it cancels commands, so we keep our own pointer).
+struct IscsiLun::Completion {
+  scsi_task* task = nullptr;
+  bool keep_task = false;  // the caller still needs the task (its data-in) after completion
+  bool done = false;
+  ScsiResult result;
+  // Pipeline bookkeeping.
+  bool busy = false;
+  AlignedBuffer buffer;
+  scsi_iovec iov{};
+};
+
+std::string ScsiResult::describe() const {
+  if (status == kScsiCheckCondition) {
+    const char* key = scsi_sense_key_str(sense_key);
+    const char* a = scsi_sense_ascq_str(asc);
+    return std::string("CHECK CONDITION ") + (key != nullptr ? key : "?") + "(" + hex(sense_key, 2) + ") " +
+           (a != nullptr ? a : "?") + "(" + hex(asc, 4) + ")";
+  }
+  std::string s = std::string(status_name(status));
+  if (status != kScsiGood && status < kScsiTransportCancelled) s += " (" + hex(status, 2) + ")";
+  if (!message.empty() && status != kScsiGood) s += ": " + message;
+  return s;
+}
+
+IscsiLun::~IscsiLun() { disconnect(); }
+
+IscsiLun::IscsiLun(IscsiLun&& other) noexcept
+    : ctx_(other.ctx_),
+      lun_(other.lun_),
+      url_(std::move(other.url_)),
+      options_(other.options_),
+      capacity_bytes_(other.capacity_bytes_),
+      block_size_(other.block_size_) {
+  other.ctx_ = nullptr;
+}
+
+IscsiLun& IscsiLun::operator=(IscsiLun&& other) noexcept {
+  if (this != &other) {
+    disconnect();
+    ctx_ = other.ctx_;
+    lun_ = other.lun_;
+    url_ = std::move(other.url_);
+    options_ = other.options_;
+    capacity_bytes_ = other.capacity_bytes_;
+    block_size_ = other.block_size_;
+    other.ctx_ = nullptr;
+  }
+  return *this;
+}
+
+Status IscsiLun::connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options) {
+  disconnect();
+  options_ = options;
+  if (initiator_iqn.empty()) return Status::Error("empty initiator IQN");
+  iscsi_context* ctx = iscsi_create_context(initiator_iqn.c_str());
+  if (ctx == nullptr) return Status::Error("iscsi_create_context failed for initiator " + initiator_iqn);
+  iscsi_url* parsed = iscsi_parse_full_url(ctx, url.c_str());
+  if (parsed == nullptr) {
+    std::string msg = "bad iSCSI URL '" + url + "': " + iscsi_get_error(ctx);
+    iscsi_destroy_context(ctx);
+    return Status::Error(msg);
+  }
+  const std::string portal = parsed->portal;
+  const std::string target = parsed->target;
+  const int lun = parsed->lun;
+  iscsi_set_targetname(ctx, parsed->target);
+  iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
+  if (parsed->user[0] != '\0') iscsi_set_initiator_username_pwd(ctx, parsed->user, parsed->passwd);
+  iscsi_destroy_url(parsed);
+  iscsi_set_header_digest(ctx, options.header_digest ? ISCSI_HEADER_DIGEST_CRC32C : ISCSI_HEADER_DIGEST_NONE);
+  // The parameters that make writes fast (ENVIRONMENT.md). libiscsi 1.19 has setters only for these two; it
+  // always offers MaxRecvDataSegmentLength, FirstBurstLength and MaxBurstLength of 262144 (lib/init.c), so
+  // those negotiate to min(262144, target's value) whatever the target allows.
+  iscsi_set_immediate_data(ctx, ISCSI_IMMEDIATE_DATA_YES);
+  iscsi_set_initial_r2t(ctx, ISCSI_INITIAL_R2T_NO);
+  iscsi_set_timeout(ctx, static_cast<int>(options.timeout.count()));
+  if (!options.auto_reconnect) iscsi_set_noautoreconnect(ctx, 1);
+  if (iscsi_full_connect_sync(ctx, portal.c_str(), lun) != 0) {
+    std::string msg = "iSCSI login to " + portal + " target " + target + " LUN " + std::to_string(lun) + " as " +
+                      initiator_iqn + " failed: " + iscsi_get_error(ctx);
+    iscsi_destroy_context(ctx);
+    return Status::Error(msg);
+  }
+  ctx_ = ctx;
+  lun_ = lun;
+  url_ = url;
+  if (ScsiResult r = read_capacity(); !r.ok()) {
+    disconnect();
+    return Status::Error("READ CAPACITY 16 on " + url + " failed: " + r.describe());
+  }
+  return Status::Ok();
+}
+
+void IscsiLun::disconnect() {
+  if (ctx_ == nullptr) return;
+  iscsi_context* ctx = ctx_;
+  ctx_ = nullptr;
+  if (iscsi_is_logged_in(ctx) != 0) iscsi_logout_sync(ctx);  // best effort; tgt drops the nexus either way
+  iscsi_destroy_context(ctx);
+  capacity_bytes_ = 0;
+  block_size_ = 0;
+}
+
+void IscsiLun::on_command_done(iscsi_context* ctx, int status, void* command_data, void* private_data) {
+  auto* c = static_cast<Completion*>(private_data);
+  auto* task = static_cast<scsi_task*>(command_data);
+  if (task == nullptr) task = c->task;
+  ScsiResult r;
+  r.status = status;
+  if (status == SCSI_STATUS_CHECK_CONDITION && task != nullptr) {
+    r.sense_key = task->sense.key;
+    r.asc = task->sense.ascq;  // libiscsi keeps ASC << 8 | ASCQ here
+  }
+  if (status != SCSI_STATUS_GOOD) {
+    r.message = status == SCSI_STATUS_CHECK_CONDITION ? std::string{} : std::string(iscsi_get_error(ctx));
+    r.message = r.describe();
+  }
+  c->result = std::move(r);
+  c->done = true;
+  if (!c->keep_task && c->task != nullptr) {
+    scsi_free_scsi_task(c->task);
+    c->task = nullptr;
+  }
+}
+
+ScsiResult IscsiLun::transport_failure(const std::string& what) {
+  std::string msg = what;
+  if (ctx_ != nullptr) {
+    const char* err = iscsi_get_error(ctx_);
+    if (err != nullptr && *err != '\0') msg += ": " + std::string(err);
+    // Destroying the context cancels whatever is in flight (callbacks may run now) and frees the session.
+    iscsi_context* ctx = ctx_;
+    ctx_ = nullptr;
+    iscsi_destroy_context(ctx);
+  }
+  return ScsiResult{kScsiTransportError, 0, 0, msg + " (session dropped; connect() again)"};
+}
+
+ScsiResult IscsiLun::service_once(int timeout_ms) {
+  const int events = iscsi_which_events(ctx_);
+  if (events == 0) {
+    // libiscsi asks for a pause (e.g. between reconnect attempts); see iscsi.h.
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::min(timeout_ms, 100)));
+    return {};
+  }
+  pollfd p{iscsi_get_fd(ctx_), static_cast<short>(events), 0};
+  const int n = ::poll(&p, 1, timeout_ms);
+  if (n < 0) {
+    if (errno == EINTR) return {};
+    return transport_failure(std::string("poll: ") + std::strerror(errno));
+  }
+  if (n > 0 && iscsi_service(ctx_, p.revents) < 0) return transport_failure("connection to " + url_ + " failed");
+  return {};
+}
+
+ScsiResult IscsiLun::wait_for(Completion& c) {
+  const auto deadline = Clock::now() + options_.timeout;
+  ScsiResult failure;
+  while (!c.done) {
+    if (ctx_ == nullptr) {
+      failure = usage_error("not connected");
+      break;
+    }
+    if (Clock::now() >= deadline) {
+      failure = transport_failure("command timed out after " + std::to_string(options_.timeout.count()) + " s");
+      break;
+    }
+    if (ScsiResult r = service_once(100); !r.ok()) {
+      failure = std::move(r);
+      break;
+    }
+  }
+  if (!c.done) {
+    // The session is gone and libiscsi will never call back for this command: the task is ours to free.
+    if (c.task != nullptr) {
+      scsi_free_scsi_task(c.task);
+      c.task = nullptr;
+    }
+    return failure;
+  }
+  if (c.result.status >= kScsiTransportCancelled && ctx_ != nullptr) {
+    // libiscsi completed the command without a SCSI status: the connection is gone (we asked it not to
+    // reconnect). Drop the session so that connected() tells the truth.
+    ScsiResult dropped = transport_failure(c.result.describe());
+    dropped.status = c.result.status;
+    return dropped;
+  }
+  return c.result;
+}
+
+ScsiResult IscsiLun::check_range(std::uint64_t offset, std::uint64_t bytes) const {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  if (block_size_ == 0) return usage_error("block size unknown (READ CAPACITY failed)");
+  if (offset % block_size_ != 0 || bytes % block_size_ != 0) {
+    return usage_error("offset " + std::to_string(offset) + " and length " + std::to_string(bytes) +
+                       " must be multiples of the block size " + std::to_string(block_size_));
+  }
+  if (bytes == 0 || bytes > 0xffffffffull) {
+    return usage_error("length " + std::to_string(bytes) + " out of range 1..4294967295");
+  }
+  // No check against the capacity: tests send out-of-range commands on purpose, the target answers them.
+  return {};
+}
+
+ScsiResult IscsiLun::read_capacity() {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  Completion c;
+  c.keep_task = true;
+  c.task = iscsi_readcapacity16_task(ctx_, lun_, &IscsiLun::on_command_done, &c);
+  if (c.task == nullptr) return usage_error(std::string("READ CAPACITY 16 not queued: ") + iscsi_get_error(ctx_));
+  ScsiResult r = wait_for(c);
+  if (r.ok() && c.task != nullptr) {
+    auto* rc16 = static_cast<scsi_readcapacity16*>(scsi_datain_unmarshall(c.task));
+    if (rc16 == nullptr) {
+      r = usage_error("READ CAPACITY 16 returned data libiscsi could not parse");
+    } else {
+      block_size_ = rc16->block_length;
+      capacity_bytes_ = (rc16->returned_lba + 1) * static_cast<std::uint64_t>(rc16->block_length);
+    }
+  }
+  if (c.task != nullptr) scsi_free_scsi_task(c.task);
+  return r;
+}
+
+ScsiResult IscsiLun::read(std::uint64_t offset, std::span<std::byte> out) {
+  if (ScsiResult r = check_range(offset, out.size()); !r.ok()) return r;
+  Completion c;
+  scsi_iovec iov{out.data(), out.size()};
+  c.task = iscsi_read16_iov_task(ctx_, lun_, offset / block_size_, static_cast<std::uint32_t>(out.size()),
+                                 static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &c, &iov, 1);
+  if (c.task == nullptr) return usage_error(std::string("READ 16 not queued: ") + iscsi_get_error(ctx_));
+  return wait_for(c);
+}
+
+ScsiResult IscsiLun::write(std::uint64_t offset, std::span<const std::byte> data) {
+  if (ScsiResult r = check_range(offset, data.size()); !r.ok()) return r;
+  Completion c;
+  // libiscsi takes a non-const pointer but only reads from it for a WRITE.
+  auto* bytes = reinterpret_cast<unsigned char*>(const_cast<std::byte*>(data.data()));
+  c.task = iscsi_write16_task(ctx_, lun_, offset / block_size_, bytes, static_cast<std::uint32_t>(data.size()),
+                              static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &c);
+  if (c.task == nullptr) return usage_error(std::string("WRITE 16 not queued: ") + iscsi_get_error(ctx_));
+  return wait_for(c);
+}
+
+ScsiResult IscsiLun::synchronize_cache() {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  Completion c;
+  c.task = iscsi_synchronizecache10_task(ctx_, lun_, 0, 0, 0, 0, &IscsiLun::on_command_done, &c);
+  if (c.task == nullptr) {
+    return usage_error(std::string("SYNCHRONIZE CACHE 10 not queued: ") + iscsi_get_error(ctx_));
+  }
+  return wait_for(c);
+}
+
+ScsiResult IscsiLun::test_unit_ready() {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  Completion c;
+  c.task = iscsi_testunitready_task(ctx_, lun_, &IscsiLun::on_command_done, &c);
+  if (c.task == nullptr) return usage_error(std::string("TEST UNIT READY not queued: ") + iscsi_get_error(ctx_));
+  return wait_for(c);
+}
+
+PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
+  PipelineResult result;
+  const std::uint64_t req = spec.request_bytes;
+  if (ScsiResult r = check_range(spec.range_offset, req); !r.ok()) {
+    result.error = r;
+    return result;
+  }
+  if (spec.queue_depth < 1) {
+    result.error = usage_error("queue depth " + std::to_string(spec.queue_depth) + " must be >= 1");
+    return result;
+  }
+  if (spec.requests == 0 && spec.seconds <= 0) {
+    result.error = usage_error("pipeline needs a request count or a duration");
+    return result;
+  }
+  std::uint64_t range = spec.range_bytes;
+  if (range == 0) range = capacity_bytes_ > spec.range_offset ? capacity_bytes_ - spec.range_offset : 0;
+  range -= range % req;
+  if (range < req) {
+    result.error = usage_error("range of " + std::to_string(range) + " bytes holds no request of " +
+                               std::to_string(req) + " bytes");
+    return result;
+  }
+  const bool writing = spec.direction == IoDirection::write;
+  if (writing && (spec.write_source.empty() || spec.write_source.size() % req != 0)) {
+    result.error = usage_error("write_source of " + std::to_string(spec.write_source.size()) +
+                               " bytes must be a non-zero multiple of the request size " + std::to_string(req));
+    return result;
+  }
+
+  std::vector<Completion> slots(static_cast<std::size_t>(spec.queue_depth));
+  if (!writing) {
+    for (auto& s : slots) {
+      s.buffer = aligned_buffer(req);
+      if (!s.buffer) {
+        result.error = usage_error("out of memory for read buffers");
+        return result;
+      }
+      s.iov = scsi_iovec{s.buffer.get(), req};
+    }
+  }
+
+  const auto start = Clock::now();
+  const auto stop_issuing_at =
+      spec.seconds > 0
+          ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.seconds))
+          : Clock::time_point::max();
+  std::uint64_t issued = 0;
+  std::uint64_t next = 0;  // range-relative offset of the next request
+  int in_flight = 0;
+  bool issuing = true;
+  auto last_progress = start;
+
+  auto issue = [&](Completion& s) -> bool {
+    const std::uint64_t lba = (spec.range_offset + next) / block_size_;
+    s.done = false;
+    s.result = {};
+    if (writing) {
+      auto* data = reinterpret_cast<unsigned char*>(
+          const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size()));
+      s.task = iscsi_write16_task(ctx_, lun_, lba, data, static_cast<std::uint32_t>(req), static_cast<int>(block_size_),
+                                  0, 0, 0, 0, 0, &IscsiLun::on_command_done, &s);
+    } else {
+      s.task = iscsi_read16_iov_task(ctx_, lun_, lba, static_cast<std::uint32_t>(req), static_cast<int>(block_size_), 0,
+                                     0, 0, 0, 0, &IscsiLun::on_command_done, &s, &s.iov, 1);
+    }
+    if (s.task == nullptr) {
+      result.error =
+          usage_error(std::string(writing ? "WRITE 16" : "READ 16") + " not queued: " + iscsi_get_error(ctx_));
+      return false;
+    }
+    s.busy = true;
+    ++in_flight;
+    ++issued;
+    next = (next + req) % range;
+    return true;
+  };
+
+  for (;;) {
+    if (issuing) {
+      const auto now = Clock::now();
+      if ((spec.requests != 0 && issued >= spec.requests) || now >= stop_issuing_at) issuing = false;
+    }
+    for (auto& s : slots) {
+      if (!issuing || ctx_ == nullptr) break;
+      if (s.busy) continue;
+      if (!issue(s)) {
+        issuing = false;
+        break;
+      }
+      if (spec.requests != 0 && issued >= spec.requests) issuing = false;
+    }
+    if (in_flight == 0 || ctx_ == nullptr) break;
+
+    if (ScsiResult r = service_once(100); !r.ok()) {
+      if (result.error.ok()) result.error = r;
+      break;
+    }
+    bool progressed = false;
+    for (auto& s : slots) {
+      if (!s.busy || !s.done) continue;
+      s.busy = false;
+      --in_flight;
+      progressed = true;
+      if (s.result.ok()) {
+        ++result.requests;
+        result.bytes += req;
+      } else {
+        if (result.error.ok()) result.error = s.result;
+        issuing = false;  // drain what is in flight, then report the first failure
+      }
+    }
+    if (!result.error.ok() && result.error.status >= kScsiTransportCancelled && ctx_ != nullptr) {
+      (void)transport_failure("connection lost");  // see wait_for(): the session is unusable
+      break;
+    }
+    const auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (now - last_progress > options_.timeout) {
+      ScsiResult r =
+          transport_failure("pipeline made no progress for " + std::to_string(options_.timeout.count()) + " s");
+      if (result.error.ok()) result.error = r;
+      break;
+    }
+  }
+  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  // After a transport failure the context is gone: whatever libiscsi did not call back for is ours to free.
+  for (auto& s : slots) {
+    if (s.busy && !s.done && s.task != nullptr) {
+      scsi_free_scsi_task(s.task);
+      s.task = nullptr;
+    }
+  }
+  return result;
+}
+
+}  // namespace blockps

@@ -1,0 +1,136 @@
+// One iSCSI LU seen through libiscsi (a userspace initiator: no kernel initiator, no /dev/sdX), for tests and
+// benchmarks: blocking READ16 / WRITE16 / SYNCHRONIZE CACHE 10 with the SCSI status and sense as values, and
+// an asynchronous pipeline (N commands at queue depth Q) that measures throughput.
+//
+// A transport failure (connection lost, command timed out) drops the session: the object is then
+// disconnected and every call returns an error until connect() succeeds again. Not thread-safe: one
+// IscsiLun per thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "client/status.h"
+
+struct iscsi_context;
+
+namespace blockps {
+
+// libiscsi's status codes: a SCSI status byte, or one of its transport codes (values from <iscsi/iscsi.h>).
+inline constexpr int kScsiGood = 0;
+inline constexpr int kScsiCheckCondition = 2;
+inline constexpr int kScsiTransportCancelled = 0x0f000000;
+inline constexpr int kScsiTransportError = 0x0f000001;  // also: not connected, bad arguments
+inline constexpr int kScsiTransportTimeout = 0x0f000002;
+// Sense keys and ASC/ASCQ pairs used by the tests (SPC-4).
+inline constexpr int kSenseIllegalRequest = 0x05;
+inline constexpr int kSenseDataProtect = 0x07;
+inline constexpr int kSenseHardwareError = 0x04;
+inline constexpr int kAscLbaOutOfRange = 0x2100;
+
+// What one SCSI command did.
+struct ScsiResult {
+  int status = kScsiGood;  // SCSI status byte, or kScsiTransport* when no SCSI status came back
+  int sense_key = 0;       // with CHECK CONDITION
+  int asc = 0;             // ASC << 8 | ASCQ, with CHECK CONDITION
+  std::string message;     // human-readable; empty when status is GOOD
+
+  bool ok() const { return status == kScsiGood; }
+  bool check_condition(int key, int asc_ascq) const {
+    return status == kScsiCheckCondition && sense_key == key && asc == asc_ascq;
+  }
+  // "GOOD", "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)", "transport error: ..."
+  std::string describe() const;
+};
+
+struct ConnectOptions {
+  std::chrono::seconds timeout{30};  // login and each blocking command
+  // Off: a lost connection is an error (what tests of a crashing target want). On: libiscsi reconnects.
+  bool auto_reconnect = false;
+  // Header digest NONE (what the benchmark and tgt's defaults use). true: CRC32C.
+  bool header_digest = false;
+};
+
+enum class IoDirection { read, write };
+
+// One benchmark run: commands of request_bytes each, queue_depth in flight, offsets walking sequentially
+// through [range_offset, range_offset + range_bytes) and wrapping. Stops issuing when `requests` commands
+// were issued or `seconds` passed, whichever comes first (at least one limit is required); in-flight
+// commands are waited for and counted.
+struct PipelineSpec {
+  IoDirection direction = IoDirection::read;
+  std::uint32_t request_bytes = 256 * 1024;  // multiple of the block size
+  int queue_depth = 16;
+  std::uint64_t range_offset = 0;  // bytes, block aligned
+  std::uint64_t range_bytes = 0;   // 0: to the end of the LU; rounded down to whole requests
+  std::uint64_t requests = 0;      // 0: no count limit
+  double seconds = 0;              // 0: no time limit
+  // Writes: the request at range-relative offset r sends write_source[r % size ...] (size must be a
+  // non-zero multiple of request_bytes). Must stay valid until run_pipeline() returns.
+  std::span<const std::byte> write_source;
+};
+
+struct PipelineResult {
+  std::uint64_t requests = 0;  // completed with GOOD status
+  std::uint64_t bytes = 0;     // payload bytes of those
+  double seconds = 0;          // from first issue to last completion
+  ScsiResult error;            // first failure; ok() when none
+  bool ok() const { return error.ok(); }
+  double megabytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0; }
+};
+
+class IscsiLun {
+ public:
+  IscsiLun() = default;
+  ~IscsiLun();  // logs out
+  IscsiLun(const IscsiLun&) = delete;
+  IscsiLun& operator=(const IscsiLun&) = delete;
+  IscsiLun(IscsiLun&& other) noexcept;
+  IscsiLun& operator=(IscsiLun&& other) noexcept;
+
+  // Logs in to url ("iscsi://HOST:PORT/IQN/LUN") as initiator_iqn, offering ImmediateData=Yes and
+  // InitialR2T=No, and reads the LU's capacity (READ CAPACITY 16). Error when the URL is malformed, the
+  // target is unreachable, login is refused or the LUN does not exist.
+  Status connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options = {});
+  // Logs out (best effort) and frees the session. Safe to call when not connected.
+  void disconnect();
+  bool connected() const { return ctx_ != nullptr; }
+  const std::string& url() const { return url_; }
+
+  std::uint64_t capacity_bytes() const { return capacity_bytes_; }
+  std::uint32_t block_size() const { return block_size_; }
+  // Re-reads capacity and block size (READ CAPACITY 16).
+  ScsiResult read_capacity();
+
+  // READ16 of out.size() bytes at byte offset `offset` (both multiples of block_size()).
+  ScsiResult read(std::uint64_t offset, std::span<std::byte> out);
+  // WRITE16 of data at byte offset `offset` (both multiples of block_size()).
+  ScsiResult write(std::uint64_t offset, std::span<const std::byte> data);
+  // SYNCHRONIZE CACHE 10 of the whole LU (what fsync on a block device sends).
+  ScsiResult synchronize_cache();
+  // TEST UNIT READY.
+  ScsiResult test_unit_ready();
+
+  // Runs spec and measures it (see PipelineSpec).
+  PipelineResult run_pipeline(const PipelineSpec& spec);
+
+ private:
+  struct Completion;
+  static void on_command_done(iscsi_context* ctx, int status, void* command_data, void* private_data);
+  ScsiResult wait_for(Completion& done);
+  ScsiResult check_range(std::uint64_t offset, std::uint64_t bytes) const;
+  ScsiResult transport_failure(const std::string& what);
+  ScsiResult service_once(int timeout_ms);
+
+  iscsi_context* ctx_ = nullptr;
+  int lun_ = 0;
+  std::string url_;
+  ConnectOptions options_;
+  std::uint64_t capacity_bytes_ = 0;
+  std::uint32_t block_size_ = 0;
+};
+
+}  // namespace blockps

@@ -1,0 +1,177 @@
+# shellcheck shell=bash
+# Shared helpers of scripts/ps-up.sh and scripts/ps-down.sh: reading a blockps targets.conf, and starting and
+# stopping one tgtd per shard. Source it; it defines functions and variables only.
+#
+# Environment (all optional):
+#   BLOCKPS_STATE_DIR          where running shards are recorded (default /run/blockps): one directory per
+#                              shard, named after its conf file, holding pid, control, portal, conf, the
+#                              effective targets.conf given to tgt-admin, and tgtd.log
+#   BLOCKPS_CONTROL_OFFSET     added to each file's control-port (default 0): run the example configs on a
+#                              private range of control numbers
+#   BLOCKPS_PORT_OFFSET        added to each file's blockps-portal port (default 0)
+#   BLOCKPS_BACKING_STORE_DIR  where tgtd loads modules (default /usr/lib/tgt/backing-store)
+#   BLOCKPS_START_TIMEOUT_S    wait for a tgtd to answer tgtadm (default 15)
+#   BLOCKPS_STOP_TIMEOUT_S     wait for a tgtd to exit before SIGKILL (default 10)
+#   BLOCKPS_TGTD_GLIBC_TUNABLES  GLIBC_TUNABLES for the shards' tgtd (default below; empty: glibc's defaults).
+#                              tgtd allocates one buffer per command; with glibc's defaults every 1 MiB buffer
+#                              is fresh memory and tgtd spends its time in page faults (1 MiB QD16 writes ~1.8
+#                              GB/s, with these ~3.2 GB/s on the 2-core machines; bench/pushpull measures it).
+#                              Same value as kTgtdGlibcTunables in tests/support/tgtd_instance.h.
+
+BLOCKPS_STATE_DIR=${BLOCKPS_STATE_DIR:-/run/blockps}
+BLOCKPS_CONTROL_OFFSET=${BLOCKPS_CONTROL_OFFSET:-0}
+BLOCKPS_PORT_OFFSET=${BLOCKPS_PORT_OFFSET:-0}
+BLOCKPS_BACKING_STORE_DIR=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
+BLOCKPS_START_TIMEOUT_S=${BLOCKPS_START_TIMEOUT_S:-15}
+BLOCKPS_STOP_TIMEOUT_S=${BLOCKPS_STOP_TIMEOUT_S:-10}
+BLOCKPS_TGTD_GLIBC_TUNABLES=${BLOCKPS_TGTD_GLIBC_TUNABLES-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}
+# shellcheck disable=SC2034 # used by the scripts that source this file
+BLOCKPS_MODULE_NAME=bs_blockps.so
+
+# Messages: every line says which script said it.
+blockps_prog=${blockps_prog:-blockps}
+say() { echo "$blockps_prog: $*"; }
+warn() { echo "$blockps_prog: WARNING: $*" >&2; }
+die() {
+  echo "$blockps_prog: ERROR: $*" >&2
+  exit 1
+}
+
+is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+# tgt lives in /usr/sbin, which a non-root PATH may lack.
+find_tool() {
+  local name=$1 dir
+  if command -v "$name" >/dev/null 2>&1; then
+    command -v "$name"
+    return 0
+  fi
+  for dir in /usr/sbin /sbin /usr/local/sbin; do
+    if [ -x "$dir/$name" ]; then
+      echo "$dir/$name"
+      return 0
+    fi
+  done
+  return 1
+}
+
+# True when PID is a live process (a zombie does not count).
+pid_running() {
+  local stat
+  is_uint "$1" || return 1
+  stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# True when PID is a live (not zombie) process whose command is tgtd.
+tgtd_alive() {
+  local pid=$1 stat comm
+  is_uint "$pid" || return 1
+  [ -r "/proc/$pid/stat" ] || return 1
+  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+  [ "$comm" = tgtd ] || return 1
+  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
+  stat=${stat##*) }
+  [ "${stat%% *}" != Z ]
+}
+
+# --- reading a conf file -------------------------------------------------------------------------------------
+# tgt-admin reads these files with Perl's Config::General; we read the few things we need with awk:
+#   control-port N            (top level; required)  tgtd -C N
+#   blockps-portal IP:PORT    (top level; required)  tgtd --iscsi portal=IP:PORT. tgt-admin ignores unknown
+#                                                    top-level keys, so this one is ours.
+#   <target IQN> ... </target> with <backing-store PATH> blocks (lun N, bs-type T) or backing-store PATH lines
+
+conf_value() { # FILE KEY -> the value of a top-level KEY (outside any <block>), one line per occurrence
+  awk -v key="$2" '
+    { sub(/#.*/, ""); sub(/^[ \t]+/, ""); sub(/[ \t\r]+$/, "") }
+    /^<\// { depth--; next }
+    /^</ { depth++; next }
+    depth == 0 && $1 == key { $1 = ""; sub(/^[ \t]+/, ""); print }
+  ' "$1"
+}
+
+# FILE -> one line per LU: "IQN LUN BSTYPE PATH" (LUN "-" when the file leaves it to tgt-admin, BSTYPE "-"
+# when none is set: tgt's default rdwr). A target-level bs-type applies to LUs that do not set their own.
+conf_lus() {
+  awk '
+    function flush_target(   i, t) {
+      for (i = 1; i <= n; i++) {
+        t = bst[i] != "" ? bst[i] : (tbst != "" ? tbst : "-")
+        print target, (lun[i] != "" ? lun[i] : "-"), t, path[i]
+      }
+      n = 0; tbst = ""; target = ""
+    }
+    { sub(/#.*/, ""); sub(/^[ \t]+/, ""); sub(/[ \t\r]+$/, "") }
+    /^<target[ \t]/ { line = $0; sub(/^<target[ \t]+/, "", line); sub(/[ \t]*>$/, "", line); target = line; next }
+    /^<\/target>/ { flush_target(); next }
+    /^<backing-store[ \t]/ || /^<direct-store[ \t]/ {
+      line = $0; sub(/^<[a-z-]+[ \t]+/, "", line); sub(/[ \t]*>$/, "", line)
+      n++; path[n] = line; lun[n] = ""; bst[n] = ""; inlu = 1; next
+    }
+    /^<\/backing-store>/ || /^<\/direct-store>/ { inlu = 0; next }
+    target != "" && inlu && $1 == "lun" { lun[n] = $2; next }
+    target != "" && inlu && $1 == "bs-type" { bst[n] = $2; next }
+    target != "" && !inlu && $1 == "bs-type" { tbst = $2; next }
+    target != "" && !inlu && ($1 == "backing-store" || $1 == "direct-store") {
+      n++; path[n] = $2; lun[n] = ""; bst[n] = ""; next
+    }
+  ' "$1"
+}
+
+# FILE -> the file without its top-level control-port line. tgt-admin refuses `-C N` together with a
+# control-port line ("Multiple control-port definitions are not allowed!"), and with only the line it asks
+# tgtd 0 (not N) which targets and tids exist before reading it; so we pass -C N and drop the line.
+conf_without_control_port() {
+  awk '
+    { raw = $0; s = $0; sub(/#.*/, "", s); sub(/^[ \t]+/, "", s) }
+    s ~ /^<\// { depth--; print raw; next }
+    s ~ /^</ { depth++; print raw; next }
+    depth == 0 && s ~ /^control-port([ \t]|$)/ { print "# (control-port given to tgt-admin as -C by ps-up.sh)"; next }
+    { print raw }
+  ' "$1"
+}
+
+# --- tgtd processes ------------------------------------------------------------------------------------------
+
+# Lines "Target N: IQN" of `tgtadm --op show --mode target` -> the tids.
+tgtd_tids() { # CONTROL
+  "$TGTADM" -C "$1" --op show --mode target 2>/dev/null | sed -n 's/^Target \([0-9]*\): .*/\1/p'
+}
+
+# Stops the tgtd PID serving control number CONTROL: all targets deleted with --force (live sessions are
+# dropped), `--op delete --mode system`, a bounded wait, then SIGKILL. tgtd ignores SIGTERM. Returns 0 when
+# the process is gone (however it went), 1 when it survived SIGKILL (should not happen).
+stop_tgtd() { # CONTROL PID [NAME]
+  local control=$1 pid=$2 name=${3:-tgtd} tid waited=0 limit
+  if ! tgtd_alive "$pid"; then
+    return 0
+  fi
+  for tid in $(tgtd_tids "$control"); do
+    "$TGTADM" -C "$control" --op delete --mode target --tid "$tid" --force >/dev/null 2>&1 ||
+      warn "$name: could not delete target $tid on control $control"
+  done
+  "$TGTADM" -C "$control" --op delete --mode system >/dev/null 2>&1 ||
+    warn "$name: tgtd (control $control) refused to shut down; killing it"
+  limit=$((BLOCKPS_STOP_TIMEOUT_S * 10))
+  while tgtd_alive "$pid" && [ "$waited" -lt "$limit" ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if tgtd_alive "$pid"; then
+    warn "$name: tgtd pid $pid still runs ${BLOCKPS_STOP_TIMEOUT_S}s after shutdown; sending SIGKILL"
+    kill -9 "$pid" 2>/dev/null || true
+    waited=0
+    while tgtd_alive "$pid" && [ "$waited" -lt 50 ]; do
+      sleep 0.1
+      waited=$((waited + 1))
+    done
+  fi
+  if tgtd_alive "$pid"; then
+    return 1
+  fi
+  # tgtd leaves its control socket and lock file behind.
+  rm -f "/var/run/tgtd/socket.$control" "/var/run/tgtd/socket.$control.lock"
+  return 0
+}

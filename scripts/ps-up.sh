@@ -1,0 +1,216 @@
+#!/usr/bin/env bash
+# Starts blockps PS shards: one tgtd per conf file (its own control number and portal), loaded with tgt-admin.
+#
+#   scripts/ps-up.sh CONF...          e.g. scripts/ps-up.sh configs/shard0.conf configs/shard1.conf
+#
+# A conf file is a tgt targets.conf (tgt-admin's format) with two top-level lines of ours:
+#   control-port N             the shard's tgtd control number (tgtd -C N, tgtadm -C N)
+#   blockps-portal IP:PORT     where the shard's tgtd listens (tgt-admin ignores this key)
+# For each file it: checks everything first (the file, the module, free control numbers and ports), creates
+# missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
+# an empty file means "no checkpoint yet"), starts `tgtd -f -C N --iscsi portal=IP:PORT` (log in the state
+# directory), loads the file with `tgt-admin -C N -e`, checks that every LU of the file exists, and records
+# the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name without .conf). It prints one line per shard.
+# On any failure it stops every tgtd it started and exits non-zero. Stop shards with scripts/ps-down.sh.
+# Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
+# BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES).
+set -euo pipefail
+
+blockps_prog=ps-up
+# shellcheck source=scripts/lib/blockps-tgt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/blockps-tgt.sh"
+
+usage() {
+  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+  exit "${1:-0}"
+}
+case "${1:-}" in
+  -h | --help) usage 0 ;;
+  "") echo "usage: scripts/ps-up.sh CONF... (--help for details)" >&2; exit 2 ;;
+esac
+
+[ "$(id -u)" = 0 ] || die "run as root (tgtd needs it)"
+TGTD=$(find_tool tgtd) || die "tgtd not found: install tgt (scripts/setup.sh)"
+TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.sh)"
+TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
+is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
+is_uint "$BLOCKPS_PORT_OFFSET" || die "BLOCKPS_PORT_OFFSET=$BLOCKPS_PORT_OFFSET is not a number"
+
+# --- check every file before starting anything -----------------------------------------------------------------
+names=() confs=() controls=() addrs=() ports=()
+needs_module=
+for conf in "$@"; do
+  if [ ! -f "$conf" ] || [ ! -r "$conf" ]; then die "$conf: no such file (or not readable)"; fi
+  conf=$(realpath "$conf")
+  name=$(basename "$conf" .conf)
+  [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "$conf: the file name must be made of letters, digits, '.', '_' and '-' (it names the shard)"
+  for seen in "${names[@]+"${names[@]}"}"; do
+    [ "$seen" != "$name" ] || die "$conf: two files are named $name.conf (the name identifies the shard)"
+  done
+  if grep -Eq '^[[:space:]]*include[[:space:]]' "$conf"; then
+    die "$conf: 'include' is not supported by ps-up (one self-contained file per shard)"
+  fi
+
+  mapfile -t cps < <(conf_value "$conf" control-port)
+  [ "${#cps[@]}" -eq 1 ] || die "$conf: needs exactly one top-level 'control-port N' line (found ${#cps[@]})"
+  is_uint "${cps[0]}" || die "$conf: control-port '${cps[0]}' is not a number"
+  control=$((cps[0] + BLOCKPS_CONTROL_OFFSET))
+  if [ "$control" -lt 1 ] || [ "$control" -gt 32767 ]; then
+    die "$conf: control number $control out of range 1..32767 (0 is the system tgtd's)"
+  fi
+
+  mapfile -t portal_lines < <(conf_value "$conf" blockps-portal)
+  [ "${#portal_lines[@]}" -eq 1 ] ||
+    die "$conf: needs exactly one top-level 'blockps-portal IP:PORT' line (found ${#portal_lines[@]})"
+  portal=${portal_lines[0]}
+  [[ $portal =~ ^([0-9.]+):([0-9]+)$ ]] || die "$conf: blockps-portal '$portal' is not IPv4-ADDRESS:PORT"
+  addr=${BASH_REMATCH[1]}
+  port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))
+  if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "$conf: port $port out of range 1..65535"; fi
+
+  for i in "${!names[@]}"; do
+    [ "${controls[$i]}" != "$control" ] || die "$conf and ${confs[$i]} use the same control number $control"
+    [ "${ports[$i]}" != "$port" ] || die "$conf and ${confs[$i]} use the same port $port"
+  done
+
+  # Config::General must be able to read it (tgt-admin -p only prints what it would do). It asks tgtd 0
+  # for its targets even so; that noise is dropped.
+  if ! out=$("$TGT_ADMIN" -p -e -c "$conf" 2>/dev/null); then
+    die "$conf: tgt-admin cannot read it: $out"
+  fi
+  lus=$(conf_lus "$conf")
+  [ -n "$lus" ] || die "$conf: no <target> with a backing-store"
+  while read -r iqn lun bstype path; do
+    [ "$lun" != - ] || die "$conf: LU $path of $iqn has no 'lun N' (give every LU its number)"
+    case "$path" in *,*) die "$conf: backing-store path '$path' contains ',' (tgtd splits on it)" ;; esac
+    if [ "$bstype" = blockps ]; then
+      needs_module=1
+      [ "${path#/}" != "$path" ] || die "$conf: checkpoint path '$path' must be absolute"
+    fi
+  done <<<"$lus"
+
+  if [ -e "$BLOCKPS_STATE_DIR/$name/pid" ] && tgtd_alive "$(cat "$BLOCKPS_STATE_DIR/$name/pid")"; then
+    die "$conf: shard $name is already running (pid $(cat "$BLOCKPS_STATE_DIR/$name/pid")); scripts/ps-down.sh first"
+  fi
+  if "$TGTADM" -C "$control" --op show --mode sys >/dev/null 2>&1; then
+    die "$conf: control number $control is in use by a running tgtd (stop it, or set BLOCKPS_CONTROL_OFFSET)"
+  fi
+  if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
+    die "$conf: port $port is in use (ss -ltn shows a listener); tgtd would fall back to 0.0.0.0:3260"
+  fi
+  names+=("$name") confs+=("$conf") controls+=("$control") addrs+=("$addr") ports+=("$port")
+done
+
+if [ -n "$needs_module" ] && [ ! -f "$BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME" ]; then
+  die "the blockps module is not installed: $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME is missing;" \
+    "build and install it: cmake --build build && cmake --install build"
+fi
+
+# --- start ----------------------------------------------------------------------------------------------------
+started=() # indexes of shards whose tgtd runs
+failed_log=
+cleanup_on_failure() {
+  local rc=$? i
+  if [ "$rc" -ne 0 ]; then
+    if [ -n "$failed_log" ] && [ -s "$failed_log" ]; then
+      echo "$blockps_prog: last lines of $failed_log:" >&2
+      tail -n 15 "$failed_log" | sed 's/^/    /' >&2
+    fi
+    for i in "${started[@]+"${started[@]}"}"; do
+      say "stopping ${names[$i]} (started by this run) after the failure"
+      stop_tgtd "${controls[$i]}" "$(cat "$BLOCKPS_STATE_DIR/${names[$i]}/pid")" "${names[$i]}" ||
+        warn "${names[$i]}: tgtd survived SIGKILL"
+      [ ! -s "$BLOCKPS_STATE_DIR/${names[$i]}/tgtd.log" ] ||
+        mv -f "$BLOCKPS_STATE_DIR/${names[$i]}/tgtd.log" "$BLOCKPS_STATE_DIR/${names[$i]}.last-tgtd.log"
+      rm -rf "${BLOCKPS_STATE_DIR:?}/${names[$i]}"
+    done
+  fi
+  exit "$rc"
+}
+trap cleanup_on_failure EXIT
+
+mkdir -p "$BLOCKPS_STATE_DIR"
+for i in "${!names[@]}"; do
+  name=${names[$i]} conf=${confs[$i]} control=${controls[$i]} addr=${addrs[$i]} port=${ports[$i]}
+  state=$BLOCKPS_STATE_DIR/$name
+  rm -rf "$state"
+  mkdir -p "$state"
+  log=$state/tgtd.log
+  failed_log=$log
+
+  # Checkpoint files: tgt-admin silently skips a backing store that does not exist.
+  while read -r _ _ bstype path; do
+    [ "$bstype" = blockps ] || continue
+    mkdir -p "$(dirname "$path")" || die "$name: cannot create the checkpoint directory of $path"
+    [ -e "$path" ] || : >"$path" || die "$name: cannot create the checkpoint file $path"
+  done < <(conf_lus "$conf")
+
+  conf_without_control_port "$conf" >"$state/targets.conf"
+  echo "$conf" >"$state/conf"
+  echo "$control" >"$state/control"
+  echo "$addr:$port" >"$state/portal"
+
+  tunables=()
+  [ -z "$BLOCKPS_TGTD_GLIBC_TUNABLES" ] || tunables=("GLIBC_TUNABLES=$BLOCKPS_TGTD_GLIBC_TUNABLES")
+  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$addr:$port" >>"$log"
+  # setsid: the shard must not die with this shell's session. -f keeps tgtd in the foreground so that its
+  # log goes to our file (daemonised, tgtd logs to syslog, which these machines may not have).
+  env "${tunables[@]+"${tunables[@]}"}" setsid "$TGTD" -f -C "$control" --iscsi "portal=$addr:$port" \
+    </dev/null >>"$log" 2>&1 &
+  pid=$!
+  echo "$pid" >"$state/pid"
+  started+=("$i")
+  # Until setsid has exec'd tgtd the process is not called tgtd yet (and stop_tgtd would not touch it).
+  waited=0
+  while pid_running "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != tgtd ] && [ "$waited" -lt 50 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+
+  waited=0
+  until "$TGTADM" -C "$control" --op show --mode sys >/dev/null 2>&1; do
+    if ! tgtd_alive "$pid"; then
+      if grep -q "another tgtd is using" "$log"; then
+        die "$name: control number $control is used by another tgtd"
+      fi
+      die "$name: tgtd exited during start-up (log: $log)"
+    fi
+    [ "$waited" -lt $((BLOCKPS_START_TIMEOUT_S * 10)) ] ||
+      die "$name: tgtd did not answer tgtadm -C $control within ${BLOCKPS_START_TIMEOUT_S}s (log: $log)"
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if grep -q "another tgtd is using" "$log"; then
+    die "$name: control number $control is used by another tgtd"
+  fi
+  # When it cannot bind the portal, tgtd only logs it and listens on 0.0.0.0:3260 instead.
+  if ! "$TGTADM" -C "$control" --op show --mode portal | grep -q "^Portal: $addr:$port,"; then
+    die "$name: tgtd could not listen on $addr:$port (port in use?); it has: $("$TGTADM" -C "$control" --op show --mode portal | tr '\n' ' ')"
+  fi
+  if [ -n "$needs_module" ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+blockps([[:space:]]|$)'; then
+    die "$name: tgtd did not load $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME (see the log: undefined symbol?)"
+  fi
+
+  echo "=== $(date '+%F %T') ps-up: $TGT_ADMIN -C $control -e -c $state/targets.conf" >>"$log"
+  if ! "$TGT_ADMIN" -C "$control" -e -c "$state/targets.conf" >>"$log" 2>&1; then
+    # tgtadm can only say "invalid request"; the module logs the reason.
+    reason=$(grep -o 'blockps: refused.*' "$log" | tail -n 1 || true)
+    die "$name: tgt-admin could not load $conf${reason:+: $reason} (log: $log)"
+  fi
+
+  # tgt-admin can succeed while skipping LUs (a missing backing store, one "in use"): check each one.
+  show=$("$TGTADM" -C "$control" --op show --mode target)
+  luns_of=()
+  while read -r iqn lun _ path; do
+    found=$(awk -v iqn="$iqn" -v lun="$lun" '
+      /^Target [0-9]+: / { t = $3 }
+      t == iqn && $1 == "LUN:" && $2 == lun { ok = 1 }
+      END { print ok ? "yes" : "no" }' <<<"$show")
+    [ "$found" = yes ] || die "$name: LUN $lun ($path) of $iqn did not come up (log: $log)"
+    luns_of+=("$iqn/$lun")
+  done < <(conf_lus "$conf")
+
+  failed_log=
+  say "$name: tgtd pid $pid, control $control, portal $addr:$port, LUs ${luns_of[*]} (state $state)"
+done
+trap - EXIT

@@ -1,0 +1,117 @@
+// blockps_lu_io: a tiny libiscsi client for shell tests (test_ps_scripts.sh). One command per run:
+//
+//   blockps_lu_io URL info                        prints "capacity=BYTES block=BYTES"
+//   blockps_lu_io URL write  OFFSET LENGTH SEED   writes the float pattern SEED (0: zeros)
+//   blockps_lu_io URL verify OFFSET LENGTH SEED   exit 0 when the LU holds the pattern, 1 when not
+//   blockps_lu_io URL differs OFFSET LENGTH SEED  exit 0 when the LU does NOT hold the pattern, 1 when it does
+//   blockps_lu_io URL read   OFFSET LENGTH        raw bytes to stdout
+//   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
+//
+// Sizes take K/M suffixes. The pattern is finite f32 values in [-1, 1) from a seeded generator, so it is valid
+// data for a weights or grad LU. Exit status: 0/1 as above, 2 on any error (message on stderr).
+// It logs in as $BLOCKPS_INITIATOR_IQN (default iqn.2026-11.io.blockps:lu-io).
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/iscsi_lun.h"
+
+namespace {
+
+using blockps::IscsiLun;
+using blockps::ScsiResult;
+
+constexpr int kError = 2;
+
+bool parse_size(const std::string& text, std::uint64_t& out) {
+  if (text.empty()) return false;
+  std::size_t pos = 0;
+  unsigned long long v = 0;
+  try {
+    v = std::stoull(text, &pos, 0);
+  } catch (...) {
+    return false;
+  }
+  std::string suffix = text.substr(pos);
+  if (suffix == "K" || suffix == "k")
+    v <<= 10;
+  else if (suffix == "M" || suffix == "m")
+    v <<= 20;
+  else if (suffix == "G" || suffix == "g")
+    v <<= 30;
+  else if (!suffix.empty())
+    return false;
+  out = v;
+  return true;
+}
+
+std::vector<std::byte> float_pattern(std::size_t bytes, std::uint64_t seed) {
+  std::vector<std::byte> out(bytes);
+  if (seed == 0) return out;
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (std::size_t i = 0; i + sizeof(float) <= bytes; i += sizeof(float)) {
+    float f = dist(gen);
+    std::memcpy(out.data() + i, &f, sizeof f);
+  }
+  return out;
+}
+
+int fail(const std::string& msg) {
+  std::cerr << "blockps_lu_io: " << msg << "\n";
+  return kError;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) {
+    return fail("usage: blockps_lu_io URL info|write|verify|differs|read|sync [OFFSET LENGTH [SEED]]");
+  }
+  const std::string url = argv[1];
+  const std::string cmd = argv[2];
+  std::uint64_t offset = 0, length = 0, seed = 0;
+  const bool needs_range = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read";
+  const bool needs_seed = cmd == "write" || cmd == "verify" || cmd == "differs";
+  if (needs_range && (argc < 5 || !parse_size(argv[3], offset) || !parse_size(argv[4], length))) {
+    return fail(cmd + " needs OFFSET LENGTH (bytes, K/M/G suffixes allowed)");
+  }
+  if (needs_seed && (argc < 6 || !parse_size(argv[5], seed))) return fail(cmd + " needs a SEED");
+
+  IscsiLun lun;
+  const char* initiator = std::getenv("BLOCKPS_INITIATOR_IQN");
+  blockps::Status s = lun.connect(url, initiator != nullptr ? initiator : "iqn.2026-11.io.blockps:lu-io");
+  if (!s.ok()) return fail(s.message());
+
+  if (cmd == "info") {
+    std::cout << "capacity=" << lun.capacity_bytes() << " block=" << lun.block_size() << "\n";
+    return 0;
+  }
+  if (cmd == "sync") {
+    ScsiResult r = lun.synchronize_cache();
+    return r.ok() ? 0 : fail("SYNCHRONIZE CACHE: " + r.describe());
+  }
+  if (cmd == "write") {
+    ScsiResult r = lun.write(offset, float_pattern(length, seed));
+    return r.ok() ? 0 : fail("WRITE: " + r.describe());
+  }
+  std::vector<std::byte> data(length);
+  if (!needs_range) return fail("unknown command " + cmd);
+  ScsiResult r = lun.read(offset, data);
+  if (!r.ok()) return fail("READ: " + r.describe());
+  if (cmd == "read") {
+    std::fwrite(data.data(), 1, data.size(), stdout);
+    return 0;
+  }
+  const bool same = data == float_pattern(length, seed);
+  if (cmd == "verify") {
+    if (!same) std::cerr << "blockps_lu_io: " << url << " does not hold pattern " << seed << "\n";
+    return same ? 0 : 1;
+  }
+  if (cmd == "differs") return same ? 1 : 0;
+  return fail("unknown command " + cmd);
+}

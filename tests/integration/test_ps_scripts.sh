@@ -1,0 +1,202 @@
+#!/usr/bin/env bash
+# Integration test of scripts/ps-up.sh and scripts/ps-down.sh with the example configs configs/shard0.conf and
+# configs/shard1.conf, as they are except for the checkpoint directory (moved into a temp dir), on a private
+# range of control numbers and ports (BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET).
+#   test_ps_scripts.sh --repo REPO --lu-io PATH-TO-blockps_lu_io
+# Exit 0: pass; 77: skipped (not root, tgt missing); anything else: fail. Needs bs_blockps.so installed
+# (cmake --install build): without it the test fails, it does not pass vacuously.
+set -euo pipefail
+
+repo=''
+lu_io=''
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --repo) repo=$2; shift 2 ;;
+    --lu-io) lu_io=$2; shift 2 ;;
+    *) echo "usage: $0 --repo REPO --lu-io BLOCKPS_LU_IO" >&2; exit 2 ;;
+  esac
+done
+
+step() { echo "--- $*"; }
+fail() {
+  echo "FAIL: $*" >&2
+  exit 1
+}
+skip() {
+  echo "INTEGRATION TEST SKIPPED: $*"
+  exit 77
+}
+
+[ "$(id -u)" = 0 ] || skip "tgtd needs root and this is uid $(id -u)"
+for tool in tgtd tgtadm tgt-admin iscsi-ls; do
+  PATH=$PATH:/usr/sbin:/sbin command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh)"
+done
+export PATH=$PATH:/usr/sbin:/sbin
+[ -d "$repo/configs" ] || fail "--repo $repo has no configs/"
+[ -x "$lu_io" ] || fail "--lu-io $lu_io is not an executable"
+
+up=$repo/scripts/ps-up.sh
+down=$repo/scripts/ps-down.sh
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-ps-scripts-XXXXXX")
+export BLOCKPS_STATE_DIR=$tmp/run
+# TgtdInstance picks control numbers 2000..29999 and ports 20000..32767: stay clear of both.
+export BLOCKPS_CONTROL_OFFSET=$((30000 + RANDOM % 2000))
+export BLOCKPS_PORT_OFFSET=$((7000 + RANDOM % 9000))
+blocker_control=$((BLOCKPS_CONTROL_OFFSET + 500))
+blocker_pid=
+
+cleanup() {
+  local rc=$?
+  "$down" >/dev/null 2>&1 || true
+  if [ -n "$blocker_pid" ]; then
+    tgtadm -C "$blocker_control" --op delete --mode system >/dev/null 2>&1 || true
+    kill -9 "$blocker_pid" 2>/dev/null || true
+    rm -f "/var/run/tgtd/socket.$blocker_control" "/var/run/tgtd/socket.$blocker_control.lock"
+  fi
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
+    for log in "$BLOCKPS_STATE_DIR"/*.log "$BLOCKPS_STATE_DIR"/*/tgtd.log; do
+      [ -f "$log" ] || continue
+      echo "---- $log" >&2
+      tail -n 30 "$log" >&2
+    done
+  fi
+  if [ -n "${BLOCKPS_KEEP_TMP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
+  exit "$rc"
+}
+trap cleanup EXIT
+
+# The real example configs, with only the checkpoint directory moved into $tmp.
+confs=()
+for n in 0 1; do
+  sed "s#/var/lib/blockps/#$tmp/lib/#g" "$repo/configs/shard$n.conf" >"$tmp/shard$n.conf"
+  sed "s#$tmp/lib/#/var/lib/blockps/#g" "$tmp/shard$n.conf" | cmp -s - "$repo/configs/shard$n.conf" ||
+    fail "copy of configs/shard$n.conf differs in more than the checkpoint directory"
+  grep -q "$tmp/lib/shard$n/" "$tmp/shard$n.conf" || fail "configs/shard$n.conf does not keep checkpoints in /var/lib/blockps/shard$n/"
+  confs+=("$tmp/shard$n.conf")
+done
+control_of() { awk -v off="$BLOCKPS_CONTROL_OFFSET" '$1 == "control-port" { print $2 + off }' "$1"; }
+port_of() { awk -v off="$BLOCKPS_PORT_OFFSET" '$1 == "blockps-portal" { split($2, a, ":"); print a[2] + off }' "$1"; }
+c0=$(control_of "${confs[0]}") c1=$(control_of "${confs[1]}")
+p0=$(port_of "${confs[0]}") p1=$(port_of "${confs[1]}")
+iqn0=iqn.2026-11.io.blockps:shard0 iqn1=iqn.2026-11.io.blockps:shard1
+u0=iscsi://127.0.0.1:$p0/$iqn0 u1=iscsi://127.0.0.1:$p1/$iqn1
+answers() { tgtadm -C "$1" --op show --mode sys >/dev/null 2>&1; }
+alive() { # PID: a live process (zombies of our killed tgtds do not count)
+  local s
+  s=$(cat "/proc/$1/stat" 2>/dev/null) || return 1
+  s=${s##*) }
+  [ "${s%% *}" != Z ]
+}
+no_shards_left() {
+  local pid
+  for pid in "$@"; do
+    ! alive "$pid" || fail "tgtd pid $pid is still running"
+  done
+  ! answers "$c0" || fail "a tgtd still answers on control $c0"
+  ! answers "$c1" || fail "a tgtd still answers on control $c1"
+  [ -z "$(find "$BLOCKPS_STATE_DIR" -mindepth 1 -type d 2>/dev/null)" ] || fail "state left in $BLOCKPS_STATE_DIR"
+}
+echo "controls $c0 $c1, ports $p0 $p1, state $BLOCKPS_STATE_DIR"
+
+step "ps-up refuses to start without the module"
+if out=$(BLOCKPS_BACKING_STORE_DIR=$tmp/no-module "$up" "${confs[@]}" 2>&1); then
+  fail "ps-up started without the module: $out"
+fi
+grep -q "cmake --install build" <<<"$out" || fail "no 'cmake --install build' hint in: $out"
+no_shards_left
+
+[ -f /usr/lib/tgt/backing-store/bs_blockps.so ] ||
+  fail "/usr/lib/tgt/backing-store/bs_blockps.so is not installed: build and install it (cmake --install build)"
+
+step "ps-up refuses a file without blockps-portal"
+grep -v '^blockps-portal' "${confs[0]}" >"$tmp/noportal.conf"
+if out=$("$up" "$tmp/noportal.conf" 2>&1); then fail "ps-up took a file without blockps-portal"; fi
+grep -q "blockps-portal" <<<"$out" || fail "unclear message: $out"
+no_shards_left
+
+step "ps-up refuses a port in use, and leaves nothing running"
+setsid tgtd -f -C "$blocker_control" --iscsi "portal=127.0.0.1:$p1" </dev/null >"$tmp/blocker.log" 2>&1 &
+blocker_pid=$!
+for _ in $(seq 50); do answers "$blocker_control" && break; sleep 0.1; done
+answers "$blocker_control" || fail "could not start the blocking tgtd: $(cat "$tmp/blocker.log")"
+if out=$("$up" "${confs[@]}" 2>&1); then fail "ps-up started with port $p1 taken: $out"; fi
+grep -q "port $p1" <<<"$out" || fail "message does not name port $p1: $out"
+no_shards_left
+tgtadm -C "$blocker_control" --op delete --mode system >/dev/null
+for _ in $(seq 50); do alive "$blocker_pid" || break; sleep 0.1; done
+if alive "$blocker_pid"; then kill -9 "$blocker_pid"; fi
+rm -f "/var/run/tgtd/socket.$blocker_control" "/var/run/tgtd/socket.$blocker_control.lock"
+blocker_pid=
+
+step "ps-up stops what it started when the module refuses an LU, and says why"
+sed 's/lr=0.05/lr=-1/' "${confs[0]}" >"$tmp/badlr.conf"
+if out=$("$up" "$tmp/badlr.conf" 2>&1); then fail "ps-up took lr=-1: $out"; fi
+grep -q "lr=-1: must be" <<<"$out" || fail "the module's reason is not in the message: $out"
+no_shards_left
+rm -f "$BLOCKPS_STATE_DIR"/*.log
+
+step "ps-up with both example configs"
+out=$("$up" "${confs[@]}") || fail "ps-up failed"
+echo "$out"
+[ "$(grep -c "^ps-up: shard[01]: tgtd pid" <<<"$out")" = 2 ] || fail "expected one summary line per shard"
+pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
+if ! alive "$pid0" || ! alive "$pid1"; then fail "a shard's tgtd is not running"; fi
+tr '\0' '\n' <"/proc/$pid0/environ" | grep -q '^GLIBC_TUNABLES=glibc.malloc.mmap_threshold=' ||
+  fail "shard0's tgtd runs without the malloc tunables"
+if [ -s "$tmp/lib/shard0/model.ckpt" ]; then fail "checkpoint file should start empty"; fi
+[ -e "$tmp/lib/shard0/model.ckpt" ] || fail "ps-up did not create the checkpoint file"
+for c in "$c0" "$c1"; do
+  show=$(tgtadm -C "$c" --op show --mode target)
+  for lun in 1 2 3; do
+    grep -q "^ *LUN: $lun\$" <<<"$show" || fail "control $c: no LUN $lun"
+  done
+  [ "$(grep -c "Backing store type: blockps" <<<"$show")" = 3 ] || fail "control $c: not 3 blockps LUs"
+done
+ls_out=$(iscsi-ls -s "iscsi://127.0.0.1:$p0") || fail "iscsi-ls on shard0 failed"
+echo "$ls_out"
+grep -q "$iqn0" <<<"$ls_out" || fail "iscsi-ls does not list $iqn0"
+[ "$(grep -c '^Lun:[123] ' <<<"$ls_out")" = 3 ] || fail "iscsi-ls does not list LUNs 1-3"
+
+step "LU capacities"
+[ "$("$lu_io" "$u0/1" info)" = "capacity=16777216 block=512" ] || fail "grad LU: $("$lu_io" "$u0/1" info)"
+[ "$("$lu_io" "$u0/2" info)" = "capacity=16777216 block=512" ] || fail "weights LU: $("$lu_io" "$u0/2" info)"
+[ "$("$lu_io" "$u0/3" info)" = "capacity=1048576 block=512" ] || fail "status LU: $("$lu_io" "$u0/3" info)"
+[ "$("$lu_io" "$u1/1" info)" = "capacity=16777216 block=512" ] || fail "shard1 grad LU"
+
+step "one shard behind three path strings; pushes change the weights"
+"$lu_io" "$u0/2" write 0 1M 7 || fail "write to the weights LU"
+"$lu_io" "$u0/2" verify 0 1M 7 || fail "weights LU does not read back what was written"
+"$lu_io" "$u0/1" verify 0 1M 7 || fail "grad LU (a pull) does not return the weights written through LUN 2"
+"$lu_io" "$u0/1" write 0 1M 0 || fail "zero-gradient push"
+"$lu_io" "$u0/2" verify 0 1M 7 || fail "a zero gradient (momentum buffer 0) changed the weights"
+"$lu_io" "$u0/1" write 0 1M 9 || fail "push"
+"$lu_io" "$u0/2" differs 0 1M 7 || fail "a push did not change the weights"
+status=$("$lu_io" "$u0/3" read 0 4K | tr -d '\0')
+[ "${status:0:1}" = "{" ] || fail "status LU does not start with a JSON object: ${status:0:200}"
+echo "status page: ${status:0:300}"
+
+step "shards are separate"
+"$lu_io" "$u1/2" write 0 1M 11 || fail "write to shard1"
+"$lu_io" "$u0/2" differs 0 1M 11 || fail "shard0 holds what was written to shard1"
+
+step "checkpoint on SYNCHRONIZE CACHE, and on close (ps-down)"
+"$lu_io" "$u0/1" sync || fail "SYNCHRONIZE CACHE"
+[ -s "$tmp/lib/shard0/model.ckpt" ] || fail "no checkpoint after SYNCHRONIZE CACHE"
+"$lu_io" "$u0/1" write 0 1M 13 || fail "push after the checkpoint"
+"$lu_io" "$u0/2" read 0 16M >"$tmp/snap0" || fail "snapshot"
+"$lu_io" "$u1/2" read 0 16M >"$tmp/snap1" || fail "snapshot"
+
+step "ps-down stops both, and is idempotent"
+"$down" "${confs[@]}" || fail "ps-down failed"
+no_shards_left "$pid0" "$pid1"
+"$down" "${confs[@]}" || fail "second ps-down failed"
+"$down" || fail "ps-down without arguments failed"
+
+step "ps-up again: the shards come back from their checkpoints"
+"$up" "${confs[@]}" >/dev/null || fail "second ps-up failed"
+"$lu_io" "$u0/2" read 0 16M | cmp -s - "$tmp/snap0" || fail "shard0 weights differ from before ps-down"
+"$lu_io" "$u1/2" read 0 16M | cmp -s - "$tmp/snap1" || fail "shard1 weights differ from before ps-down"
+pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
+"$down" || fail "ps-down failed"
+no_shards_left "$pid0" "$pid1"
+echo "PASS"
