@@ -16,6 +16,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "client/iscsi_lun.h"
+#include "ps_backend/lu_options.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -55,82 +57,42 @@ struct Options {
   bool tgtd_tuning = true;
 };
 
-bool parse_bytes(const std::string& text, std::uint64_t& out) {
-  std::size_t pos = 0;
-  unsigned long long v = 0;
-  try {
-    v = std::stoull(text, &pos, 10);
-  } catch (...) {
-    return false;
-  }
-  const std::string suffix = text.substr(pos);
-  if (suffix == "K")
-    v <<= 10;
-  else if (suffix == "M")
-    v <<= 20;
-  else if (suffix == "G")
-    v <<= 30;
-  else if (!suffix.empty())
-    return false;
-  out = v;
-  return v > 0;
-}
-
-std::string format_bytes(std::uint64_t b) {
-  if (b % (1u << 30) == 0) return std::to_string(b >> 30) + "G";
-  if (b % (1u << 20) == 0) return std::to_string(b >> 20) + "M";
-  if (b % (1u << 10) == 0) return std::to_string(b >> 10) + "K";
-  return std::to_string(b);
-}
-
 // Returns an error message, or "" when the arguments are good (or --help was printed: `exit_now`).
 std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string { return i + 1 < argc ? argv[++i] : std::string{}; };
-    if (a == "-h" || a == "--help") {
-      std::cout << "usage: pushpull [--seconds S (2)] [--rounds N (5)] [--queue-depth Q (16)] [--lu-size BYTES "
-                   "(256M)] [--request-sizes LIST (256K,1M)] [--no-tgtd-tuning]\n";
-      exit_now = true;
-      return {};
-    } else if (a == "--seconds") {
-      const std::string v = value();
-      char* end = nullptr;
-      o.seconds = std::strtod(v.c_str(), &end);
-      if (v.empty() || *end != '\0' || !(o.seconds > 0)) return "--seconds needs a positive number, got '" + v + "'";
-    } else if (a == "--rounds") {
-      const std::string v = value();
-      o.rounds = std::atoi(v.c_str());
-      if (o.rounds < 1) return "--rounds needs an integer >= 1, got '" + v + "'";
-    } else if (a == "--queue-depth") {
-      const std::string v = value();
-      o.queue_depth = std::atoi(v.c_str());
-      if (o.queue_depth < 1 || o.queue_depth > 128) return "--queue-depth needs 1..128, got '" + v + "'";
-    } else if (a == "--lu-size") {
-      const std::string v = value();
-      if (!parse_bytes(v, o.lu_bytes) || o.lu_bytes % (1u << 20) != 0) {
-        return "--lu-size needs a multiple of 1M (K/M/G suffixes), got '" + v + "'";
-      }
-    } else if (a == "--no-tgtd-tuning") {
-      o.tgtd_tuning = false;
-    } else if (a == "--request-sizes") {
-      o.request_sizes.clear();
-      std::stringstream list(value());
-      for (std::string item; std::getline(list, item, ',');) {
-        std::uint64_t b = 0;
-        if (!parse_bytes(item, b) || b % 512 != 0 || b > (16u << 20)) {
-          return "--request-sizes needs multiples of 512 up to 16M, got '" + item + "'";
-        }
-        o.request_sizes.push_back(static_cast<std::uint32_t>(b));
-      }
-      if (o.request_sizes.empty()) return "--request-sizes needs at least one size";
-    } else {
-      return "unknown argument '" + a + "' (--help lists them)";
+  CLI::App app{"blockps pushpull: push (WRITE + SGD) and pull (READ) throughput through tgtd and the module, "
+               "against a tgt null LUN measured in the same run"};
+  std::string lu_size = format_byte_size(o.lu_bytes), sizes;
+  app.add_option("--seconds", o.seconds, "seconds per figure")->check(CLI::PositiveNumber);
+  app.add_option("--rounds", o.rounds, "rounds (figures are medians over rounds)")->check(CLI::Range(1, 1000));
+  app.add_option("--queue-depth", o.queue_depth, "commands in flight")->check(CLI::Range(1, 128));
+  app.add_option("--lu-size", lu_size, "size of each LU (K/M/G), a multiple of 1M");
+  app.add_option("--request-sizes", sizes, "comma-separated request sizes (K/M), multiples of 512 up to 16M");
+  app.add_flag("--no-tgtd-tuning", [&](std::int64_t) { o.tgtd_tuning = false; },
+               "run tgtd with glibc's malloc defaults");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    std::cout << app.help();
+    exit_now = true;
+    return {};
+  } catch (const CLI::ParseError& e) {
+    return e.what();
+  }
+  if (!parse_byte_size(lu_size, o.lu_bytes) || o.lu_bytes == 0 || o.lu_bytes % (1u << 20) != 0)
+    return "--lu-size needs a multiple of 1M (K/M/G suffixes), got '" + lu_size + "'";
+  if (!sizes.empty()) {
+    o.request_sizes.clear();
+    std::stringstream list(sizes);
+    for (std::string item; std::getline(list, item, ',');) {
+      std::uint64_t b = 0;
+      if (!parse_byte_size(item, b) || b == 0 || b % 512 != 0 || b > (16u << 20))
+        return "--request-sizes needs multiples of 512 up to 16M, got '" + item + "'";
+      o.request_sizes.push_back(static_cast<std::uint32_t>(b));
     }
   }
-  for (auto s : o.request_sizes) {
-    if (o.lu_bytes % s != 0)
-      return "--lu-size " + format_bytes(o.lu_bytes) + " is not a multiple of " + format_bytes(s);
+  for (auto sz : o.request_sizes) {
+    if (o.lu_bytes % sz != 0)
+      return "--lu-size " + format_byte_size(o.lu_bytes) + " is not a multiple of " + format_byte_size(sz);
   }
   return {};
 }
@@ -207,7 +169,7 @@ int main(int argc, char** argv) {
   if (Status s = tgtd.start(tgtd_options); !s.ok()) return fail(s.message());
 
   const std::string ckpt = dir.path("bench.ckpt");
-  const std::string bsopts = "role=grad;size=" + format_bytes(opt.lu_bytes) + ";opt=sgd;lr=0.001;dtype=f32";
+  const std::string bsopts = "role=grad;size=" + format_byte_size(opt.lu_bytes) + ";opt=sgd;lr=0.001;dtype=f32";
   if (Status s = make_file(ckpt, 0); !s.ok()) return fail(s.message());
   for (auto r : {tgtd.add_target(1, kNullIqn), tgtd.add_lu(1, 1, "null", "null"), tgtd.add_target(2, kGradIqn),
                  tgtd.add_lu(2, 1, ckpt, "blockps", bsopts)}) {
@@ -288,7 +250,7 @@ int main(int argc, char** argv) {
         (d == IoDirection::write ? push_ratios : pull_ratios).push_back(null_mbps > 0 ? bps_mbps / null_mbps : 0);
       }
       std::printf("  round %d, %s: null write %.0f, push %.0f (%.2f), null read %.0f, pull %.0f (%.2f) MB/s\n",
-                  round + 1, format_bytes(req).c_str(), nw.back(), pu.back(), push_ratios.back(), nr.back(), pl.back(),
+                  round + 1, format_byte_size(req).c_str(), nw.back(), pu.back(), push_ratios.back(), nr.back(), pl.back(),
                   pull_ratios.back());
     }
     rows.push_back(Row{req, median(nw), median(pu), median(nr), median(pl), median(push_ratios), median(pull_ratios)});
@@ -316,7 +278,7 @@ int main(int argc, char** argv) {
     char wtxt[32], rtxt[32];
     std::snprintf(wtxt, sizeof wtxt, "%.3f %s", wr, wr >= kPushTarget ? "ok" : "MISSED");
     std::snprintf(rtxt, sizeof rtxt, "%.3f %s", rr, rr >= kPullTarget ? "ok" : "MISSED");
-    std::printf("%-8s %12.0f %10.0f %16s %12.0f %10.0f %16s\n", format_bytes(r.req).c_str(), r.null_write, r.push, wtxt,
+    std::printf("%-8s %12.0f %10.0f %16s %12.0f %10.0f %16s\n", format_byte_size(r.req).c_str(), r.null_write, r.push, wtxt,
                 r.null_read, r.pull, rtxt);
   }
   std::printf(

@@ -154,7 +154,8 @@ std::string load_checkpoint(const std::string& path, ModelShard& shard) {
     if (slots > 0) ok = ok && in.get(s0.data(), n * sizeof(float));
     if (slots > 1) ok = ok && in.get(s1.data(), n * sizeof(float));
     if (!ok) return path + ": checkpoint truncated at block " + std::to_string(b);
-    shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0});
+    if (!shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0}))
+      return path + ": block " + std::to_string(b) + " does not fit the shard";
   }
   const std::uint32_t expected = in.crc();
   std::uint32_t stored = 0;

@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <fstream>
 #include <vector>
 
@@ -149,6 +151,37 @@ TEST(Checkpoint, InitFromFileMustHaveTheShardSize) {
   ASSERT_TRUE(std::holds_alternative<std::string>(r));
   EXPECT_NE(std::get<std::string>(r).find("holds 4096 bytes, the shard needs 8192"), std::string::npos)
       << std::get<std::string>(r);
+}
+
+}  // namespace
+}  // namespace blockps
+
+namespace blockps {
+namespace {
+
+// checkpoint_s=1: a change is on disk within about a second without any SYNCHRONIZE CACHE; no change, no write.
+TEST(Checkpoint, PeriodicCheckpointsWriteOnlyWhenSomethingChanged) {
+  unit::TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  auto s = unit::make_shard(path, "role=grad;size=4K;opt=sum;checkpoint_s=1");
+  ASSERT_TRUE(s);
+  std::vector<std::byte> g(4096);
+  const float one = 1.0f;
+  for (std::size_t i = 0; i < g.size(); i += 4) std::memcpy(g.data() + i, &one, 4);
+  s->model().push_gradient(0, g);
+  s->note_mutation();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (s->counters().checkpoints.load() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(s->counters().checkpoints.load(), 1u) << "no periodic checkpoint within 5 s";
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  EXPECT_EQ(s->counters().checkpoints.load(), 1u) << "periodic checkpoints rewrote an unchanged shard";
+  // What was written is the pushed state.
+  auto back = ServedShard::create(dir.file("./m.ckpt"), unit::options("role=weights"));
+  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<ServedShard>>(back));
+  std::vector<std::byte> w(4096);
+  std::get<std::shared_ptr<ServedShard>>(back)->model().read_weights(0, w);
+  EXPECT_EQ(w, g);
 }
 
 }  // namespace
