@@ -17,4 +17,12 @@ void log_line(std::string_view line) {
   g_sink.load()(text.c_str());
 }
 
+void log_line_noexcept(const char* what, const char* detail) noexcept {
+  try {
+    log_line(std::string(what) + detail);
+  } catch (...) {
+    g_sink.load()("blockps: (out of memory while logging an error)");
+  }
+}
+
 }  // namespace blockps

@@ -3,7 +3,7 @@
 
 #include <cstdio>
 #include <memory>
-#include <optional>
+#include <atomic>
 #include <string>
 
 #include "ps_backend/log.h"
@@ -13,7 +13,9 @@
 struct blockps_lu {
   blockps::LuOptions options;
   std::uint32_t lu_block_bytes = 512;
-  std::optional<blockps::ServedLu> served;  // set between attach and detach
+  // Set between attach and detach. Each command holds its own reference: tgt closes an LU on a path change
+  // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
+  std::atomic<std::shared_ptr<blockps::ServedLu>> served;
 };
 
 namespace {
@@ -66,8 +68,9 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
                     " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
       return -1;
     }
-    lu->served.emplace(lu->options.role, std::move(shard), lu->lu_block_bytes);
-    *capacity = lu->served->capacity_bytes();
+    auto served = std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes);
+    *capacity = served->capacity_bytes();
+    lu->served.store(std::move(served));
     blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu->options.role)) +
                       " LU attached, capacity " + std::to_string(*capacity) + " bytes");
     return 0;
@@ -78,7 +81,11 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
 }
 
 void blockps_lu_detach(blockps_lu* lu) {
-  if (lu) lu->served.reset();
+  try {
+    if (lu) lu->served.store(nullptr);  // the last LU of a shard writes its final checkpoint here
+  } catch (...) {
+    blockps::log_line_noexcept("detach failed", "");
+  }
 }
 
 void blockps_lu_free(blockps_lu* lu) { delete lu; }
@@ -96,15 +103,19 @@ const char* blockps_lu_product_id(const blockps_lu* lu) {
 }
 
 void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {
-  blockps::LuOutcome r;
-  if (!lu || !lu->served || !cmd || !cmd->cdb) {
-    r = {blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError, blockps::scsi::kAscInternalTargetFailure};
-  } else {
-    const blockps::LuCommand c{
-        cmd->cdb, cmd->offset, cmd->transfer_length,
-        {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
-        {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}};
-    r = lu->served->execute(c);
+  blockps::LuOutcome r{blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError,
+                       blockps::scsi::kAscInternalTargetFailure};
+  try {
+    const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
+    if (served && cmd && cmd->cdb) {
+      const blockps::LuCommand c{
+          cmd->cdb, cmd->offset, cmd->transfer_length,
+          {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
+          {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}};
+      r = served->execute(c);
+    }
+  } catch (...) {
+    blockps::log_line_noexcept("command failed: ", "unexpected exception");
   }
   outcome->status = r.status;
   outcome->sense_key = r.sense_key;

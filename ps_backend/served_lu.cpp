@@ -22,6 +22,12 @@ bool is_write_verify(std::uint8_t op) {
 }
 bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
 
+std::uint64_t get_be(const std::uint8_t* p, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v = v << 8 | p[i];
+  return v;
+}
+
 void put_be(std::byte* p, std::uint64_t v, int bytes) {
   for (int i = bytes - 1; i >= 0; --i, v >>= 8) p[i] = static_cast<std::byte>(v & 0xff);
 }
@@ -67,9 +73,15 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
       case kSynchronizeCache16: return synchronize_cache(cmd);
       default: return check(kIllegalRequest, kAscInvalidOpcode);
     }
-  } catch (const std::exception& e) {
-    log_line(shard_->path() + ": command failed: " + e.what());
+  } catch (...) {
     shard_->counters().io_errors.fetch_add(1, std::memory_order_relaxed);
+    try {
+      throw;
+    } catch (const std::exception& e) {
+      log_line_noexcept("command failed: ", e.what());
+    } catch (...) {
+      log_line_noexcept("command failed: ", "unknown exception");
+    }
     return check(kHardwareError, kAscInternalTargetFailure);
   }
 }
@@ -101,6 +113,7 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
     return check(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
   if (offset % esize || data.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+  if (data.empty()) return good();  // a WRITE of 0 blocks is no push
   auto& k = shard_->counters();
   if (role_ == LuRole::grad) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -133,7 +146,10 @@ LuOutcome ServedLu::write_same(const LuCommand& cmd) {
                                                              : check(kIllegalRequest, kAscInvalidOpcode);
   const std::uint64_t cap = capacity_bytes();
   if (cmd.offset > cap) return check(kIllegalRequest, kAscLbaOutOfRange);
-  const std::uint64_t total = cmd.transfer_length ? cmd.transfer_length : cap - cmd.offset;
+  // The length comes from the CDB: tgt's transfer length is 32 bits and wraps for WRITE SAME(16) of 4 GiB or
+  // more. NUMBER OF LOGICAL BLOCKS 0 means "to the end of the LU".
+  const std::uint64_t blocks = cmd.cdb[0] == kWriteSame10 ? get_be(cmd.cdb + 7, 2) : get_be(cmd.cdb + 10, 4);
+  const std::uint64_t total = blocks ? blocks * lu_block_bytes_ : cap - cmd.offset;
   if (total > cap - cmd.offset) return check(kIllegalRequest, kAscLbaOutOfRange);
   const bool unmap = cmd.cdb[1] & 0x08;
   const std::uint8_t lbdata = cmd.cdb[1] & 0x06;  // 0x02 LBDATA, 0x04 PBDATA: stamp each block's LBA

@@ -17,8 +17,8 @@ namespace blockps {
 inline constexpr std::uint64_t kStatusLuBytes = 1 << 20;
 
 /// A command as the glue sees it. offset/transfer_length are in bytes (tgt has range-checked the LBA range
-/// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). For WRITE SAME, transfer_length 0 means
-/// "to the end of the LU" (tgt passes it through).
+/// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). tgt sets transfer_length for READ and WRITE
+/// only, in 32 bits: VERIFY uses the data length and WRITE SAME the CDB's block count.
 struct LuCommand {
   const std::uint8_t* cdb;
   std::uint64_t offset;

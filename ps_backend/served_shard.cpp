@@ -1,6 +1,7 @@
 #include "ps_backend/served_shard.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -95,6 +96,13 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
     if (std::string err = geometry_error(config.geometry); !err.empty()) return err;
 
     std::shared_ptr<ServedShard> shard(new ServedShard(path, config, shared_engine()));
+    // Two tgtd processes must never serve (and overwrite) one checkpoint file.
+    const std::string lock_path = path + ".lock";
+    shard->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (shard->lock_fd_ < 0) return "cannot open " + lock_path + ": " + std::strerror(errno);
+    if (::flock(shard->lock_fd_, LOCK_EX | LOCK_NB) != 0)
+      return errno == EWOULDBLOCK ? "checkpoint " + path + " is in use by another process (" + lock_path + " is locked)"
+                                  : "cannot lock " + lock_path + ": " + std::strerror(errno);
     if (from_checkpoint) {
       if (std::string err = load_checkpoint(path, shard->model_); !err.empty()) return err;
       shard->file_is_current_ = true;
@@ -115,14 +123,24 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
 }
 
 ServedShard::~ServedShard() {
-  if (periodic_.joinable()) {
-    periodic_.request_stop();
-    periodic_cv_.notify_all();
-    periodic_.join();
+  try {
+    if (periodic_.joinable()) {
+      periodic_.request_stop();
+      periodic_cv_.notify_all();
+      periodic_.join();
+    }
+    if (serving_ && dirty()) {
+      if (std::string err = checkpoint(); err.empty()) log_line(path_ + ": final checkpoint written");
+    }
+  } catch (...) {
+    log_line_noexcept("final checkpoint failed: ", path_.c_str());
   }
-  if (serving_ && (!file_is_current_ || checkpointed_mutations_ != mutations_.load())) {
-    if (std::string err = checkpoint(); err.empty()) log_line(path_ + ": final checkpoint written");
-  }
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
+}
+
+bool ServedShard::dirty() {
+  std::lock_guard lk(checkpoint_mutex_);
+  return checkpointed_mutations_ != mutations_.load(std::memory_order_acquire);
 }
 
 ShardConfig ServedShard::config() const {
@@ -155,11 +173,13 @@ std::string ServedShard::checkpoint() {
     checkpointed_mutations_ = at_start;
     counters_.checkpoints.fetch_add(1, std::memory_order_relaxed);
     last_checkpoint_unix_.store(now_unix());
+    std::lock_guard e(error_mutex_);
     last_checkpoint_error_.clear();
   } else {
     counters_.checkpoint_errors.fetch_add(1, std::memory_order_relaxed);
-    last_checkpoint_error_ = err;
     log_line(path_ + ": " + err);
+    std::lock_guard e(error_mutex_);
+    last_checkpoint_error_ = err;
   }
   return err;
 }
@@ -171,7 +191,11 @@ void ServedShard::periodic_checkpoints(std::stop_token stop) {
     if (periodic_cv_.wait_for(lk, stop, period, [] { return false; })) break;
     if (stop.stop_requested()) break;
     lk.unlock();
-    checkpoint();
+    try {
+      if (dirty()) checkpoint();
+    } catch (...) {
+      log_line_noexcept("periodic checkpoint failed: ", path_.c_str());
+    }
     lk.lock();
   }
 }
@@ -207,9 +231,15 @@ std::string ServedShard::status_json() const {
   j["aggregation"] = {{"total_ns", rd(k.aggregation_ns)},
                       {"mean_ns", pushes ? rd(k.aggregation_ns) / pushes : 0},
                       {"max_ns", rd(k.aggregation_max_ns)}};
+  std::string last_error;
+  {
+    std::lock_guard e(error_mutex_);
+    last_error = last_checkpoint_error_;
+  }
   j["checkpoint"] = {{"count", rd(k.checkpoints)},
                      {"errors", rd(k.checkpoint_errors)},
-                     {"last_unix", last_checkpoint_unix_.load()}};
+                     {"last_unix", last_checkpoint_unix_.load()},
+                     {"last_error", last_error}};
   return j.dump(2) + "\n";
 }
 
@@ -220,6 +250,10 @@ std::string canonical_shard_path(const std::string& path, std::string& out) {
   const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
   if (name.empty() || name == "." || name == "..") return "the backing-store path " + path + " names no file";
   char resolved[PATH_MAX];
+  if (::realpath(path.c_str(), resolved)) {  // the file exists: symlinks and all resolved
+    out = resolved;
+    return "";
+  }
   if (!::realpath(dir.c_str(), resolved))
     return "the directory of " + path + " does not exist or cannot be resolved: " + std::strerror(errno);
   out = std::string(resolved) + (std::string(resolved) == "/" ? "" : "/") + name;
@@ -236,6 +270,7 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ShardRegistry::attach(co
   std::string canonical;
   if (std::string err = canonical_shard_path(path, canonical); !err.empty()) return err;
   std::lock_guard lk(mutex_);
+  std::erase_if(shards_, [](const auto& entry) { return entry.second.expired(); });
   if (auto it = shards_.find(canonical); it != shards_.end()) {
     if (auto shard = it->second.lock()) {
       ShardConfig merged;

@@ -34,7 +34,7 @@ class ServedShard {
   static std::variant<std::shared_ptr<ServedShard>, std::string> create(const std::string& path,
                                                                         const LuOptions& opts);
   /// Writes a last checkpoint when the weights changed since the last one (nothing is lost on a clean stop);
-  /// only for a shard that opened successfully.
+  /// only for a shard that opened successfully. Never throws.
   ~ServedShard();
 
   const std::string& path() const { return path_; }
@@ -50,6 +50,8 @@ class ServedShard {
   /// Write a checkpoint that holds at least every change completed before the call; concurrent calls share one
   /// write. "" or the reason.
   std::string checkpoint();
+  /// Changes completed since the last checkpoint (periodic and final checkpoints write only then).
+  bool dirty();
 
   /// The status page (JSON) as the status LU serves it.
   std::string status_json() const;
@@ -71,9 +73,11 @@ class ServedShard {
   std::atomic<std::uint64_t> mutations_{0};
   std::mutex checkpoint_mutex_;                 // one checkpoint write at a time
   bool file_is_current_ = false;                // the file holds the state as of checkpointed_mutations_
-  std::uint64_t checkpointed_mutations_ = 0;
+  std::uint64_t checkpointed_mutations_ = 0;    // a new shard's init counts as current: it is reproducible
   std::atomic<std::uint64_t> last_checkpoint_unix_{0};
-  std::string last_checkpoint_error_;           // guarded by checkpoint_mutex_
+  mutable std::mutex error_mutex_;              // not checkpoint_mutex_: the status page must not wait on a write
+  std::string last_checkpoint_error_;
+  int lock_fd_ = -1;                            // flock on PATH.lock: one process per checkpoint file
 
   std::mutex periodic_mutex_;
   std::condition_variable_any periodic_cv_;
@@ -93,7 +97,8 @@ class ShardRegistry {
   std::map<std::string, std::weak_ptr<ServedShard>> shards_;
 };
 
-/// "/d/./m.ckpt" -> "/d/m.ckpt": the directory resolved with realpath (it must exist), the file name kept.
+/// "/d/./m.ckpt" -> "/d/m.ckpt": resolved with realpath (symlinks too) when the file exists, else its directory
+/// (which must exist) with the file name kept.
 /// Returns "" and sets `out`, or the reason.
 std::string canonical_shard_path(const std::string& path, std::string& out);
 

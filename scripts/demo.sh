@@ -15,8 +15,14 @@ steps=40
 build_first=1
 while [ $# -gt 0 ]; do
   case $1 in
-    --steps) [ $# -ge 2 ] && [[ $2 =~ ^[0-9]+$ ]] && [ "$2" -ge 1 ] || { echo "demo: --steps needs a whole number >= 1" >&2; exit 2; }
-      steps=$2; shift 2 ;;
+    --steps)
+      if [ $# -lt 2 ] || ! [[ $2 =~ ^[0-9]+$ ]] || [ "$2" -lt 1 ]; then
+        echo "demo: --steps needs a whole number >= 1" >&2
+        exit 2
+      fi
+      steps=$2
+      shift 2
+      ;;
     --no-build) build_first=; shift ;;
     -h | --help) sed -n '2,9p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument '$1' (--steps N, --no-build, --help)" >&2; exit 2 ;;

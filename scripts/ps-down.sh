@@ -4,11 +4,13 @@
 #   scripts/ps-down.sh                 every shard recorded under $BLOCKPS_STATE_DIR (default /run/blockps)
 #   scripts/ps-down.sh CONF...         the shards of these conf files (named after the file, without .conf)
 #
-# For each shard: deletes its targets with --force (sessions are dropped; a blockps shard writes its checkpoint
-# when its last LU closes), shuts tgtd down (`tgtadm --op delete --mode system`), waits up to
+# For each shard: sets its targets offline (new commands get BUSY) and deletes them with --force, retrying while
+# commands drain (sessions are dropped; a blockps shard writes its final checkpoint when its last LU closes),
+# shuts tgtd down (`tgtadm --op delete --mode system`), waits up to
 # BLOCKPS_STOP_TIMEOUT_S (default 10) and then sends SIGKILL, and removes the shard's state. Safe to run again:
 # a shard that is not running is reported and skipped. The last tgtd log is kept as
-# $BLOCKPS_STATE_DIR/NAME.last-tgtd.log. Exits non-zero only if a tgtd survived SIGKILL.
+# $BLOCKPS_STATE_DIR/NAME.last-tgtd.log. Exits non-zero if a target could not be deleted in time (its final
+# checkpoint was not written; said loudly) or a tgtd survived SIGKILL.
 set -euo pipefail
 
 blockps_prog=ps-down
@@ -60,13 +62,13 @@ for name in "${names[@]}"; do
   fi
   if [ -n "$pid" ] && tgtd_alive "$pid"; then
     if [ -n "$control" ]; then
-      if stop_tgtd "$control" "$pid" "$name"; then
-        say "$name: stopped tgtd pid $pid (control $control)"
-      else
-        warn "$name: tgtd pid $pid survived SIGKILL"
-        rc=1
-        continue
-      fi
+      stopped=0
+      stop_tgtd "$control" "$pid" "$name" || stopped=$?
+      case $stopped in
+        0) say "$name: stopped tgtd pid $pid (control $control)" ;;
+        2) warn "$name: stopped tgtd pid $pid, but without every final checkpoint (see above)"; rc=1 ;;
+        *) warn "$name: tgtd pid $pid survived SIGKILL"; rc=1; continue ;;
+      esac
     else
       kill -9 "$pid" 2>/dev/null || true
       say "$name: killed tgtd pid $pid"

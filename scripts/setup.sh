@@ -78,11 +78,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   [ "$rc" = 0 ] || die "apt-get install failed (exit $rc)"
 fi
 
-# A tgtd that a package script may have started would hold port 3260: stop it (ours run on their own ports).
-if pgrep -x tgtd >/dev/null && [ -S /var/run/tgtd/socket.0 ]; then
-  tgtadm -C 0 --op delete --mode system >/dev/null 2>&1 || true
-fi
-
 mkdir -p /usr/lib/tgt/backing-store
 
 # tgt's source, matching the installed tgtd exactly (the module uses tgt's internal struct layouts).

@@ -140,20 +140,39 @@ tgtd_tids() { # CONTROL
   "$TGTADM" -C "$1" --op show --mode target 2>/dev/null | sed -n 's/^Target \([0-9]*\): .*/\1/p'
 }
 
-# Stops the tgtd PID serving control number CONTROL: all targets deleted with --force (live sessions are
-# dropped), `--op delete --mode system`, a bounded wait, then SIGKILL. tgtd ignores SIGTERM. Returns 0 when
-# the process is gone (however it went), 1 when it survived SIGKILL (should not happen).
+# Stops the tgtd PID serving control number CONTROL, so that every blockps shard writes its final checkpoint
+# (a shard writes it when its last LU closes, i.e. when its target is deleted): targets are set offline (new
+# commands get BUSY, so a busy LU drains), deleted with --force (live sessions are dropped), retried until
+# BLOCKPS_STOP_TIMEOUT_S passes; then `--op delete --mode system`, a bounded wait, and SIGKILL (tgtd ignores
+# SIGTERM). Returns 0 when the process is gone with every target deleted, 2 when it is gone but a target could
+# not be deleted (its shard's updates since its last checkpoint are lost: said loudly), 1 when it survived
+# SIGKILL (should not happen).
 stop_tgtd() { # CONTROL PID [NAME]
-  local control=$1 pid=$2 name=${3:-tgtd} tid waited=0 limit
+  local control=$1 pid=$2 name=${3:-tgtd} tid waited=0 limit left rc=0
   if ! tgtd_alive "$pid"; then
     return 0
   fi
   for tid in $(tgtd_tids "$control"); do
-    "$TGTADM" -C "$control" --op delete --mode target --tid "$tid" --force >/dev/null 2>&1 ||
-      warn "$name: could not delete target $tid on control $control"
+    "$TGTADM" -C "$control" --op update --mode target --tid "$tid" -n state -v offline >/dev/null 2>&1 || true
   done
+  limit=$((BLOCKPS_STOP_TIMEOUT_S * 10))
+  while :; do
+    left=
+    for tid in $(tgtd_tids "$control"); do
+      "$TGTADM" -C "$control" --op delete --mode target --tid "$tid" --force >/dev/null 2>&1 || left="$left $tid"
+    done
+    if [ -z "$left" ] || [ "$waited" -ge "$limit" ]; then break; fi
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  if [ -n "$left" ]; then
+    warn "$name: target(s)$left on control $control still had commands in flight after ${BLOCKPS_STOP_TIMEOUT_S}s;" \
+      "their shards' final checkpoints were NOT written (updates since the last checkpoint are lost)"
+    rc=2
+  fi
   "$TGTADM" -C "$control" --op delete --mode system >/dev/null 2>&1 ||
     warn "$name: tgtd (control $control) refused to shut down; killing it"
+  waited=0
   limit=$((BLOCKPS_STOP_TIMEOUT_S * 10))
   while tgtd_alive "$pid" && [ "$waited" -lt "$limit" ]; do
     sleep 0.1
@@ -173,5 +192,5 @@ stop_tgtd() { # CONTROL PID [NAME]
   fi
   # tgtd leaves its control socket and lock file behind.
   rm -f "/var/run/tgtd/socket.$control" "/var/run/tgtd/socket.$control.lock"
-  return 0
+  return "$rc"
 }

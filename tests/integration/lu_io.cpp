@@ -6,10 +6,14 @@
 //   blockps_lu_io URL differs OFFSET LENGTH SEED  exit 0 when the LU does NOT hold the pattern, 1 when it does
 //   blockps_lu_io URL read   OFFSET LENGTH        raw bytes to stdout
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
+//   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
+//                                                 to 30 s or until the target stops answering (exit 0 either
+//                                                 way: for tests that stop a target under load)
 //
 // Sizes take K/M suffixes. The pattern is finite f32 values in [-1, 1) from a seeded generator, so it is valid
 // data for a weights or grad LU. Exit status: 0/1 as above, 2 on any error (message on stderr).
 // It logs in as $BLOCKPS_INITIATOR_IQN (default iqn.2026-11.io.blockps:lu-io).
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -75,8 +79,9 @@ int main(int argc, char** argv) {
   const std::string url = argv[1];
   const std::string cmd = argv[2];
   std::uint64_t offset = 0, length = 0, seed = 0;
-  const bool needs_range = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read";
-  const bool needs_seed = cmd == "write" || cmd == "verify" || cmd == "differs";
+  const bool needs_range =
+      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" || cmd == "pushloop";
+  const bool needs_seed = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop";
   if (needs_range && (argc < 5 || !parse_size(argv[3], offset) || !parse_size(argv[4], length))) {
     return fail(cmd + " needs OFFSET LENGTH (bytes, K/M/G suffixes allowed)");
   }
@@ -98,6 +103,21 @@ int main(int argc, char** argv) {
   if (cmd == "write") {
     ScsiResult r = lun.write(offset, float_pattern(length, seed));
     return r.ok() ? 0 : fail("WRITE: " + r.describe());
+  }
+  if (cmd == "pushloop") {
+    const std::vector<std::byte> pattern = float_pattern(length, seed);
+    blockps::PipelineSpec spec;
+    spec.direction = blockps::IoDirection::write;
+    spec.request_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(length, 1u << 20));
+    spec.queue_depth = 8;
+    spec.range_offset = offset;
+    spec.range_bytes = length;
+    spec.seconds = 30;
+    spec.write_source = pattern;
+    const blockps::PipelineResult r = lun.run_pipeline(spec);
+    std::cerr << "blockps_lu_io: pushloop: " << r.requests << " writes"
+              << (r.ok() ? std::string() : ", then: " + r.error.describe()) << "\n";
+    return 0;
   }
   std::vector<std::byte> data(length);
   if (!needs_range) return fail("unknown command " + cmd);

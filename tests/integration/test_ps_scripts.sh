@@ -197,6 +197,20 @@ step "ps-up again: the shards come back from their checkpoints"
 "$lu_io" "$u0/2" read 0 16M | cmp -s - "$tmp/snap0" || fail "shard0 weights differ from before ps-down"
 "$lu_io" "$u1/2" read 0 16M | cmp -s - "$tmp/snap1" || fail "shard1 weights differ from before ps-down"
 pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
+
+step "ps-down while a worker pushes: every update that completed is in the final checkpoint"
+# A worker pushing 1 MiB gradients at queue depth 8, back to back; ps-down must drain it (targets offline, then deleted) and
+# write the final checkpoint instead of killing tgtd with commands in flight.
+"$lu_io" "$u0/1" pushloop 0 16M 17 2>"$tmp/pushloop.log" &
+pusher=$!
+sleep 1
+"$down" "${confs[@]}" >"$tmp/down.log" 2>&1 || { cat "$tmp/down.log"; fail "ps-down under load failed"; }
+grep -q "NOT written" "$tmp/down.log" && { cat "$tmp/down.log"; fail "ps-down under load lost the final checkpoint"; }
+wait "$pusher" || true
+no_shards_left "$pid0" "$pid1"
+"$up" "${confs[@]}" >/dev/null || fail "ps-up after ps-down under load failed"
+"$lu_io" "$u0/2" read 0 16M | cmp -s - "$tmp/snap0" && fail "the pushes made under load are not in the checkpoint"
+pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
 "$down" || fail "ps-down failed"
 no_shards_left "$pid0" "$pid1"
 echo "PASS"

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 #include <thread>
 #include <fstream>
 #include <vector>
@@ -44,8 +45,9 @@ TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
   const auto before = read_all(a->model());
 
   // The checkpoint restores the same weights, and further pushes give the same result on both (state and
-  // per-block step counts were restored too).
-  auto b = make_shard(path, "role=grad;size=2560;block=1K;opt=adam;lr=0.01");
+  // per-block step counts were restored too). A copy of the file: `a` holds the lock on the original.
+  std::filesystem::copy_file(path, dir.file("copy.ckpt"));
+  auto b = make_shard(dir.file("copy.ckpt"), "role=grad;size=2560;block=1K;opt=adam;lr=0.01");
   ASSERT_TRUE(b);
   EXPECT_EQ(read_all(b->model()), before);
   const auto g = floats(640, 0.25f, -0.003f);
@@ -177,11 +179,42 @@ TEST(Checkpoint, PeriodicCheckpointsWriteOnlyWhenSomethingChanged) {
   std::this_thread::sleep_for(std::chrono::milliseconds(2500));
   EXPECT_EQ(s->counters().checkpoints.load(), 1u) << "periodic checkpoints rewrote an unchanged shard";
   // What was written is the pushed state.
+  s.reset();
   auto back = ServedShard::create(dir.file("./m.ckpt"), unit::options("role=weights"));
   ASSERT_TRUE(std::holds_alternative<std::shared_ptr<ServedShard>>(back));
   std::vector<std::byte> w(4096);
   std::get<std::shared_ptr<ServedShard>>(back)->model().read_weights(0, w);
   EXPECT_EQ(w, g);
+}
+
+}  // namespace
+}  // namespace blockps
+
+namespace blockps {
+namespace {
+
+// Two processes (or two shards of one process that bypass the registry) must not serve one checkpoint file.
+TEST(Checkpoint, ASecondOpenerOfTheSameFileIsRefused) {
+  unit::TempDir dir;
+  auto first = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
+  ASSERT_TRUE(first);
+  auto second = ServedShard::create(dir.file("m.ckpt"), unit::options("role=grad;size=4K"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(second));
+  EXPECT_NE(std::get<std::string>(second).find("is in use by another process"), std::string::npos)
+      << std::get<std::string>(second);
+  first.reset();
+  EXPECT_TRUE(unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K"));
+}
+
+// A shard that was opened and closed without any change leaves the file as it was (empty): a start that failed
+// half-way (a later LU refused) must not leave a checkpoint that then refuses the corrected config.
+TEST(Checkpoint, AnUnchangedNewShardWritesNoFinalCheckpoint) {
+  unit::TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  std::ofstream(path).close();
+  unit::make_shard(path, "role=grad;size=64K;init=normal:1").reset();
+  EXPECT_FALSE(checkpoint_exists(path));
+  EXPECT_TRUE(unit::make_shard(path, "role=grad;size=32K"));
 }
 
 }  // namespace

@@ -139,8 +139,9 @@ TEST(ServedLu, VerifyComparesWithTheWeights) {
 TEST(ServedLu, WriteSameRepeatsTheBlockAndStampsLbas) {
   Lus l("role=weights;size=4K");
   std::vector<std::byte> pattern(512, std::byte{0xab});
-  const auto c = cdb16(kWriteSame16, 0x02);  // LBDATA
-  ASSERT_EQ(l.weights.execute({c.data(), 1024, 2048, {}, pattern}).status, kGood);
+  auto c = cdb16(kWriteSame16, 0x02);  // LBDATA
+  c[13] = 4;                           // NUMBER OF LOGICAL BLOCKS: 4 (tgt's 32-bit transfer length is not used)
+  ASSERT_EQ(l.weights.execute({c.data(), 1024, 0, {}, pattern}).status, kGood);
   std::vector<std::byte> out(4096);
   do_read(l.weights, 0, out);
   EXPECT_EQ(out[1023], std::byte{0});
@@ -165,7 +166,10 @@ TEST(ServedLu, SynchronizeCacheWritesACheckpoint) {
   EXPECT_EQ(l.shard->counters().checkpoints.load(), 1u);
   const auto immed = cdb16(kSynchronizeCache16, 0x02);
   EXPECT_EQ(l.grad.execute({immed.data(), 0, 0, {}, {}}).asc, kAscInvalidFieldInCdb);
-  // A FUA write is durable when it completes.
+  // A FUA write is durable when it completes; a WRITE of 0 blocks is no push.
+  const auto w0 = cdb16(kWrite16);
+  EXPECT_EQ(l.grad.execute({w0.data(), 0, 0, {}, {}}).status, kGood);
+  EXPECT_EQ(l.shard->counters().pushes.load(), 0u);
   ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(512, std::byte{1}), kWrite16, 0x08).status, kGood);
   EXPECT_EQ(l.shard->counters().checkpoints.load(), 2u);
 }
