@@ -58,10 +58,20 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
       return (w.status != kGood || !is_write_verify(op)) ? w : verify(cmd.offset, cmd.out.first(len));
     }
     if (is_verify(op)) {
-      // BYTCHK (byte 1, bits 1-2) set: compare the data sent with the medium; clear: nothing to check in memory.
-      // tgt's sbc_verify does not set the transfer length: the data that came with the command is the range.
-      if (!(cmd.cdb[1] & 0x06) || cmd.out.empty()) return good();
-      return verify(cmd.offset, cmd.out);
+      // BYTCHK (byte 1, bits 1-2): 00b nothing to compare in memory; 01b the data sent is the range; 11b one
+      // block sent, compared with every block of the range (tgt lets 01b and 11b through and does not set the
+      // transfer length: the range comes from the CDB).
+      const std::uint8_t bytchk = (cmd.cdb[1] >> 1) & 0x03;
+      if (bytchk == 0 || cmd.out.empty()) return good();
+      if (bytchk == 0x01) return verify(cmd.offset, cmd.out);
+      if (bytchk != 0x03 || cmd.out.size() < lu_block_bytes_) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+      const std::uint64_t blocks = op == kVerify10 ? get_be(cmd.cdb + 7, 2)
+                                   : op == kVerify12 ? get_be(cmd.cdb + 6, 4)
+                                                     : get_be(cmd.cdb + 10, 4);
+      for (std::uint64_t b = 0; b < blocks; ++b)
+        if (LuOutcome r = verify(cmd.offset + b * lu_block_bytes_, cmd.out.first(lu_block_bytes_)); r.status != kGood)
+          return r;
+      return good();
     }
     switch (op) {
       case kWriteSame10:

@@ -132,6 +132,14 @@ TEST(ServedLu, VerifyComparesWithTheWeights) {
   r = l.weights.execute({v.data(), 0, 0, {}, block});
   EXPECT_EQ(r.sense_key, kMiscompare);
   EXPECT_EQ(r.asc, kAscMiscompareDuringVerify);
+  // BYTCHK=11b: one block compared with every block of the range (here 2 blocks of the same pattern).
+  std::vector<std::byte> same(512, std::byte{0x11});
+  ASSERT_EQ(do_write(l.weights, 1024, std::vector<std::byte>(1024, std::byte{0x11})).status, kGood);
+  auto v11 = cdb16(kVerify16, 0x06);
+  v11[13] = 2;
+  EXPECT_EQ(l.weights.execute({v11.data(), 1024, 0, {}, same}).status, kGood);
+  v11[13] = 3;  // the third block holds zeros
+  EXPECT_EQ(l.weights.execute({v11.data(), 1024, 0, {}, same}).sense_key, kMiscompare);
   // The data read back from a grad LU is weights, never the gradient just sent: refused.
   EXPECT_EQ(do_write(l.grad, 0, block, kWriteVerify16).asc, kAscInvalidOpcode);
 }
