@@ -198,15 +198,20 @@ void ModelShard::fill_weights(const std::function<float(std::uint64_t element)>&
 }
 
 void ModelShard::for_each_block(const std::function<void(const BlockView&)>& visit) const {
-  const Storage& s = *storage_;
-  for (std::uint64_t b = 0; b < s.layout.blocks(); ++b) {
-    std::shared_lock lock(s.blocks[b].lock);
-    const std::uint64_t begin = s.block_begin(b);
-    const std::size_t n = s.layout.elements_in_block(b);
-    BlockView view{.index = b, .step = s.blocks[b].step, .weights = {s.weights.get() + begin, n}, .state = {}};
-    for (int slot = 0; slot < s.slots; ++slot) view.state[slot] = {s.state_at(slot, begin), n};
-    visit(view);
+  for (std::uint64_t b = 0; visit_block(b, visit); ++b) {
   }
+}
+
+bool ModelShard::visit_block(std::uint64_t b, const std::function<void(const BlockView&)>& visit) const {
+  const Storage& s = *storage_;
+  if (b >= s.layout.blocks()) return false;
+  std::shared_lock lock(s.blocks[b].lock);
+  const std::uint64_t begin = s.block_begin(b);
+  const std::size_t n = s.layout.elements_in_block(b);
+  BlockView view{.index = b, .step = s.blocks[b].step, .weights = {s.weights.get() + begin, n}, .state = {}};
+  for (int slot = 0; slot < s.slots; ++slot) view.state[slot] = {s.state_at(slot, begin), n};
+  visit(view);
+  return true;
 }
 
 bool ModelShard::restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,

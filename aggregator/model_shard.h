@@ -79,6 +79,8 @@ class ModelShard {
   /// Visit every block in order, each under its (shared) lock: for checkpoints. The view's spans are valid only
   /// during the call.
   void for_each_block(const std::function<void(const BlockView&)>& visit) const;
+  /// Visit one block under its (shared) lock; false when there is no such block.
+  bool visit_block(std::uint64_t index, const std::function<void(const BlockView&)>& visit) const;
   /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
   /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
   /// or a span has the wrong size.

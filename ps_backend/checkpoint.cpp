@@ -181,12 +181,18 @@ std::string write_checkpoint(const std::string& path, const ModelShard& shard, c
   const std::string text = header.dump();
   const auto len = static_cast<std::uint32_t>(text.size());
   bool ok = out.put(kMagic, sizeof kMagic) && out.put(&len, sizeof len) && out.put(text.data(), len);
+  // Each block is copied out under its lock and written after the lock is released: a push to a block never
+  // waits for the disk.
   const int slots = state_slots(config.optimizer.kind);
-  shard.for_each_block([&](const BlockView& v) {
-    if (!ok) return;
-    ok = out.put(&v.step, sizeof v.step) && out.put(v.weights.data(), v.weights.size_bytes());
-    for (int s = 0; s < slots && ok; ++s) ok = out.put(v.state[s].data(), v.state[s].size_bytes());
-  });
+  std::vector<float> staged;
+  std::uint64_t step = 0;
+  const auto stage = [&](const BlockView& v) {
+    step = v.step;
+    staged.assign(v.weights.begin(), v.weights.end());
+    for (int s = 0; s < slots; ++s) staged.insert(staged.end(), v.state[s].begin(), v.state[s].end());
+  };
+  for (std::uint64_t b = 0; ok && shard.visit_block(b, stage); ++b)
+    ok = out.put(&step, sizeof step) && out.put(staged.data(), staged.size() * sizeof(float));
   const std::uint32_t crc = out.crc();
   ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
   if (!ok || ::fsync(f.fd) != 0) {
