@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -57,6 +58,12 @@ const char* status_name(int status) {
     default:
       return "unknown status";
   }
+}
+
+// libiscsi's error texts sometimes end in a newline.
+std::string without_trailing_space(std::string text) {
+  while (!text.empty() && std::isspace(static_cast<unsigned char>(text.back()))) text.pop_back();
+  return text;
 }
 
 ScsiResult usage_error(std::string message) { return ScsiResult{kScsiTransportError, 0, 0, std::move(message)}; }
@@ -142,10 +149,17 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
   const std::string portal = parsed->portal;
   const std::string target = parsed->target;
   const int lun = parsed->lun;
+  const bool iser = parsed->transport == ISER_TRANSPORT;
   iscsi_set_targetname(ctx, parsed->target);
   iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
   if (parsed->user[0] != '\0') iscsi_set_initiator_username_pwd(ctx, parsed->user, parsed->passwd);
   iscsi_destroy_url(parsed);
+  if (iser && iscsi_init_transport(ctx, ISER_TRANSPORT) != 0) {
+    std::string msg = "iSER URL '" + url + "' refused: this libiscsi cannot use iSER here (" + iscsi_get_error(ctx) +
+                      "); use an iscsi:// URL (TCP) or a kernel initiator's device";
+    iscsi_destroy_context(ctx);
+    return Status::Error(msg);
+  }
   iscsi_set_header_digest(ctx, options.header_digest ? ISCSI_HEADER_DIGEST_CRC32C : ISCSI_HEADER_DIGEST_NONE);
   // The parameters that make writes fast (ENVIRONMENT.md). libiscsi 1.19 has setters only for these two; it
   // always offers MaxRecvDataSegmentLength, FirstBurstLength and MaxBurstLength of 262144 (lib/init.c), so
@@ -155,8 +169,10 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
   iscsi_set_timeout(ctx, static_cast<int>(options.timeout.count()));
   if (!options.auto_reconnect) iscsi_set_noautoreconnect(ctx, 1);
   if (iscsi_full_connect_sync(ctx, portal.c_str(), lun) != 0) {
-    std::string msg = "iSCSI login to " + portal + " target " + target + " LUN " + std::to_string(lun) + " as " +
-                      initiator_iqn + " failed: " + iscsi_get_error(ctx);
+    std::string msg = std::string(iser ? "iSER" : "iSCSI") + " login to " + portal + " target " + target + " LUN " +
+                      std::to_string(lun) + " as " + initiator_iqn +
+                      " failed: " + without_trailing_space(iscsi_get_error(ctx));
+    if (iser) msg += " (iSER needs a working RDMA device on this host; iscsi:// URLs use TCP)";
     iscsi_destroy_context(ctx);
     return Status::Error(msg);
   }
@@ -226,7 +242,7 @@ ScsiResult IscsiLun::service_once(int timeout_ms) {
   const int n = ::poll(&p, 1, timeout_ms);
   if (n < 0) {
     if (errno == EINTR) return {};
-    return transport_failure(std::string("poll: ") + std::strerror(errno));
+    return transport_failure(std::string("poll: ") + errno_message(errno));
   }
   if (n > 0 && iscsi_service(ctx_, p.revents) < 0) return transport_failure("connection to " + url_ + " failed");
   return {};
@@ -472,6 +488,113 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
     if (s.busy && !s.done && s.task != nullptr) {
       scsi_free_scsi_task(s.task);
       s.task = nullptr;
+    }
+  }
+  return result;
+}
+
+CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, int queue_depth) {
+  CommandBatchResult result;
+  if (queue_depth < 1) {
+    result.error = usage_error("queue depth " + std::to_string(queue_depth) + " must be >= 1");
+    return result;
+  }
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    if (ScsiResult r = check_range(commands[i].offset, commands[i].bytes()); !r.ok()) {
+      result.error = r;
+      result.failed_command = i;
+      return result;
+    }
+  }
+  struct Slot {
+    Completion c;
+    std::vector<scsi_iovec> iov;  // must live until the command completes
+    std::size_t command = 0;
+  };
+  std::vector<Slot> slots(
+      static_cast<std::size_t>(std::min<std::size_t>(queue_depth, std::max<std::size_t>(commands.size(), 1))));
+  std::size_t next = 0;
+  int in_flight = 0;
+  bool issuing = true;
+  auto fail = [&](ScsiResult r, std::size_t command) {
+    if (result.error.ok()) {
+      result.error = std::move(r);
+      result.failed_command = command;
+    }
+    issuing = false;
+  };
+  auto last_progress = Clock::now();
+  for (;;) {
+    for (Slot& s : slots) {
+      if (!issuing || next >= commands.size() || ctx_ == nullptr) break;
+      if (s.c.busy) continue;
+      const LuCommand& cmd = commands[next];
+      s.iov.clear();
+      for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
+      s.c.done = false;
+      s.c.result = {};
+      s.command = next;
+      const std::uint64_t lba = cmd.offset / block_size_;
+      const auto bytes = static_cast<std::uint32_t>(cmd.bytes());
+      const int niov = static_cast<int>(s.iov.size());
+      if (cmd.direction == IoDirection::write) {
+        s.c.task = iscsi_write16_iov_task(ctx_, lun_, lba, nullptr, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+                                          &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
+      } else {
+        s.c.task = iscsi_read16_iov_task(ctx_, lun_, lba, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+                                         &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
+      }
+      if (s.c.task == nullptr) {
+        fail(usage_error(std::string(cmd.direction == IoDirection::write ? "WRITE 16" : "READ 16") +
+                         " not queued: " + iscsi_get_error(ctx_)),
+             next);
+        break;
+      }
+      s.c.busy = true;
+      ++in_flight;
+      ++next;
+    }
+    if (in_flight == 0) break;
+    if (ctx_ == nullptr) {
+      fail(usage_error("not connected"), next);
+      break;
+    }
+    if (ScsiResult r = service_once(100); !r.ok()) {
+      std::size_t first_busy = next;
+      for (Slot& s : slots)
+        if (s.c.busy && !s.c.done) first_busy = std::min(first_busy, s.command);
+      fail(std::move(r), first_busy);
+      break;
+    }
+    bool progressed = false;
+    for (Slot& s : slots) {
+      if (!s.c.busy || !s.c.done) continue;
+      s.c.busy = false;
+      --in_flight;
+      progressed = true;
+      if (!s.c.result.ok()) fail(s.c.result, s.command);
+    }
+    if (!result.error.ok() && result.error.status >= kScsiTransportCancelled && ctx_ != nullptr) {
+      (void)transport_failure("connection lost");  // see wait_for(): the session is unusable
+      break;
+    }
+    const auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (now - last_progress > options_.timeout) {
+      std::size_t first_busy = next;
+      for (Slot& s : slots)
+        if (s.c.busy && !s.c.done) first_busy = std::min(first_busy, s.command);
+      fail(transport_failure("no command completed for " + std::to_string(options_.timeout.count()) + " s"),
+           first_busy);
+      break;
+    }
+  }
+  // After a transport failure the context is gone: whatever libiscsi did not call back for is ours to free.
+  for (Slot& s : slots) {
+    if (s.c.busy && !s.c.done && s.c.task != nullptr) {
+      scsi_free_scsi_task(s.c.task);
+      s.c.task = nullptr;
     }
   }
   return result;

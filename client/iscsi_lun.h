@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "client/status.h"
 
@@ -56,6 +57,31 @@ struct ConnectOptions {
 
 enum class IoDirection { read, write };
 
+// A piece of memory that a command reads into or writes from (commands may scatter and gather).
+struct IoSegment {
+  std::byte* data = nullptr;
+  std::size_t bytes = 0;
+};
+
+// One READ or WRITE of the segments' bytes, back to back, at LU byte offset `offset`.
+struct LuCommand {
+  IoDirection direction = IoDirection::read;
+  std::uint64_t offset = 0;
+  std::vector<IoSegment> segments;
+  std::uint64_t bytes() const {
+    std::uint64_t n = 0;
+    for (const IoSegment& s : segments) n += s.bytes;
+    return n;
+  }
+};
+
+// What run_commands() did: ok, or the first command that failed and why.
+struct CommandBatchResult {
+  ScsiResult error;                // ok() when every command completed with GOOD
+  std::size_t failed_command = 0;  // index of the first failure in the batch
+  bool ok() const { return error.ok(); }
+};
+
 // One benchmark run: commands of request_bytes each, queue_depth in flight, offsets walking sequentially
 // through [range_offset, range_offset + range_bytes) and wrapping. Stops issuing when `requests` commands
 // were issued or `seconds` passed, whichever comes first (at least one limit is required); in-flight
@@ -91,7 +117,8 @@ class IscsiLun {
   IscsiLun(IscsiLun&& other) noexcept;
   IscsiLun& operator=(IscsiLun&& other) noexcept;
 
-  // Logs in to url ("iscsi://HOST:PORT/IQN/LUN") as initiator_iqn, offering ImmediateData=Yes and
+  // Logs in to url ("iscsi://HOST:PORT/IQN/LUN", or "iser://..." when libiscsi was built with iSER) as
+  // initiator_iqn, offering ImmediateData=Yes and
   // InitialR2T=No, and reads the LU's capacity (READ CAPACITY 16). Error when the URL is malformed, the
   // target is unreachable, login is refused or the LUN does not exist.
   Status connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options = {});
@@ -116,6 +143,11 @@ class IscsiLun {
 
   // Runs spec and measures it (see PipelineSpec).
   PipelineResult run_pipeline(const PipelineSpec& spec);
+
+  // Runs every command (READ16 / WRITE16 with the segments as the data buffer), at most queue_depth in
+  // flight, in the order given. After the first failure nothing more is issued; what is in flight is waited
+  // for. A transport failure drops the session (as in read()).
+  CommandBatchResult run_commands(std::span<const LuCommand> commands, int queue_depth);
 
  private:
   struct Completion;

@@ -1,6 +1,8 @@
 // The result of a client operation that has no other value: ok, or a message that says what went wrong.
 #pragma once
 
+#include <cstring>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -20,6 +22,40 @@ class [[nodiscard]] Status {
   explicit Status(std::string message)
       : message_(message.empty() ? std::string("unspecified error") : std::move(message)) {}
   std::string message_;
+};
+
+// strerror's text for an errno value (strerror_r: the client's I/O threads may fail at the same time).
+inline std::string errno_message(int err) {
+  char buffer[256] = {};
+  return ::strerror_r(err, buffer, sizeof buffer);  // the GNU variant: returns the text (maybe not buffer)
+}
+
+// A value or the error that prevented it (a Status that is not ok).
+template <class T>
+class [[nodiscard]] Result {
+ public:
+  Result(T value) : value_(std::move(value)) {}      // NOLINT(google-explicit-constructor): return value;
+  Result(Status error) : error_(std::move(error)) {  // NOLINT(google-explicit-constructor): return error;
+    if (error_->ok()) error_ = Status::Error("Result built from an ok Status without a value");
+  }
+
+  bool ok() const { return value_.has_value(); }
+  // Ok when there is a value, else the error.
+  Status status() const { return ok() ? Status::Ok() : *error_; }
+  const std::string& message() const {
+    static const std::string empty;
+    return ok() ? empty : error_->message();
+  }
+  T& value() & { return *value_; }
+  const T& value() const& { return *value_; }
+  T&& value() && { return std::move(*value_); }
+  T* operator->() { return &*value_; }
+  const T* operator->() const { return &*value_; }
+  T& operator*() & { return *value_; }
+
+ private:
+  std::optional<T> value_;
+  std::optional<Status> error_;
 };
 
 }  // namespace blockps

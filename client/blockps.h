@@ -1,0 +1,121 @@
+// libblockps: push gradients to and pull weights from a blockps parameter server, as a worker.
+//
+//   auto cluster = blockps::Cluster::open("cluster.toml");
+//   if (!cluster.ok()) { std::cerr << cluster.message() << "\n"; return 1; }
+//   std::vector<std::byte> weights((*cluster)->model_bytes()), grads(weights.size());
+//   blockps::Status s = (*cluster)->pull(weights);     // blocking
+//   blockps::Operation op = (*cluster)->push_async(grads); ... s = op.wait();
+//
+// The model is model_bytes() wire bytes (elements x dtype size) cut into blocks (cluster file [model]); the
+// layout (client/layout.h) puts each block on one shard. Every call moves whole blocks: runs of blocks that
+// are contiguous on one shard become one request of at most [client] max_request bytes, and all shards work
+// in parallel (one I/O thread per shard) with [client] queue_depth requests in flight each.
+//
+// Errors come back as values (Status / Result) naming the shard, the LU, the byte offsets and the reason
+// (SCSI status and sense, errno, disconnect). Nothing here throws or aborts. A Cluster is thread-safe: calls
+// from several threads are queued on each shard's I/O thread and run there one after another.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/cluster_file.h"
+#include "client/layout.h"
+#include "client/status.h"
+
+namespace blockps {
+
+namespace detail {
+struct OperationState;
+class ShardWorker;
+}  // namespace detail
+
+// Called once when an asynchronous operation has finished on every shard, with its outcome. It runs on one
+// of the cluster's I/O threads: keep it short and do not wait on another operation of the same cluster in it.
+// A request refused before any I/O (wrong buffer size, blocks outside the model) calls it at once, on the
+// calling thread.
+using CompletionCallback = std::function<void(const Status&)>;
+
+// A handle to an asynchronous push or pull. Copies share the operation. A default-made handle is finished
+// and ok.
+class Operation {
+ public:
+  Operation() = default;
+  explicit Operation(std::shared_ptr<detail::OperationState> state) : state_(std::move(state)) {}
+  // Blocks until every shard finished its part; the first failure, or ok.
+  Status wait() const;
+  // True when wait() would not block.
+  bool ready() const;
+
+ private:
+  std::shared_ptr<detail::OperationState> state_;
+};
+
+// One shard's status page (the status LU's JSON, NUL padding removed).
+struct ShardStatusPage {
+  std::string shard;
+  std::string json;
+};
+
+class Cluster {
+ public:
+  // Loads the cluster file, connects every LU of every shard (in parallel) and checks that each grad and
+  // weights LU has the capacity the layout gives its shard and that each shard's status page agrees with the
+  // file on size, dtype and block. Errors: the file's mistakes (see cluster_file.h), an LU that cannot be
+  // reached, a mismatch (naming the shard, the field and both values).
+  static Result<std::unique_ptr<Cluster>> open(const std::string& cluster_file);
+  static Result<std::unique_ptr<Cluster>> open(const ClusterConfig& config);
+  // Waits for the operations in flight, then closes every session.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const ClusterConfig& config() const { return config_; }
+  const Layout& layout() const { return *layout_; }
+  std::uint64_t model_bytes() const { return layout_->model_bytes(); }
+
+  // Whole model: `grads` / `weights` must be model_bytes() long. push writes the gradients to the grad LUs
+  // (each shard runs its optimizer); pull reads the current weights from the grad LUs.
+  Status push(std::span<const std::byte> grads);
+  Status pull(std::span<std::byte> weights);
+  // The same, asynchronous: the buffer must stay valid (and, for push, unchanged) until the operation is
+  // finished. `on_done` (optional) is called when it is.
+  Operation push_async(std::span<const std::byte> grads, CompletionCallback on_done = {});
+  Operation pull_async(std::span<std::byte> weights, CompletionCallback on_done = {});
+
+  // Global blocks [first_block, first_block + block_count): `data` holds exactly those blocks' model bytes
+  // (from layout().model_offset_of_block(first_block)).
+  Status push_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads);
+  Status pull_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights);
+  Operation push_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads,
+                              CompletionCallback on_done = {});
+  Operation pull_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights,
+                              CompletionCallback on_done = {});
+
+  // The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them
+  // (snapshot). No optimizer runs.
+  Status write_weights(std::span<const std::byte> weights);
+  Status read_weights(std::span<std::byte> weights);
+
+  // Every shard's status page, in cluster-file order.
+  Result<std::vector<ShardStatusPage>> status_pages();
+
+ private:
+  enum class Transfer { push, pull, assign_weights, read_weights };
+  Cluster(ClusterConfig config, std::unique_ptr<Layout> layout);
+  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
+                   std::size_t data_bytes, CompletionCallback on_done);
+  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
+                            std::size_t data_bytes, CompletionCallback& on_done);
+
+  ClusterConfig config_;
+  std::unique_ptr<Layout> layout_;
+  std::vector<std::unique_ptr<detail::ShardWorker>> shards_;
+};
+
+}  // namespace blockps

@@ -1,0 +1,379 @@
+// libblockps's Cluster: one I/O thread per shard owns that shard's LU sessions (libiscsi contexts are not
+// thread-safe, and one thread per shard is what lets every shard's queue stay full at once).
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "client/blockps.h"
+#include "client/transport.h"
+
+namespace blockps {
+namespace detail {
+
+// What an asynchronous operation waits for: one part per shard that has work in it.
+struct OperationState {
+  std::mutex mutex;
+  std::condition_variable finished_cv;
+  std::size_t parts_left = 0;
+  bool finished = false;
+  std::optional<Status> first_error;
+  CompletionCallback on_done;
+
+  void part_done(Status s) {
+    CompletionCallback callback;
+    Status outcome = Status::Ok();
+    {
+      std::lock_guard lock(mutex);
+      if (!s.ok() && !first_error) first_error = std::move(s);
+      if (--parts_left != 0) return;
+      finished = true;
+      outcome = first_error ? *first_error : Status::Ok();
+      callback = std::move(on_done);
+    }
+    finished_cv.notify_all();
+    if (callback) callback(outcome);
+  }
+};
+
+class ShardWorker {
+ public:
+  ShardWorker(const ShardSpec& spec, int queue_depth) : spec_(spec), queue_depth_(queue_depth) {}
+  ~ShardWorker() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    work_cv_.notify_all();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  const ShardSpec& spec() const { return spec_; }
+
+  // Connects the shard's three LUs. Called before start(), possibly on another thread than the I/O thread.
+  Status connect(const TransportOptions& options) {
+    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
+      auto t = open_lu_transport(spec_.lu(role), options);
+      if (!t.ok()) return Status::Error(lu_name(role) + ": " + t.message());
+      lus_[static_cast<int>(role)] = std::move(t.value());
+    }
+    return Status::Ok();
+  }
+
+  LuTransport& lu(LuRole role) { return *lus_[static_cast<int>(role)]; }
+  std::string lu_name(LuRole role) const {
+    return "shard '" + spec_.name + "' " + std::string(to_string(role)) + " LU (" + spec_.lu(role).text + ")";
+  }
+
+  void start() {
+    thread_ = std::thread([this] { serve(); });
+  }
+
+  // Queues a job for the I/O thread; its outcome finishes one part of `op`.
+  void post(std::function<Status()> job, std::shared_ptr<OperationState> op) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back({std::move(job), std::move(op)});
+    }
+    work_cv_.notify_one();
+  }
+
+  // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
+  // the model, for the message.
+  Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets) {
+    const std::optional<LuFailure> f = lu(role).run(commands, queue_depth_);
+    if (!f) return Status::Ok();
+    const LuCommand& c = commands[f->command];
+    std::string where = lu_name(role) + ": " + (c.direction == IoDirection::write ? "write" : "read") + " of " +
+                        std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
+    if (f->command < model_offsets.size())
+      where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
+    return Status::Error(where + " failed: " + f->reason);
+  }
+
+ private:
+  struct Job {
+    std::function<Status()> work;
+    std::shared_ptr<OperationState> op;
+  };
+
+  void serve() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mutex_);
+        work_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (jobs_.empty()) return;  // stopping, and every queued job is done
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      Status s = Status::Ok();
+      try {
+        s = job.work();
+      } catch (const std::exception& e) {  // e.g. bad_alloc: an error value, never an escape
+        s = Status::Error("shard '" + spec_.name + "': " + e.what());
+      }
+      job.op->part_done(std::move(s));
+    }
+  }
+
+  ShardSpec spec_;
+  int queue_depth_;
+  std::unique_ptr<LuTransport> lus_[3];
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable work_cv_;
+  std::deque<Job> jobs_;
+  bool stopping_ = false;
+};
+
+}  // namespace detail
+
+using detail::OperationState;
+using detail::ShardWorker;
+
+Status Operation::wait() const {
+  if (!state_) return Status::Ok();
+  std::unique_lock lock(state_->mutex);
+  state_->finished_cv.wait(lock, [&] { return state_->finished; });
+  return state_->first_error ? *state_->first_error : Status::Ok();
+}
+
+bool Operation::ready() const {
+  if (!state_) return true;
+  std::lock_guard lock(state_->mutex);
+  return state_->finished;
+}
+
+namespace {
+
+Operation finished(const Status& s, const CompletionCallback& on_done) {
+  auto state = std::make_shared<OperationState>();
+  state->finished = true;
+  if (!s.ok()) state->first_error = s;
+  if (on_done) on_done(s);
+  return Operation(std::move(state));
+}
+
+// The status page: JSON, NUL padded to the LU's capacity. Called on the shard's I/O thread or before it runs.
+Result<std::string> read_status_page(ShardWorker& shard) {
+  LuTransport& lu = shard.lu(LuRole::status);
+  constexpr std::uint64_t kPageBytes = std::uint64_t{1024} * 1024;
+  std::uint64_t bytes = std::min(lu.capacity_bytes(), kPageBytes);
+  bytes -= bytes % lu.block_size();
+  if (bytes == 0) return Status::Error(shard.lu_name(LuRole::status) + ": capacity 0: not a blockps status LU");
+  // O_DIRECT (posix transport) wants aligned memory: a vector of 4 KiB-aligned elements gives it.
+  struct alignas(4096) Page {
+    std::byte b[4096];
+  };
+  std::vector<Page> pages((bytes + 4095) / 4096);
+  std::vector<LuCommand> read{{IoDirection::read, 0, {{pages.front().b, static_cast<std::size_t>(bytes)}}}};
+  if (Status s = shard.run(LuRole::status, read, {}); !s.ok()) return s;
+  const char* text = reinterpret_cast<const char*>(pages.front().b);
+  return std::string(text, strnlen(text, bytes));
+}
+
+// Checks one shard's LUs and status page against what the file and the layout say.
+Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& config, const Layout& layout) {
+  const std::uint64_t need = layout.shard_bytes(index);
+  const std::string why = " (model " + std::to_string(config.model.size_bytes) + " bytes in blocks of " +
+                          std::to_string(config.model.block_bytes) + ", " + std::string(to_string(config.layout)) +
+                          " layout over " + std::to_string(config.shards.size()) + " shards)";
+  for (LuRole role : {LuRole::grad, LuRole::weights}) {
+    const std::uint64_t have = shard.lu(role).capacity_bytes();
+    if (have != need) {
+      return Status::Error(config.source + ": " + shard.lu_name(role) + ": capacity is " + std::to_string(have) +
+                           " bytes, the layout gives this shard " + std::to_string(need) + why);
+    }
+  }
+  auto page = read_status_page(shard);
+  if (!page.ok()) return page.status();
+  const std::string prefix = config.source + ": shard '" + shard.spec().name + "': status page ";
+  nlohmann::json j = nlohmann::json::parse(page.value(), nullptr, false);
+  if (j.is_discarded() || !j.contains("shard") || !j["shard"].is_object())
+    return Status::Error(prefix + "is not a blockps status page (no JSON object with a \"shard\" member)");
+  const nlohmann::json& s = j["shard"];
+  auto number = [&](const char* key) -> std::optional<std::uint64_t> {
+    if (!s.contains(key) || !s[key].is_number_unsigned()) return std::nullopt;
+    return s[key].get<std::uint64_t>();
+  };
+  const auto size = number("size");
+  const auto block = number("block");
+  const std::string dtype = s.contains("dtype") && s["dtype"].is_string() ? s["dtype"].get<std::string>() : "";
+  if (!size || !block || dtype.empty()) return Status::Error(prefix + "lacks shard.size, shard.dtype or shard.block");
+  if (*size != need)
+    return Status::Error(prefix + "says size = " + std::to_string(*size) + " bytes, the cluster file's layout needs " +
+                         std::to_string(need) + why);
+  if (dtype != to_string(config.model.dtype))
+    return Status::Error(prefix + "says dtype = " + dtype +
+                         ", the cluster file says dtype = " + std::string(to_string(config.model.dtype)));
+  if (*block != config.model.block_bytes)
+    return Status::Error(prefix + "says block = " + std::to_string(*block) +
+                         " bytes, the cluster file says block = " + std::to_string(config.model.block_bytes));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Cluster::Cluster(ClusterConfig config, std::unique_ptr<Layout> layout)
+    : config_(std::move(config)), layout_(std::move(layout)) {}
+
+Cluster::~Cluster() { shards_.clear(); }  // each worker finishes its queue, then its sessions close
+
+Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file) {
+  auto config = load_cluster_file(cluster_file);
+  if (!config.ok()) return config.status();
+  return open(config.value());
+}
+
+Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
+  try {
+    if (config.shards.empty()) return Status::Error(config.source + ": no shards");
+    auto layout = make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
+    std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(layout)));
+    const TransportOptions options{config.client.initiator, config.client.engine, config.client.queue_depth};
+    std::vector<std::optional<Status>> outcome(config.shards.size());
+    {
+      // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
+      std::vector<std::thread> openers;
+      for (std::size_t i = 0; i < config.shards.size(); ++i) {
+        cluster->shards_.push_back(std::make_unique<ShardWorker>(config.shards[i], config.client.queue_depth));
+      }
+      for (std::size_t i = 0; i < config.shards.size(); ++i) {
+        openers.emplace_back([&, i] {
+          ShardWorker& shard = *cluster->shards_[i];
+          Status s = shard.connect(options);
+          if (s.ok()) s = check_shard(shard, i, cluster->config_, *cluster->layout_);
+          outcome[i] = std::move(s);
+        });
+      }
+      for (std::thread& t : openers) t.join();
+    }
+    for (const auto& s : outcome)
+      if (!s->ok()) return *s;
+    for (auto& shard : cluster->shards_) shard->start();
+    return cluster;
+  } catch (const std::exception& e) {
+    return Status::Error(config.source + ": opening the cluster failed: " + e.what());
+  }
+}
+
+Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
+                          std::size_t data_bytes, CompletionCallback on_done) {
+  try {
+    return submit_or_throw(transfer, first_block, block_count, data, data_bytes, on_done);
+  } catch (const std::exception& e) {  // bad_alloc while building the requests: an error value, never an escape
+    return finished(Status::Error(std::string("request not started: ") + e.what()), on_done);
+  }
+}
+
+Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                                   std::byte* data, std::size_t data_bytes, CompletionCallback& on_done) {
+  const char* what = transfer == Transfer::push             ? "push"
+                     : transfer == Transfer::pull           ? "pull"
+                     : transfer == Transfer::assign_weights ? "write_weights"
+                                                            : "read_weights";
+  const std::uint64_t blocks = layout_->block_count();
+  if (first_block > blocks || block_count > blocks - first_block) {
+    return finished(Status::Error(std::string(what) + ": blocks [" + std::to_string(first_block) + ", " +
+                                  std::to_string(first_block + block_count) + ") are outside the model's " +
+                                  std::to_string(blocks) + " blocks"),
+                    on_done);
+  }
+  const std::uint64_t base = layout_->model_offset_of_block(first_block);
+  const std::uint64_t need = layout_->model_offset_of_block(first_block + block_count) - base;
+  if (data_bytes != need) {
+    return finished(
+        Status::Error(std::string(what) + ": the buffer holds " + std::to_string(data_bytes) + " bytes, blocks [" +
+                      std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
+                      std::to_string(need) + " bytes"),
+        on_done);
+  }
+  if (block_count == 0) return finished(Status::Ok(), on_done);
+
+  const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights;
+  const LuRole role = transfer == Transfer::push || transfer == Transfer::pull ? LuRole::grad : LuRole::weights;
+  struct ShardPart {
+    std::vector<LuCommand> commands;
+    std::vector<std::uint64_t> model_offsets;
+  };
+  std::vector<ShardPart> parts(shards_.size());
+  for (ShardRun& run : layout_->runs(first_block, block_count, config_.client.max_request_bytes)) {
+    LuCommand c{writing ? IoDirection::write : IoDirection::read, run.shard_offset, {}};
+    for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
+    parts[run.shard].model_offsets.push_back(run.pieces.front().model_offset);
+    parts[run.shard].commands.push_back(std::move(c));
+  }
+  auto state = std::make_shared<OperationState>();
+  state->on_done = std::move(on_done);
+  for (const ShardPart& p : parts) state->parts_left += p.commands.empty() ? 0 : 1;
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    if (parts[i].commands.empty()) continue;
+    ShardWorker* shard = shards_[i].get();
+    shard->post(
+        [shard, role, part = std::move(parts[i])] { return shard->run(role, part.commands, part.model_offsets); },
+        state);
+  }
+  return Operation(std::move(state));
+}
+
+namespace {
+// push only reads the caller's buffer; the commands take a non-const pointer because reads share them.
+std::byte* as_mutable(std::span<const std::byte> s) { return const_cast<std::byte*>(s.data()); }
+}  // namespace
+
+Status Cluster::push(std::span<const std::byte> grads) { return push_async(grads).wait(); }
+Status Cluster::pull(std::span<std::byte> weights) { return pull_async(weights).wait(); }
+
+Operation Cluster::push_async(std::span<const std::byte> grads, CompletionCallback on_done) {
+  return submit(Transfer::push, 0, layout_->block_count(), as_mutable(grads), grads.size(), std::move(on_done));
+}
+Operation Cluster::pull_async(std::span<std::byte> weights, CompletionCallback on_done) {
+  return submit(Transfer::pull, 0, layout_->block_count(), weights.data(), weights.size(), std::move(on_done));
+}
+
+Status Cluster::push_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads) {
+  return push_blocks_async(first_block, block_count, grads).wait();
+}
+Status Cluster::pull_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights) {
+  return pull_blocks_async(first_block, block_count, weights).wait();
+}
+Operation Cluster::push_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                     std::span<const std::byte> grads, CompletionCallback on_done) {
+  return submit(Transfer::push, first_block, block_count, as_mutable(grads), grads.size(), std::move(on_done));
+}
+Operation Cluster::pull_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights,
+                                     CompletionCallback on_done) {
+  return submit(Transfer::pull, first_block, block_count, weights.data(), weights.size(), std::move(on_done));
+}
+
+Status Cluster::write_weights(std::span<const std::byte> weights) {
+  return submit(Transfer::assign_weights, 0, layout_->block_count(), as_mutable(weights), weights.size(), {}).wait();
+}
+Status Cluster::read_weights(std::span<std::byte> weights) {
+  return submit(Transfer::read_weights, 0, layout_->block_count(), weights.data(), weights.size(), {}).wait();
+}
+
+Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
+  std::vector<ShardStatusPage> pages(shards_.size());
+  auto state = std::make_shared<OperationState>();
+  state->parts_left = shards_.size();
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    ShardWorker* shard = shards_[i].get();
+    pages[i].shard = shard->spec().name;
+    shard->post(
+        [shard, &page = pages[i]] {
+          auto text = read_status_page(*shard);
+          if (!text.ok()) return text.status();
+          page.json = std::move(text.value());
+          return Status::Ok();
+        },
+        state);
+  }
+  if (Status s = Operation(state).wait(); !s.ok()) return s;
+  return pages;
+}
+
+}  // namespace blockps

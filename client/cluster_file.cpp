@@ -1,0 +1,367 @@
+#include "client/cluster_file.h"
+
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+namespace blockps {
+
+std::string_view to_string(ModelDtype dtype) {
+  switch (dtype) {
+    case ModelDtype::f32:
+      return "f32";
+    case ModelDtype::bf16:
+      return "bf16";
+    case ModelDtype::f16:
+      return "f16";
+  }
+  return "?";
+}
+
+std::size_t element_bytes(ModelDtype dtype) { return dtype == ModelDtype::f32 ? 4 : 2; }
+
+std::string_view to_string(PosixEngine engine) {
+  switch (engine) {
+    case PosixEngine::psync:
+      return "psync";
+    case PosixEngine::libaio:
+      return "libaio";
+    case PosixEngine::io_uring:
+      return "io_uring";
+  }
+  return "?";
+}
+
+std::string_view to_string(LuRole role) {
+  switch (role) {
+    case LuRole::grad:
+      return "grad";
+    case LuRole::weights:
+      return "weights";
+    case LuRole::status:
+      return "status";
+  }
+  return "?";
+}
+
+const LuAddress& ShardSpec::lu(LuRole role) const {
+  return role == LuRole::grad ? grad : role == LuRole::weights ? weights : status;
+}
+
+bool parse_byte_count(std::string_view text, std::uint64_t& bytes) {
+  if (text.empty()) return false;
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
+  if (ec != std::errc{} || end == text.data()) return false;
+  std::string_view suffix(end, static_cast<std::size_t>(text.data() + text.size() - end));
+  int shift = 0;
+  if (suffix == "K")
+    shift = 10;
+  else if (suffix == "M")
+    shift = 20;
+  else if (suffix == "G")
+    shift = 30;
+  else if (suffix == "T")
+    shift = 40;
+  else if (!suffix.empty())
+    return false;
+  if (shift != 0 && n > (~std::uint64_t{0} >> shift)) return false;
+  bytes = n << shift;
+  return true;
+}
+
+std::string default_initiator_iqn() {
+  char host[256] = {};
+  if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "unknown");
+  // IQN names are lower case letters, digits, '-', '.' and ':' (RFC 3720 3.2.6.3.1).
+  std::string name;
+  for (const char* c = host; *c != '\0'; ++c) {
+    const unsigned char u = static_cast<unsigned char>(*c);
+    name += std::isalnum(u) || *c == '-' || *c == '.' ? static_cast<char>(std::tolower(u)) : '-';
+  }
+  return "iqn.2026-11.io.blockps:worker-" + name + "-" + std::to_string(::getpid());
+}
+
+namespace {
+
+// Builds the messages: "FILE: [section] key = VALUE: what is allowed".
+struct Where {
+  const std::string& source;
+  std::string section;  // "model", "shard 'shard0'" ...
+
+  Status bad(std::string_view key, const std::string& seen, std::string_view allowed) const {
+    return Status::Error(source + ": [" + section + "] " + std::string(key) + " = " + seen + ": " +
+                         std::string(allowed));
+  }
+};
+
+std::string show(const toml::node& node) {
+  std::ostringstream out;
+  if (node.is_string()) {
+    out << '"' << *node.value<std::string>() << '"';
+  } else if (node.is_table()) {
+    out << "(a table)";
+  } else if (node.is_array()) {
+    out << "(an array)";
+  } else if (auto i = node.value_exact<std::int64_t>()) {
+    out << *i;
+  } else if (auto f = node.value_exact<double>()) {
+    out << *f;
+  } else if (auto b = node.value_exact<bool>()) {
+    out << (*b ? "true" : "false");
+  } else {
+    out << "(a date or time)";
+  }
+  return out.str();
+}
+
+Status refuse_unknown_keys(const Where& w, const toml::table& table, std::initializer_list<std::string_view> known) {
+  for (const auto& [key, node] : table) {
+    bool found = false;
+    std::string list;
+    for (std::string_view k : known) {
+      found = found || key.str() == k;
+      list += (list.empty() ? "" : ", ") + std::string(k);
+    }
+    if (!found) {
+      return Status::Error(w.source + ": [" + w.section + "] unknown key '" + std::string(key.str()) +
+                           "' (known: " + list + ")");
+    }
+  }
+  return Status::Ok();
+}
+
+// A byte count given as "32M" or as an integer; `check` says what else it must satisfy (empty: ok).
+template <class Check>
+Status read_bytes(const Where& w, const toml::table& t, std::string_view key, bool required, std::uint64_t& out,
+                  std::string_view allowed, Check check) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) {
+    if (required)
+      return Status::Error(w.source + ": [" + w.section + "] " + std::string(key) + " is required (" +
+                           std::string(allowed) + ")");
+    return Status::Ok();
+  }
+  std::uint64_t bytes = 0;
+  bool parsed = false;
+  if (auto s = node->value_exact<std::string>()) {
+    parsed = parse_byte_count(*s, bytes);
+  } else if (auto i = node->value_exact<std::int64_t>()) {
+    parsed = *i >= 0;
+    bytes = static_cast<std::uint64_t>(*i);
+  }
+  if (!parsed || !check(bytes)) return w.bad(key, show(*node), allowed);
+  out = bytes;
+  return Status::Ok();
+}
+
+template <class Enum>
+Status read_choice(const Where& w, const toml::table& t, std::string_view key,
+                   std::initializer_list<std::pair<std::string_view, Enum>> choices, Enum& out) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) return Status::Ok();
+  std::string allowed = "must be one of";
+  for (const auto& [name, value] : choices) allowed += std::string(" \"") + std::string(name) + "\"";
+  if (auto s = node->value_exact<std::string>()) {
+    for (const auto& [name, value] : choices) {
+      if (*s == name) {
+        out = value;
+        return Status::Ok();
+      }
+    }
+  }
+  return w.bad(key, show(*node), allowed);
+}
+
+Status read_address(const Where& w, const toml::table& t, std::string_view key, LuAddress& out) {
+  static constexpr std::string_view kAllowed =
+      "must be an iscsi://HOST:PORT/IQN/LUN or iser://HOST:PORT/IQN/LUN URL, or an absolute device path";
+  const toml::node* node = t.get(key);
+  if (node == nullptr) {
+    return Status::Error(w.source + ": [" + w.section + "] " + std::string(key) + " is required (" +
+                         std::string(kAllowed) + ")");
+  }
+  auto s = node->value_exact<std::string>();
+  if (!s) return w.bad(key, show(*node), kAllowed);
+  const std::string& v = *s;
+  auto url_ok = [&](std::size_t scheme_len) {
+    // HOST[:PORT]/IQN/LUN with a non-empty host and IQN and a whole-number LUN.
+    const std::string rest = v.substr(scheme_len);
+    const auto first_slash = rest.find('/');
+    const auto last_slash = rest.rfind('/');
+    if (first_slash == 0 || first_slash == std::string::npos || last_slash == first_slash) return false;
+    const std::string lun = rest.substr(last_slash + 1);
+    if (lun.empty() || lun.size() > 5) return false;
+    for (char c : lun)
+      if (!std::isdigit(static_cast<unsigned char>(c))) return false;
+    return last_slash > first_slash + 1;
+  };
+  if (v.rfind("iscsi://", 0) == 0) {
+    if (!url_ok(8)) return w.bad(key, show(*node), kAllowed);
+    out = {LuAddress::Kind::iscsi_url, v};
+  } else if (v.rfind("iser://", 0) == 0) {
+    if (!url_ok(7)) return w.bad(key, show(*node), kAllowed);
+    out = {LuAddress::Kind::iser_url, v};
+  } else if (!v.empty() && v[0] == '/') {
+    out = {LuAddress::Kind::device_path, v};
+  } else {
+    return w.bad(key, show(*node), kAllowed);
+  }
+  return Status::Ok();
+}
+
+const toml::table* section(const toml::table& root, std::string_view name, const std::string& source, Status& error) {
+  const toml::node* node = root.get(name);
+  if (node == nullptr) return nullptr;
+  if (!node->is_table())
+    error = Status::Error(source + ": '" + std::string(name) + "' must be a table ([" + std::string(name) + "]), not " +
+                          show(*node));
+  return node->as_table();
+}
+
+Result<ClusterConfig> parse(const toml::table& root, const std::string& source) {
+  ClusterConfig c;
+  c.source = source;
+  Status s = refuse_unknown_keys(Where{source, "top level"}, root, {"model", "layout", "client", "shard"});
+  if (!s.ok()) return s;
+
+  // [model]
+  const toml::table* model = section(root, "model", source, s);
+  if (!s.ok()) return s;
+  if (model == nullptr) return Status::Error(source + ": [model] is required (size, dtype, block)");
+  const Where mw{source, "model"};
+  if (s = refuse_unknown_keys(mw, *model, {"size", "dtype", "block"}); !s.ok()) return s;
+  if (s = read_choice<ModelDtype>(mw, *model, "dtype",
+                                  {{"f32", ModelDtype::f32}, {"bf16", ModelDtype::bf16}, {"f16", ModelDtype::f16}},
+                                  c.model.dtype);
+      !s.ok())
+    return s;
+  if (s = read_bytes(
+          mw, *model, "block", false, c.model.block_bytes,
+          "must be a byte count from 512 to 512K, a multiple of 512 (e.g. \"256K\")",
+          [](std::uint64_t b) { return b >= kLuBlockBytes && b <= kMaxBlockBytes && b % kLuBlockBytes == 0; });
+      !s.ok())
+    return s;
+  if (s = read_bytes(mw, *model, "size", true, c.model.size_bytes,
+                     "must be a byte count > 0, a multiple of 512, with an optional K, M, G or T suffix (e.g. \"32M\")",
+                     [](std::uint64_t b) { return b > 0 && b % kLuBlockBytes == 0; });
+      !s.ok())
+    return s;
+
+  // [layout]
+  const toml::table* layout = section(root, "layout", source, s);
+  if (!s.ok()) return s;
+  if (layout != nullptr) {
+    const Where lw{source, "layout"};
+    if (s = refuse_unknown_keys(lw, *layout, {"kind"}); !s.ok()) return s;
+    if (s = read_choice<LayoutKind>(lw, *layout, "kind", {{"stripe", LayoutKind::stripe}, {"range", LayoutKind::range}},
+                                    c.layout);
+        !s.ok())
+      return s;
+  }
+
+  // [client]
+  const toml::table* client = section(root, "client", source, s);
+  if (!s.ok()) return s;
+  if (client != nullptr) {
+    const Where cw{source, "client"};
+    if (s = refuse_unknown_keys(cw, *client, {"initiator", "queue_depth", "engine", "max_request"}); !s.ok()) return s;
+    if (const toml::node* n = client->get("initiator")) {
+      auto v = n->value_exact<std::string>();
+      if (!v || v->rfind("iqn.", 0) != 0 || v->size() < 5 || v->size() > 223)
+        return cw.bad("initiator", show(*n), "must be an iSCSI name \"iqn.YYYY-MM.domain:name\" of at most 223 bytes");
+      c.client.initiator = *v;
+    }
+    if (const toml::node* n = client->get("queue_depth")) {
+      auto v = n->value_exact<std::int64_t>();
+      if (!v || *v < 1 || *v > kMaxQueueDepth)
+        return cw.bad("queue_depth", show(*n), "must be a whole number from 1 to " + std::to_string(kMaxQueueDepth));
+      c.client.queue_depth = static_cast<int>(*v);
+    }
+    if (s = read_choice<PosixEngine>(
+            cw, *client, "engine",
+            {{"psync", PosixEngine::psync}, {"libaio", PosixEngine::libaio}, {"io_uring", PosixEngine::io_uring}},
+            c.client.engine);
+        !s.ok())
+      return s;
+    const std::uint64_t block = c.model.block_bytes;
+    if (s = read_bytes(cw, *client, "max_request", false, c.client.max_request_bytes,
+                       "must be a byte count from the model block (" + std::to_string(block) + ") to 16M",
+                       [&](std::uint64_t b) { return b >= block && b <= kMaxRequestBytes; });
+        !s.ok())
+      return s;
+  }
+  if (c.client.initiator.empty()) c.client.initiator = default_initiator_iqn();
+
+  // [[shard]]
+  const toml::node* shards = root.get("shard");
+  const toml::array* list = shards != nullptr ? shards->as_array() : nullptr;
+  if (shards != nullptr && (list == nullptr || !list->is_array_of_tables()))
+    return Status::Error(source + ": 'shard' must be an array of tables ([[shard]] sections), not " + show(*shards));
+  if (list == nullptr || list->empty())
+    return Status::Error(source +
+                         ": no [[shard]] sections: a cluster needs at least one shard (name, grad, weights, status)");
+  std::set<std::string> names;
+  for (std::size_t i = 0; i < list->size(); ++i) {
+    const toml::table& t = *list->at(i).as_table();
+    ShardSpec shard;
+    shard.name = "shard" + std::to_string(i);
+    Where sw{source, "shard #" + std::to_string(i + 1)};
+    if (const toml::node* n = t.get("name")) {
+      auto v = n->value_exact<std::string>();
+      if (!v || v->empty()) return sw.bad("name", show(*n), "must be a non-empty string");
+      shard.name = *v;
+    }
+    sw.section = "shard '" + shard.name + "'";
+    if (s = refuse_unknown_keys(sw, t, {"name", "grad", "weights", "status"}); !s.ok()) return s;
+    if (!names.insert(shard.name).second)
+      return Status::Error(source + ": [[shard]] name = \"" + shard.name + "\" is given twice: names must be unique");
+    if (s = read_address(sw, t, "grad", shard.grad); !s.ok()) return s;
+    if (s = read_address(sw, t, "weights", shard.weights); !s.ok()) return s;
+    if (s = read_address(sw, t, "status", shard.status); !s.ok()) return s;
+    c.shards.push_back(std::move(shard));
+  }
+
+  // A size that is a multiple of 512 is whole elements of every dtype, so only the shard count is left.
+  const std::uint64_t blocks = (c.model.size_bytes + c.model.block_bytes - 1) / c.model.block_bytes;
+  if (blocks < c.shards.size()) {
+    return Status::Error(source + ": [model] size = " + std::to_string(c.model.size_bytes) + " is " +
+                         std::to_string(blocks) + " block(s) of " + std::to_string(c.model.block_bytes) +
+                         " bytes: too few for " + std::to_string(c.shards.size()) +
+                         " shards (each shard needs at least one block)");
+  }
+  return c;
+}
+
+}  // namespace
+
+Result<ClusterConfig> parse_cluster_text(std::string_view text, const std::string& source) {
+  try {
+    toml::table root = toml::parse(text, source);
+    return parse(root, source);
+  } catch (const toml::parse_error& e) {
+    const auto& where = e.source().begin;
+    return Status::Error(source + ":" + std::to_string(where.line) + ":" + std::to_string(where.column) +
+                         ": not valid TOML: " + std::string(e.description()));
+  } catch (const std::exception& e) {
+    return Status::Error(source + ": " + e.what());
+  }
+}
+
+Result<ClusterConfig> load_cluster_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::Error(path + ": cannot read the cluster file: " + errno_message(errno));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_cluster_text(text.str(), path);
+}
+
+}  // namespace blockps

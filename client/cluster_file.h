@@ -1,0 +1,96 @@
+// The cluster file (TOML): the model's shape, the layout, the client's settings and how to reach each shard's
+// LUs. One loader for the C++ API, the CLI and the tests; every refusal names the file, the key (and the
+// shard), the value seen and what is allowed. docs/OPTIONS.md lists every key.
+//
+//   [model]
+//   size = "32M"          # wire bytes of the whole model (K, M, G = 2^10, 2^20, 2^30), or an integer
+//   dtype = "f32"         # f32, bf16, f16
+//   block = "256K"        # aggregation block (wire bytes); the shards' block= must be the same
+//   [layout]
+//   kind = "stripe"       # stripe (default) or range
+//   [client]
+//   initiator = "iqn..."  # default iqn.2026-11.io.blockps:worker-<hostname>-<pid>
+//   queue_depth = 16      # commands in flight per shard
+//   engine = "libaio"     # posix transport: psync, libaio, io_uring
+//   max_request = "1M"    # largest request (a run of blocks contiguous on one shard)
+//   [[shard]]
+//   name = "shard0"
+//   grad = "iscsi://10.0.0.1:3260/iqn.2026-11.io.blockps:shard0/1"   # or iser://..., or /dev/...
+//   weights = "iscsi://10.0.0.1:3260/iqn.2026-11.io.blockps:shard0/2"
+//   status = "iscsi://10.0.0.1:3260/iqn.2026-11.io.blockps:shard0/3"
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "client/layout.h"
+#include "client/status.h"
+
+namespace blockps {
+
+// The element format on the wire (what the shards' dtype= says).
+enum class ModelDtype { f32, bf16, f16 };
+std::string_view to_string(ModelDtype dtype);
+std::size_t element_bytes(ModelDtype dtype);
+
+// How the posix transport submits I/O.
+enum class PosixEngine { psync, libaio, io_uring };
+std::string_view to_string(PosixEngine engine);
+
+// How one LU is reached.
+struct LuAddress {
+  enum class Kind { iscsi_url, iser_url, device_path };
+  Kind kind = Kind::device_path;
+  std::string text;  // the URL or the absolute path, as written
+};
+
+enum class LuRole { grad, weights, status };
+std::string_view to_string(LuRole role);
+
+struct ShardSpec {
+  std::string name;
+  LuAddress grad, weights, status;
+  const LuAddress& lu(LuRole role) const;
+};
+
+struct ModelSpec {
+  std::uint64_t size_bytes = 0;
+  ModelDtype dtype = ModelDtype::f32;
+  std::uint64_t block_bytes = std::uint64_t{256} * 1024;
+};
+
+struct ClientSpec {
+  std::string initiator;  // always set after loading (the default is filled in)
+  int queue_depth = 16;
+  PosixEngine engine = PosixEngine::libaio;
+  std::uint64_t max_request_bytes = std::uint64_t{1024} * 1024;
+};
+
+struct ClusterConfig {
+  std::string source;  // the file name (or "<text>"), for messages
+  ModelSpec model;
+  LayoutKind layout = LayoutKind::stripe;
+  ClientSpec client;
+  std::vector<ShardSpec> shards;
+};
+
+// Limits the loader enforces (and the messages quote).
+inline constexpr std::uint64_t kLuBlockBytes = 512;                         // sizes are multiples of the LU block size
+inline constexpr std::uint64_t kMaxBlockBytes = std::uint64_t{512} * 1024;  // the shards' limit on block=
+inline constexpr std::uint64_t kMaxRequestBytes = 16ull << 20;              // one SCSI command
+inline constexpr int kMaxQueueDepth = 1024;
+
+// Parses cluster-file text; `source` names it in messages.
+Result<ClusterConfig> parse_cluster_text(std::string_view text, const std::string& source);
+// Reads and parses the file at `path`.
+Result<ClusterConfig> load_cluster_file(const std::string& path);
+
+// "32M" -> 33554432 (K, M, G, T binary suffixes; a plain number is bytes). False on anything else or overflow.
+bool parse_byte_count(std::string_view text, std::uint64_t& bytes);
+// The client's default initiator name: iqn.2026-11.io.blockps:worker-<hostname>-<pid>.
+std::string default_initiator_iqn();
+
+}  // namespace blockps

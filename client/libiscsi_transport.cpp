@@ -1,0 +1,38 @@
+// The libiscsi transport: an IscsiLun session whose commands run on libiscsi's own poll loop (run_commands).
+#include "client/transport.h"
+
+namespace blockps {
+namespace {
+
+class LibiscsiTransport final : public LuTransport {
+ public:
+  LibiscsiTransport(IscsiLun lun, std::string name) : lun_(std::move(lun)), name_(std::move(name)) {}
+  const std::string& describe() const override { return name_; }
+  std::uint64_t capacity_bytes() const override { return lun_.capacity_bytes(); }
+  std::uint32_t block_size() const override { return lun_.block_size(); }
+  std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) override {
+    if (!lun_.connected()) return LuFailure{0, "disconnected (an earlier transport failure dropped the session)"};
+    const CommandBatchResult r = lun_.run_commands(commands, queue_depth);
+    if (r.ok()) return std::nullopt;
+    return LuFailure{r.failed_command, r.error.describe()};
+  }
+
+ private:
+  IscsiLun lun_;
+  std::string name_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<LuTransport>> open_libiscsi_transport(const std::string& url, const TransportOptions& options) {
+  IscsiLun lun;
+  if (Status s = lun.connect(url, options.initiator); !s.ok()) return s;
+  return std::unique_ptr<LuTransport>(std::make_unique<LibiscsiTransport>(std::move(lun), "libiscsi " + url));
+}
+
+Result<std::unique_ptr<LuTransport>> open_lu_transport(const LuAddress& address, const TransportOptions& options) {
+  if (address.kind == LuAddress::Kind::device_path) return open_posix_transport(address.text, options);
+  return open_libiscsi_transport(address.text, options);
+}
+
+}  // namespace blockps

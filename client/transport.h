@@ -1,0 +1,52 @@
+// How the client reaches one LU: one interface, two transports.
+//   libiscsi: a userspace iSCSI (or iSER) initiator session, commands pipelined on libiscsi's event loop.
+//   posix:    a block device (or a file standing in for one) opened with O_DIRECT, so that a read after a push
+//             returns the PS's weights and not our own gradient from the page cache; engines psync, libaio,
+//             io_uring.
+// A transport is used by one thread at a time (the shard's I/O thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "client/cluster_file.h"
+#include "client/iscsi_lun.h"
+#include "client/status.h"
+
+namespace blockps {
+
+// Why a batch failed: which command, and the reason (SCSI status and sense, errno text, "disconnected").
+struct LuFailure {
+  std::size_t command = 0;
+  std::string reason;
+};
+
+class LuTransport {
+ public:
+  virtual ~LuTransport() = default;
+  // "libiscsi iscsi://...", "posix/libaio /dev/sdb": what the messages call this LU.
+  virtual const std::string& describe() const = 0;
+  virtual std::uint64_t capacity_bytes() const = 0;
+  // Offsets and lengths of commands must be multiples of this.
+  virtual std::uint32_t block_size() const = 0;
+  // Runs every command, at most queue_depth in flight. Nothing more is issued after the first failure.
+  virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) = 0;
+};
+
+struct TransportOptions {
+  std::string initiator;  // libiscsi: our IQN
+  PosixEngine engine = PosixEngine::libaio;
+  int queue_depth = 16;  // posix: sizes the libaio / io_uring rings
+};
+
+// Opens the LU at `address` with the transport its kind needs (URLs: libiscsi; paths: posix).
+Result<std::unique_ptr<LuTransport>> open_lu_transport(const LuAddress& address, const TransportOptions& options);
+
+// The two transports, for tests that pick one.
+Result<std::unique_ptr<LuTransport>> open_libiscsi_transport(const std::string& url, const TransportOptions& options);
+Result<std::unique_ptr<LuTransport>> open_posix_transport(const std::string& path, const TransportOptions& options);
+
+}  // namespace blockps

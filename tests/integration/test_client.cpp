@@ -1,0 +1,391 @@
+// libblockps against a 2-shard cluster: each shard its own tgtd (as on separate hosts) with grad, weights and
+// status blockps LUs (opt=sum, so every expected value is exact), reached through the libiscsi transport and
+// opened from a generated cluster file. Pulls land in the layout's positions (stripe and range, with a short
+// last block), push then pull gives init + grads, async handles and callbacks, block ranges, 3 concurrent
+// workers, mismatches refused with their message, and a dead shard reported as an error naming it.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <thread>
+#include <vector>
+
+#include "client/blockps.h"
+#include "client/iscsi_lun.h"
+#include "client/transport.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/tgtd_instance.h"
+
+namespace blockps::testing {
+namespace {
+
+constexpr std::uint64_t K = 1024;
+constexpr int kShards = 2;
+constexpr const char* kTestInitiator = "iqn.2026-11.io.blockps:client-test";
+
+std::string shard_iqn(int s) { return "iqn.2026-11.io.blockps:client-shard" + std::to_string(s); }
+
+// f32 values as wire bytes.
+std::vector<std::byte> f32_bytes(const std::vector<float>& values) {
+  std::vector<std::byte> out(values.size() * 4);
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+std::vector<float> f32_values(std::span<const std::byte> bytes) {
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+// Small whole numbers: sums of them are exact in f32.
+std::vector<float> whole_numbers(std::size_t n, int seed) {
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(static_cast<int>((i * 7 + static_cast<std::size_t>(seed) * 13) % 97) - 48);
+  return v;
+}
+
+struct ModelShape {
+  std::uint64_t size = 0;
+  std::uint64_t block = 0;
+  LayoutKind layout = LayoutKind::stripe;
+};
+
+class ClientTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = TgtdInstance::unavailable_reason(); !why.empty())
+      GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
+    ASSERT_TRUE(TgtdInstance::blockps_module_installed())
+        << kBlockpsModulePath << " is missing: run `cmake --install build` (scripts/test.sh does)";
+    ASSERT_TRUE(dir_.create("blockps-client-").ok());
+  }
+  void TearDown() override {
+    if (!HasFailure()) return;
+    for (int s = 0; s < kShards; ++s)
+      if (tgtd_[s].running()) std::cerr << "---- shard " << s << " tgtd log ----\n" << tgtd_[s].log_text() << "\n";
+  }
+
+  // Starts one tgtd per shard with the LUs the layout gives it: `shard_model` is what the shards are told
+  // (size per the layout, dtype, block); a test of mismatches passes another shape to the cluster file.
+  void start_shards(const ModelShape& shard_model, const std::string& dtype = "f32") {
+    const auto layout = make_layout(shard_model.layout, shard_model.size, shard_model.block, kShards);
+    for (int s = 0; s < kShards; ++s) {
+      const Status st = tgtd_[s].start();
+      ASSERT_TRUE(st.ok()) << st.message();
+      const CommandResult t = tgtd_[s].add_target(1, shard_iqn(s));
+      ASSERT_TRUE(t.ok()) << t.describe();
+      const std::string ckpt = dir_.path("shard" + std::to_string(s) + ".ckpt");
+      const std::string shape = "size=" + std::to_string(layout->shard_bytes(static_cast<std::size_t>(s))) +
+                                ";block=" + std::to_string(shard_model.block) + ";dtype=" + dtype + ";opt=sum";
+      const std::pair<int, std::string> lus[] = {{1, "role=grad;" + shape}, {2, "role=weights"}, {3, "role=status"}};
+      for (const auto& [lun, bsopts] : lus) {
+        const CommandResult r = tgtd_[s].add_lu(1, lun, ckpt, "blockps", bsopts);
+        ASSERT_TRUE(r.ok()) << bsopts << ": " << r.describe() << "\n" << tgtd_[s].log_text();
+      }
+    }
+  }
+
+  // Writes a cluster file for the running shards and returns its path.
+  std::string cluster_file(const ModelShape& m, const std::string& extra_client = {},
+                           const std::string& dtype = "f32") {
+    std::string text = "[model]\nsize = " + std::to_string(m.size) + "\ndtype = \"" + dtype +
+                       "\"\nblock = " + std::to_string(m.block) + "\n[layout]\nkind = \"" +
+                       std::string(to_string(m.layout)) + "\"\n[client]\nqueue_depth = 4\nmax_request = \"1M\"\n" +
+                       extra_client;
+    for (int s = 0; s < kShards; ++s) {
+      text += "[[shard]]\nname = \"shard" + std::to_string(s) + "\"\n";
+      text += "grad = \"" + tgtd_[s].url(shard_iqn(s), 1) + "\"\n";
+      text += "weights = \"" + tgtd_[s].url(shard_iqn(s), 2) + "\"\n";
+      text += "status = \"" + tgtd_[s].url(shard_iqn(s), 3) + "\"\n";
+    }
+    const std::string path = dir_.path("cluster" + std::to_string(++files_) + ".toml");
+    std::ofstream(path) << text;
+    return path;
+  }
+
+  std::unique_ptr<Cluster> open(const std::string& path) {
+    auto c = Cluster::open(path);
+    EXPECT_TRUE(c.ok()) << c.message();
+    return c.ok() ? std::move(c.value()) : nullptr;
+  }
+
+  // One shard's weights LU, read or written directly (not through the client).
+  std::vector<std::byte> read_weights_lu(int s) {
+    IscsiLun lun;
+    EXPECT_TRUE(lun.connect(tgtd_[s].url(shard_iqn(s), 2), kTestInitiator).ok());
+    std::vector<std::byte> out(lun.capacity_bytes());
+    const ScsiResult r = lun.read(0, out);
+    EXPECT_TRUE(r.ok()) << r.describe();
+    return out;
+  }
+  void write_weights_lu(int s, std::span<const std::byte> data) {
+    IscsiLun lun;
+    ASSERT_TRUE(lun.connect(tgtd_[s].url(shard_iqn(s), 2), kTestInitiator).ok());
+    const ScsiResult r = lun.write(0, data);
+    ASSERT_TRUE(r.ok()) << r.describe();
+  }
+
+  // Checks that `model` holds, at each block's model position, the shard bytes the layout puts there.
+  void expect_in_layout_positions(const Layout& layout, std::span<const std::byte> model,
+                                  const std::vector<std::vector<std::byte>>& shard_bytes) {
+    for (std::uint64_t b = 0; b < layout.block_count(); ++b) {
+      const BlockPlace p = layout.place(b);
+      ASSERT_EQ(std::memcmp(model.data() + p.model_offset, shard_bytes[p.shard].data() + p.shard_offset, p.bytes), 0)
+          << "block " << b << " (shard " << p.shard << " offset " << p.shard_offset << ")";
+    }
+  }
+
+  void pull_returns_weights_in_layout_positions(LayoutKind kind) {
+    // 7 blocks of 64K and a short last one of 4K: 8 blocks, uneven over 2 shards under range.
+    const ModelShape m{7 * 64 * K + 4 * K, 64 * K, kind};
+    ASSERT_NO_FATAL_FAILURE(start_shards(m));
+    const auto layout = make_layout(kind, m.size, m.block, kShards);
+    std::vector<std::vector<std::byte>> shards;
+    for (int s = 0; s < kShards; ++s) {
+      // Shard s holds 1000*s + i at element i: every element of the model names where it came from.
+      std::vector<float> v(layout->shard_bytes(static_cast<std::size_t>(s)) / 4);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(1000000 * s + static_cast<int>(i));
+      shards.push_back(f32_bytes(v));
+      ASSERT_NO_FATAL_FAILURE(write_weights_lu(s, shards.back()));
+    }
+    auto cluster = open(cluster_file(m));
+    ASSERT_TRUE(cluster);
+    std::vector<std::byte> model(cluster->model_bytes());
+    const Status s = cluster->pull(model);
+    ASSERT_TRUE(s.ok()) << s.message();
+    expect_in_layout_positions(*layout, model, shards);
+    std::vector<std::byte> snapshot(cluster->model_bytes());
+    ASSERT_TRUE(cluster->read_weights(snapshot).ok());
+    EXPECT_EQ(snapshot, model) << "the weights LUs and the grad LUs disagree";
+  }
+
+  TempDir dir_;
+  TgtdInstance tgtd_[kShards];
+  int files_ = 0;
+};
+
+TEST_F(ClientTest, StripePullReturnsTheWeightsInLayoutPositions) {
+  pull_returns_weights_in_layout_positions(LayoutKind::stripe);
+}
+
+TEST_F(ClientTest, RangePullReturnsTheWeightsInLayoutPositions) {
+  pull_returns_weights_in_layout_positions(LayoutKind::range);
+}
+
+TEST_F(ClientTest, PushThenPullIsInitPlusGradsExactly) {
+  for (LayoutKind kind : {LayoutKind::stripe, LayoutKind::range}) {
+    SCOPED_TRACE(std::string(to_string(kind)));
+    for (auto& t : tgtd_) ASSERT_TRUE(t.stop().ok());
+    dir_ = TempDir();
+    ASSERT_TRUE(dir_.create("blockps-client-").ok());
+    // 2 MiB in 128K blocks: runs of up to 1 MiB, several requests per shard in flight.
+    const ModelShape m{2048 * K, 128 * K, kind};
+    ASSERT_NO_FATAL_FAILURE(start_shards(m));
+    auto cluster = open(cluster_file(m));
+    ASSERT_TRUE(cluster);
+    const std::size_t n = cluster->model_bytes() / 4;
+    const auto init = whole_numbers(n, 1);
+    ASSERT_TRUE(cluster->write_weights(f32_bytes(init)).ok());
+    std::vector<float> expected = init;
+    for (int round = 0; round < 3; ++round) {
+      const auto g = whole_numbers(n, 10 + round);
+      const Status s = cluster->push(f32_bytes(g));
+      ASSERT_TRUE(s.ok()) << s.message();
+      for (std::size_t i = 0; i < n; ++i) expected[i] += g[i];
+    }
+    std::vector<std::byte> pulled(cluster->model_bytes());
+    const Status s = cluster->pull(pulled);
+    ASSERT_TRUE(s.ok()) << s.message();
+    EXPECT_EQ(f32_values(pulled), expected);
+    // A pull into memory that is not 4K aligned (the libiscsi transport does not care; the posix one bounces).
+    std::vector<std::byte> unaligned(cluster->model_bytes() + 1);
+    ASSERT_TRUE(cluster->pull(std::span(unaligned).subspan(1)).ok());
+    EXPECT_EQ(f32_values(std::span(unaligned).subspan(1)), expected);
+  }
+}
+
+TEST_F(ClientTest, AsyncHandlesCallbacksAndBlockRanges) {
+  const ModelShape m{1024 * K, 64 * K, LayoutKind::stripe};  // 16 blocks
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  auto cluster = open(cluster_file(m));
+  ASSERT_TRUE(cluster);
+  const std::size_t n = cluster->model_bytes() / 4;
+  const auto g1 = f32_bytes(whole_numbers(n, 3));
+  const auto g2 = f32_bytes(whole_numbers(n, 4));
+  std::promise<std::string> called;
+  Operation a = cluster->push_async(g1, [&](const Status& s) { called.set_value(s.ok() ? "ok" : s.message()); });
+  Operation b = cluster->push_async(g2);
+  EXPECT_TRUE(a.wait().ok());
+  EXPECT_TRUE(b.wait().ok());
+  EXPECT_TRUE(a.ready() && b.ready());
+  EXPECT_EQ(called.get_future().get(), "ok");
+  std::vector<float> expected(n);
+  const auto v1 = f32_values(g1), v2 = f32_values(g2);
+  for (std::size_t i = 0; i < n; ++i) expected[i] = v1[i] + v2[i];
+
+  // Blocks [5, 9): push ones there; only those blocks change.
+  const std::uint64_t first = 5, count = 4;
+  std::vector<float> ones(count * m.block / 4, 1.0f);
+  Status s = cluster->push_blocks(first, count, f32_bytes(ones));
+  ASSERT_TRUE(s.ok()) << s.message();
+  for (std::uint64_t i = first * m.block / 4; i < (first + count) * m.block / 4; ++i) expected[i] += 1.0f;
+  std::vector<std::byte> pulled(cluster->model_bytes());
+  Operation p = cluster->pull_async(pulled);
+  ASSERT_TRUE(p.wait().ok());
+  EXPECT_EQ(f32_values(pulled), expected);
+  std::vector<std::byte> part(count * m.block);
+  ASSERT_TRUE(cluster->pull_blocks(first, count, part).ok());
+  EXPECT_EQ(f32_values(part),
+            std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(first * m.block / 4),
+                               expected.begin() + static_cast<std::ptrdiff_t>((first + count) * m.block / 4)));
+
+  // Wrong sizes and ranges are errors, not crashes.
+  std::vector<std::byte> small(100);
+  EXPECT_EQ(cluster->pull(small).message(), "pull: the buffer holds 100 bytes, blocks [0, 16) are 1048576 bytes");
+  EXPECT_EQ(cluster->push_blocks(15, 2, g1).message(), "push: blocks [15, 17) are outside the model's 16 blocks");
+}
+
+TEST_F(ClientTest, ThreeConcurrentWorkersGiveExactlyTheSum) {
+  const ModelShape m{1024 * K, 64 * K, LayoutKind::stripe};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  const std::size_t n = m.size / 4;
+  constexpr int kWorkers = 3, kRounds = 4;
+  std::vector<std::string> errors(kWorkers);
+  std::vector<std::thread> workers;
+  for (int w = 0; w < kWorkers; ++w) {
+    const std::string path =
+        cluster_file(m, "initiator = \"iqn.2026-11.io.blockps:client-worker" + std::to_string(w) + "\"\n");
+    workers.emplace_back([&, w, path] {
+      auto c = Cluster::open(path);
+      if (!c.ok()) {
+        errors[w] = c.message();
+        return;
+      }
+      const auto g = f32_bytes(whole_numbers(n, 100 + w));
+      for (int r = 0; r < kRounds; ++r) {
+        if (Status s = c.value()->push(g); !s.ok()) {
+          errors[w] = s.message();
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  for (int w = 0; w < kWorkers; ++w) ASSERT_EQ(errors[w], "") << "worker " << w;
+  std::vector<float> expected(n, 0.0f);
+  for (int w = 0; w < kWorkers; ++w) {
+    const auto g = whole_numbers(n, 100 + w);
+    for (std::size_t i = 0; i < n; ++i) expected[i] += kRounds * g[i];
+  }
+  auto cluster = open(cluster_file(m));
+  ASSERT_TRUE(cluster);
+  std::vector<std::byte> pulled(cluster->model_bytes());
+  ASSERT_TRUE(cluster->pull(pulled).ok());
+  EXPECT_EQ(f32_values(pulled), expected);
+}
+
+TEST_F(ClientTest, MismatchesWithTheShardsAreRefusedWithTheirMessage) {
+  const ModelShape m{512 * K, 64 * K, LayoutKind::stripe};  // each shard 256K
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  {
+    const std::string path = cluster_file({1024 * K, 64 * K, LayoutKind::stripe});
+    auto c = Cluster::open(path);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.message().find(path + ": shard 'shard0' grad LU (" + tgtd_[0].url(shard_iqn(0), 1) +
+                               "): capacity is 262144 bytes, the layout gives this shard 524288"),
+              std::string::npos)
+        << c.message();
+  }
+  {
+    const std::string path = cluster_file({512 * K, 128 * K, LayoutKind::stripe});  // shards still 256K each
+    auto c = Cluster::open(path);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.message().find(path + ": shard 'shard0': status page says block = 65536 bytes, the cluster file "
+                                      "says block = 131072"),
+              std::string::npos)
+        << c.message();
+  }
+  {
+    const std::string path = cluster_file({512 * K, 64 * K, LayoutKind::stripe}, {}, "bf16");
+    auto c = Cluster::open(path);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.message().find(path + ": shard 'shard0': status page says dtype = f32, the cluster file says "
+                                      "dtype = bf16"),
+              std::string::npos)
+        << c.message();
+  }
+  {
+    ModelShape wrong = m;
+    wrong.layout = LayoutKind::range;  // the same sizes here: range must still agree with the shards
+    auto c = Cluster::open(cluster_file(wrong));
+    EXPECT_TRUE(c.ok()) << c.message();
+  }
+}
+
+TEST_F(ClientTest, ADeadShardIsAnErrorNamingItNotACrash) {
+  const ModelShape m{1024 * K, 64 * K, LayoutKind::stripe};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  auto cluster = open(cluster_file(m));
+  ASSERT_TRUE(cluster);
+  std::vector<std::byte> buf(cluster->model_bytes());
+  ASSERT_TRUE(cluster->pull(buf).ok());
+  ASSERT_TRUE(tgtd_[1].kill9().ok());
+  const Status s = cluster->pull(buf);
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard 'shard1' grad LU (" + tgtd_[1].url(shard_iqn(1), 1) + "): read of "),
+            std::string::npos)
+      << s.message();
+  EXPECT_NE(s.message().find("at shard byte offset "), std::string::npos) << s.message();
+  // The session stays down: later calls fail fast with the same shard named, and the other shard still works.
+  const Status again = cluster->push(buf);
+  EXPECT_NE(again.message().find("shard 'shard1'"), std::string::npos) << again.message();
+  // A cluster whose shard is unreachable does not open.
+  auto c = Cluster::open(cluster_file(m));
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.message().find("shard 'shard1' grad LU"), std::string::npos) << c.message();
+}
+
+TEST_F(ClientTest, TheLibiscsiTransportReportsSenseAsAValue) {
+  const ModelShape m{512 * K, 64 * K, LayoutKind::stripe};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  TransportOptions options;
+  options.initiator = kTestInitiator;
+  auto lu = open_libiscsi_transport(tgtd_[0].url(shard_iqn(0), 1), options);
+  ASSERT_TRUE(lu.ok()) << lu.message();
+  ASSERT_EQ(lu.value()->capacity_bytes(), 256 * K);
+  // Three reads; the second runs past the end of the LU: the target answers CHECK CONDITION.
+  std::vector<std::byte> buf(3 * 64 * K);
+  const std::vector<LuCommand> commands{
+      {IoDirection::read, 0, {{buf.data(), 64 * K}}},
+      {IoDirection::read, 256 * K - 4096, {{buf.data() + 64 * K, 64 * K}}},
+      {IoDirection::read, 64 * K, {{buf.data() + 128 * K, 64 * K}}},
+  };
+  const auto failure = lu.value()->run(commands, 1);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->command, 1u);
+  EXPECT_EQ(failure->reason, "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)");
+  // The session survives a SCSI error: the next batch works.
+  EXPECT_FALSE(lu.value()->run(std::span(commands).first(1), 4).has_value());
+}
+
+TEST_F(ClientTest, AnIserUrlWithoutRdmaIsAClearError) {
+  const ModelShape m{512 * K, 64 * K, LayoutKind::stripe};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  const std::string path = cluster_file(m);
+  // The same shard through iSER: libiscsi (built with iSER) needs an RDMA device, which these hosts lack.
+  std::ifstream in(path);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string tcp = tgtd_[0].url(shard_iqn(0), 1);
+  const std::string iser = "iser://" + tcp.substr(std::string("iscsi://").size());
+  text.replace(text.find(tcp), tcp.size(), iser);
+  std::ofstream(path) << text;
+  auto c = Cluster::open(path);
+  if (c.ok()) GTEST_SKIP() << "TEST SKIPPED: an iSER login worked: this host has RDMA (nothing to refuse)";
+  EXPECT_NE(c.message().find("shard 'shard0' grad LU (" + iser + "): iSER "), std::string::npos) << c.message();
+}
+
+}  // namespace
+}  // namespace blockps::testing

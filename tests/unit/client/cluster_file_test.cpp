@@ -1,0 +1,192 @@
+// The cluster file: a valid file and its defaults, and every mistake refused with a message that names the
+// file, the key (and the shard), the value seen and what is allowed.
+#include "client/cluster_file.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace blockps {
+namespace {
+
+constexpr const char* kShards = R"(
+[[shard]]
+name = "a"
+grad = "iscsi://127.0.0.1:3260/iqn.2026-11.io.blockps:a/1"
+weights = "iscsi://127.0.0.1:3260/iqn.2026-11.io.blockps:a/2"
+status = "iscsi://127.0.0.1:3260/iqn.2026-11.io.blockps:a/3"
+[[shard]]
+name = "b"
+grad = "/dev/disk/by-path/ip-10.0.0.2:3260-iscsi-iqn.2026-11.io.blockps:b-lun-1"
+weights = "iser://10.0.0.2:3260/iqn.2026-11.io.blockps:b/2"
+status = "/dev/sdc"
+)";
+
+std::string file(const std::string& head) { return head + kShards; }
+
+TEST(ClusterFile, ParsesAValidFile) {
+  auto c = parse_cluster_text(file(R"(
+[model]
+size = "32M"
+dtype = "bf16"
+block = "128K"
+[layout]
+kind = "range"
+[client]
+initiator = "iqn.2026-11.io.blockps:me"
+queue_depth = 8
+engine = "io_uring"
+max_request = "2M"
+)"),
+                              "c.toml");
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->model.size_bytes, 32u << 20);
+  EXPECT_EQ(c->model.dtype, ModelDtype::bf16);
+  EXPECT_EQ(c->model.block_bytes, 128u << 10);
+  EXPECT_EQ(c->layout, LayoutKind::range);
+  EXPECT_EQ(c->client.initiator, "iqn.2026-11.io.blockps:me");
+  EXPECT_EQ(c->client.queue_depth, 8);
+  EXPECT_EQ(c->client.engine, PosixEngine::io_uring);
+  EXPECT_EQ(c->client.max_request_bytes, 2u << 20);
+  ASSERT_EQ(c->shards.size(), 2u);
+  EXPECT_EQ(c->shards[0].name, "a");
+  EXPECT_EQ(c->shards[0].grad.kind, LuAddress::Kind::iscsi_url);
+  EXPECT_EQ(c->shards[1].grad.kind, LuAddress::Kind::device_path);
+  EXPECT_EQ(c->shards[1].weights.kind, LuAddress::Kind::iser_url);
+  EXPECT_EQ(c->shards[1].status.text, "/dev/sdc");
+}
+
+TEST(ClusterFile, Defaults) {
+  auto c = parse_cluster_text(file("[model]\nsize = 1048576\n"), "c.toml");
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->model.dtype, ModelDtype::f32);
+  EXPECT_EQ(c->model.block_bytes, 256u << 10);
+  EXPECT_EQ(c->layout, LayoutKind::stripe);
+  EXPECT_EQ(c->client.queue_depth, 16);
+  EXPECT_EQ(c->client.engine, PosixEngine::libaio);
+  EXPECT_EQ(c->client.max_request_bytes, 1u << 20);
+  EXPECT_EQ(c->client.initiator.rfind("iqn.2026-11.io.blockps:worker-", 0), 0u) << c->client.initiator;
+  EXPECT_EQ(c->client.initiator.find_first_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_ "), std::string::npos);
+}
+
+TEST(ClusterFile, ByteCounts) {
+  std::uint64_t n = 0;
+  EXPECT_TRUE(parse_byte_count("512", n) && n == 512);
+  EXPECT_TRUE(parse_byte_count("4K", n) && n == 4096);
+  EXPECT_TRUE(parse_byte_count("3G", n) && n == 3ull << 30);
+  EXPECT_FALSE(parse_byte_count("", n));
+  EXPECT_FALSE(parse_byte_count("4k", n));
+  EXPECT_FALSE(parse_byte_count("4KB", n));
+  EXPECT_FALSE(parse_byte_count("-4K", n));
+  EXPECT_FALSE(parse_byte_count("99999999999999999999", n));
+  EXPECT_FALSE(parse_byte_count("17179869184G", n));
+}
+
+struct Mistake {
+  const char* what;
+  std::string text;
+  std::string message;  // the exact message after "m.toml"
+};
+
+constexpr const char* kGoodModel = "[model]\nsize = \"1M\"\n";
+
+TEST(ClusterFile, EveryMistakeHasItsMessage) {
+  const std::string grad = "grad = \"iscsi://h:3260/iqn.x:y/1\"\n";
+  const std::string weights = "weights = \"iscsi://h:3260/iqn.x:y/2\"\n";
+  const std::string status = "status = \"iscsi://h:3260/iqn.x:y/3\"\n";
+  const std::string one_shard = "[[shard]]\nname = \"s0\"\n" + grad + weights + status;
+  const Mistake mistakes[] = {
+      {"not TOML", "[model\n", ":1:7: not valid TOML: "},
+      {"unknown section", kGoodModel + std::string("[modle]\n") + one_shard,
+       ": [top level] unknown key 'modle' (known: model, layout, client, shard)"},
+      {"no model", one_shard, ": [model] is required (size, dtype, block)"},
+      {"model not a table", "model = 3\n" + one_shard, ": 'model' must be a table ([model]), not 3"},
+      {"unknown model key", "[model]\nsize = \"1M\"\nelements = 4\n" + one_shard,
+       ": [model] unknown key 'elements' (known: size, dtype, block)"},
+      {"no size", "[model]\ndtype = \"f32\"\n" + one_shard,
+       ": [model] size is required (must be a byte count > 0, a multiple of 512, with an optional K, M, G or T "
+       "suffix (e.g. \"32M\"))"},
+      {"bad size suffix", "[model]\nsize = \"32MB\"\n" + one_shard,
+       ": [model] size = \"32MB\": must be a byte count > 0, a multiple of 512, with an optional K, M, G or T suffix "
+       "(e.g. \"32M\")"},
+      {"size not a multiple of 512", "[model]\nsize = 1000\n" + one_shard,
+       ": [model] size = 1000: must be a byte count > 0, a multiple of 512, with an optional K, M, G or T suffix "
+       "(e.g. \"32M\")"},
+      {"negative size", "[model]\nsize = -4096\n" + one_shard, ": [model] size = -4096: must be a byte count > 0"},
+      {"bad dtype", "[model]\nsize = \"1M\"\ndtype = \"f64\"\n" + one_shard,
+       ": [model] dtype = \"f64\": must be one of \"f32\" \"bf16\" \"f16\""},
+      {"dtype not a string", "[model]\nsize = \"1M\"\ndtype = 32\n" + one_shard,
+       ": [model] dtype = 32: must be one of \"f32\" \"bf16\" \"f16\""},
+      {"block too big", "[model]\nsize = \"4M\"\nblock = \"1M\"\n" + one_shard,
+       ": [model] block = \"1M\": must be a byte count from 512 to 512K, a multiple of 512 (e.g. \"256K\")"},
+      {"block not a multiple", "[model]\nsize = \"4M\"\nblock = 1000\n" + one_shard,
+       ": [model] block = 1000: must be a byte count from 512 to 512K, a multiple of 512"},
+      {"too few blocks",
+       "[model]\nsize = \"256K\"\n" + one_shard + "[[shard]]\nname = \"s1\"\n" + grad + weights + status,
+       ": [model] size = 262144 is 1 block(s) of 262144 bytes: too few for 2 shards (each shard needs at least one "
+       "block)"},
+      {"bad layout", kGoodModel + std::string("[layout]\nkind = \"mirror\"\n") + one_shard,
+       ": [layout] kind = \"mirror\": must be one of \"stripe\" \"range\""},
+      {"unknown layout key", kGoodModel + std::string("[layout]\nshards = 2\n") + one_shard,
+       ": [layout] unknown key 'shards' (known: kind)"},
+      {"unknown client key", kGoodModel + std::string("[client]\ndepth = 2\n") + one_shard,
+       ": [client] unknown key 'depth' (known: initiator, queue_depth, engine, max_request)"},
+      {"bad initiator", kGoodModel + std::string("[client]\ninitiator = \"worker1\"\n") + one_shard,
+       ": [client] initiator = \"worker1\": must be an iSCSI name \"iqn.YYYY-MM.domain:name\" of at most 223 bytes"},
+      {"queue depth 0", kGoodModel + std::string("[client]\nqueue_depth = 0\n") + one_shard,
+       ": [client] queue_depth = 0: must be a whole number from 1 to 1024"},
+      {"queue depth string", kGoodModel + std::string("[client]\nqueue_depth = \"16\"\n") + one_shard,
+       ": [client] queue_depth = \"16\": must be a whole number from 1 to 1024"},
+      {"bad engine", kGoodModel + std::string("[client]\nengine = \"spdk\"\n") + one_shard,
+       ": [client] engine = \"spdk\": must be one of \"psync\" \"libaio\" \"io_uring\""},
+      {"max_request under a block", kGoodModel + std::string("[client]\nmax_request = \"64K\"\n") + one_shard,
+       ": [client] max_request = \"64K\": must be a byte count from the model block (262144) to 16M"},
+      {"no shards", std::string(kGoodModel),
+       ": no [[shard]] sections: a cluster needs at least one shard (name, grad, weights, status)"},
+      {"shard not an array of tables", "shard = \"x\"\n" + std::string(kGoodModel),
+       ": 'shard' must be an array of tables ([[shard]] sections), not \"x\""},
+      {"unknown shard key", kGoodModel + one_shard + "lun = 1\n",
+       ": [shard 's0'] unknown key 'lun' (known: name, grad, weights, status)"},
+      {"missing grad", kGoodModel + std::string("[[shard]]\nname = \"s0\"\n") + weights + status,
+       ": [shard 's0'] grad is required (must be an iscsi://HOST:PORT/IQN/LUN or iser://HOST:PORT/IQN/LUN URL, or "
+       "an absolute device path)"},
+      {"relative device path",
+       kGoodModel + std::string("[[shard]]\nname = \"s0\"\ngrad = \"dev/sdb\"\n") + weights + status,
+       ": [shard 's0'] grad = \"dev/sdb\": must be an iscsi://HOST:PORT/IQN/LUN or iser://HOST:PORT/IQN/LUN URL, or "
+       "an absolute device path"},
+      {"URL without a LUN",
+       kGoodModel + std::string("[[shard]]\nname = \"s0\"\n") + grad + "weights = \"iscsi://h:3260/iqn.x:y\"\n" +
+           status,
+       ": [shard 's0'] weights = \"iscsi://h:3260/iqn.x:y\": must be an iscsi://HOST:PORT/IQN/LUN"},
+      {"URL with a bad LUN",
+       kGoodModel + std::string("[[shard]]\nname = \"s0\"\n") + grad + weights +
+           "status = \"iser://h:3260/iqn.x:y/three\"\n",
+       ": [shard 's0'] status = \"iser://h:3260/iqn.x:y/three\": must be an iscsi://HOST:PORT/IQN/LUN"},
+      {"unknown scheme",
+       kGoodModel + std::string("[[shard]]\nname = \"s0\"\ngrad = \"nbd://h/x\"\n") + weights + status,
+       ": [shard 's0'] grad = \"nbd://h/x\": must be an iscsi://"},
+      {"address not a string", kGoodModel + std::string("[[shard]]\nname = \"s0\"\ngrad = 1\n") + weights + status,
+       ": [shard 's0'] grad = 1: must be an iscsi://"},
+      {"empty name", kGoodModel + std::string("[[shard]]\nname = \"\"\n") + grad + weights + status,
+       ": [shard #1] name = \"\": must be a non-empty string"},
+      {"duplicate name", "[model]\nsize = \"1M\"\n" + one_shard + one_shard,
+       ": [[shard]] name = \"s0\" is given twice: names must be unique"},
+  };
+  for (const Mistake& m : mistakes) {
+    SCOPED_TRACE(m.what);
+    auto c = parse_cluster_text(m.text, "m.toml");
+    ASSERT_FALSE(c.ok());
+    EXPECT_EQ(c.message().rfind("m.toml", 0), 0u) << c.message();
+    EXPECT_NE(c.message().find(m.message), std::string::npos)
+        << "got:      " << c.message() << "\nexpected: m.toml" << m.message;
+  }
+}
+
+TEST(ClusterFile, MissingFileNamesThePath) {
+  auto c = load_cluster_file("/nonexistent/cluster.toml");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.message(), "/nonexistent/cluster.toml: cannot read the cluster file: No such file or directory");
+}
+
+}  // namespace
+}  // namespace blockps
