@@ -26,6 +26,8 @@ packages=(
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   # tests: network namespaces, process tools
   iproute2 procps psmisc
+  # lint of the shell scripts (a test)
+  shellcheck
 )
 
 missing=()

@@ -6,18 +6,9 @@
 # Exit 0: pass; 77: skipped (/usr/bin/python3 missing: it checks the TOML with tomllib); else: fail.
 set -euo pipefail
 
-repo=''
-while [ "$#" -gt 0 ]; do
-  case "$1" in
-    --repo) repo=$2; shift 2 ;;
-    *) echo "usage: $0 --repo REPO" >&2; exit 2 ;;
-  esac
-done
-step() { echo "--- $*"; }
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
+# shellcheck source=tests/integration/shell_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+parse_test_args "$@"
 [ -x "$repo/scripts/attach.sh" ] || fail "--repo $repo has no executable scripts/attach.sh"
 PY=/usr/bin/python3
 if [ ! -x "$PY" ] || ! "$PY" -c 'import tomllib' 2>/dev/null; then

@@ -13,25 +13,9 @@
 # Exit 0: pass; 77: skipped (not root, fio/qemu-nbd/tgt/python3 missing); anything else: fail.
 set -euo pipefail
 
-repo=''
-lu_io=''
-while [ "$#" -gt 0 ]; do
-  case "$1" in
-    --repo) repo=$2; shift 2 ;;
-    --lu-io) lu_io=$2; shift 2 ;;
-    *) echo "usage: $0 --repo REPO --lu-io BLOCKPS_LU_IO" >&2; exit 2 ;;
-  esac
-done
-
-step() { echo "--- $*"; }
-fail() {
-  echo "FAIL: $*" >&2
-  exit 1
-}
-skip() {
-  echo "INTEGRATION TEST SKIPPED: $*"
-  exit 77
-}
+# shellcheck source=tests/integration/shell_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+parse_test_args "$@"
 
 [ "$(id -u)" = 0 ] || skip "tgtd needs root and this is uid $(id -u)"
 export PATH=$PATH:/usr/sbin:/sbin
