@@ -56,7 +56,7 @@ class ShardWorker {
   Status connect(const TransportOptions& options) {
     for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
       auto t = open_lu_transport(spec_.lu(role), options);
-      if (!t.ok()) return Status::Error(lu_name(role) + ": " + t.message());
+      if (!t.ok()) return Status::Error(StatusCode::connect, lu_name(role) + ": " + t.message());
       lus_[static_cast<int>(role)] = std::move(t.value());
     }
     return Status::Ok();
@@ -90,7 +90,7 @@ class ShardWorker {
                         std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
     if (f->command < model_offsets.size())
       where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
-    return Status::Error(where + " failed: " + f->reason);
+    return Status::Error(StatusCode::io, where + " failed: " + f->reason);
   }
 
  private:
@@ -163,7 +163,8 @@ Result<std::string> read_status_page(ShardWorker& shard) {
   constexpr std::uint64_t kPageBytes = std::uint64_t{1024} * 1024;
   std::uint64_t bytes = std::min(lu.capacity_bytes(), kPageBytes);
   bytes -= bytes % lu.block_size();
-  if (bytes == 0) return Status::Error(shard.lu_name(LuRole::status) + ": capacity 0: not a blockps status LU");
+  if (bytes == 0)
+    return Status::Error(StatusCode::mismatch, shard.lu_name(LuRole::status) + ": capacity 0: not a blockps status LU");
   // O_DIRECT (posix transport) wants aligned memory: a vector of 4 KiB-aligned elements gives it.
   struct alignas(4096) Page {
     std::byte b[4096];
@@ -184,8 +185,9 @@ Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& c
   for (LuRole role : {LuRole::grad, LuRole::weights}) {
     const std::uint64_t have = shard.lu(role).capacity_bytes();
     if (have != need) {
-      return Status::Error(config.source + ": " + shard.lu_name(role) + ": capacity is " + std::to_string(have) +
-                           " bytes, the layout gives this shard " + std::to_string(need) + why);
+      return Status::Error(StatusCode::mismatch, config.source + ": " + shard.lu_name(role) + ": capacity is " +
+                                                     std::to_string(have) + " bytes, the layout gives this shard " +
+                                                     std::to_string(need) + why);
     }
   }
   auto page = read_status_page(shard);
@@ -193,7 +195,8 @@ Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& c
   const std::string prefix = config.source + ": shard '" + shard.spec().name + "': status page ";
   nlohmann::json j = nlohmann::json::parse(page.value(), nullptr, false);
   if (j.is_discarded() || !j.contains("shard") || !j["shard"].is_object())
-    return Status::Error(prefix + "is not a blockps status page (no JSON object with a \"shard\" member)");
+    return Status::Error(StatusCode::mismatch,
+                         prefix + "is not a blockps status page (no JSON object with a \"shard\" member)");
   const nlohmann::json& s = j["shard"];
   auto number = [&](const char* key) -> std::optional<std::uint64_t> {
     if (!s.contains(key) || !s[key].is_number_unsigned()) return std::nullopt;
@@ -202,16 +205,19 @@ Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& c
   const auto size = number("size");
   const auto block = number("block");
   const std::string dtype = s.contains("dtype") && s["dtype"].is_string() ? s["dtype"].get<std::string>() : "";
-  if (!size || !block || dtype.empty()) return Status::Error(prefix + "lacks shard.size, shard.dtype or shard.block");
+  if (!size || !block || dtype.empty())
+    return Status::Error(StatusCode::mismatch, prefix + "lacks shard.size, shard.dtype or shard.block");
   if (*size != need)
-    return Status::Error(prefix + "says size = " + std::to_string(*size) + " bytes, the cluster file's layout needs " +
-                         std::to_string(need) + why);
+    return Status::Error(StatusCode::mismatch, prefix + "says size = " + std::to_string(*size) +
+                                                   " bytes, the cluster file's layout needs " + std::to_string(need) +
+                                                   why);
   if (dtype != to_string(config.model.dtype))
-    return Status::Error(prefix + "says dtype = " + dtype +
-                         ", the cluster file says dtype = " + std::string(to_string(config.model.dtype)));
+    return Status::Error(StatusCode::mismatch, prefix + "says dtype = " + dtype + ", the cluster file says dtype = " +
+                                                   std::string(to_string(config.model.dtype)));
   if (*block != config.model.block_bytes)
-    return Status::Error(prefix + "says block = " + std::to_string(*block) +
-                         " bytes, the cluster file says block = " + std::to_string(config.model.block_bytes));
+    return Status::Error(StatusCode::mismatch,
+                         prefix + "says block = " + std::to_string(*block) +
+                             " bytes, the cluster file says block = " + std::to_string(config.model.block_bytes));
   return Status::Ok();
 }
 
@@ -230,7 +236,7 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file) 
 
 Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
   try {
-    if (config.shards.empty()) return Status::Error(config.source + ": no shards");
+    if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
     auto layout = make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
     std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(layout)));
     const TransportOptions options{config.client.initiator, config.client.engine, config.client.queue_depth};
@@ -277,18 +283,20 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
                                                             : "read_weights";
   const std::uint64_t blocks = layout_->block_count();
   if (first_block > blocks || block_count > blocks - first_block) {
-    return finished(Status::Error(std::string(what) + ": blocks [" + std::to_string(first_block) + ", " +
-                                  std::to_string(first_block + block_count) + ") are outside the model's " +
-                                  std::to_string(blocks) + " blocks"),
+    return finished(Status::Error(StatusCode::invalid_argument,
+                                  std::string(what) + ": blocks [" + std::to_string(first_block) + ", " +
+                                      std::to_string(first_block + block_count) + ") are outside the model's " +
+                                      std::to_string(blocks) + " blocks"),
                     on_done);
   }
   const std::uint64_t base = layout_->model_offset_of_block(first_block);
   const std::uint64_t need = layout_->model_offset_of_block(first_block + block_count) - base;
   if (data_bytes != need) {
     return finished(
-        Status::Error(std::string(what) + ": the buffer holds " + std::to_string(data_bytes) + " bytes, blocks [" +
-                      std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
-                      std::to_string(need) + " bytes"),
+        Status::Error(StatusCode::invalid_argument,
+                      std::string(what) + ": the buffer holds " + std::to_string(data_bytes) + " bytes, blocks [" +
+                          std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
+                          std::to_string(need) + " bytes"),
         on_done);
   }
   if (block_count == 0) return finished(Status::Ok(), on_done);

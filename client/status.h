@@ -8,20 +8,36 @@
 
 namespace blockps {
 
+// What kind of failure a Status is, for callers that branch on it (the C API's result codes, blockps_c.h)
+// rather than on the message. `unknown` is any error made without a kind.
+enum class StatusCode {
+  ok,
+  unknown,
+  invalid_argument,  // the caller's request is wrong (buffer size, blocks outside the model)
+  config,            // the cluster file cannot be read or says something wrong
+  connect,           // an LU cannot be reached or opened
+  io,                // a read or write on a shard's LU failed
+  mismatch,          // a shard disagrees with the cluster file (capacity, size, dtype, block)
+};
+
 // The outcome of an operation that has no other result: ok, or an error message that says what went wrong.
 class [[nodiscard]] Status {
  public:
   static Status Ok() { return Status{}; }
-  static Status Error(std::string message) { return Status{std::move(message)}; }
+  static Status Error(std::string message) { return Status{StatusCode::unknown, std::move(message)}; }
+  static Status Error(StatusCode code, std::string message) { return Status{code, std::move(message)}; }
 
   bool ok() const { return message_.empty(); }
   const std::string& message() const { return message_; }
+  StatusCode code() const { return code_; }
 
  private:
   Status() = default;
-  explicit Status(std::string message)
-      : message_(message.empty() ? std::string("unspecified error") : std::move(message)) {}
+  Status(StatusCode code, std::string message)
+      : message_(message.empty() ? std::string("unspecified error") : std::move(message)),
+        code_(code == StatusCode::ok ? StatusCode::unknown : code) {}
   std::string message_;
+  StatusCode code_ = StatusCode::ok;
 };
 
 // strerror's text for an errno value (strerror_r: the client's I/O threads may fail at the same time).

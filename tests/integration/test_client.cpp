@@ -16,6 +16,7 @@
 #include "client/iscsi_lun.h"
 #include "client/transport.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/blockps_shard.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -56,10 +57,8 @@ struct ModelShape {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = TgtdInstance::unavailable_reason(); !why.empty())
-      GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_TRUE(TgtdInstance::blockps_module_installed())
-        << kBlockpsModulePath << " is missing: run `cmake --install build` (scripts/test.sh does)";
+    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
+    ASSERT_EQ(blockps_module_missing_reason(), "");
     ASSERT_TRUE(dir_.create("blockps-client-").ok());
   }
   void TearDown() override {
@@ -73,18 +72,11 @@ class ClientTest : public ::testing::Test {
   void start_shards(const ModelShape& shard_model, const std::string& dtype = "f32") {
     const auto layout = make_layout(shard_model.layout, shard_model.size, shard_model.block, kShards);
     for (int s = 0; s < kShards; ++s) {
-      const Status st = tgtd_[s].start();
-      ASSERT_TRUE(st.ok()) << st.message();
-      const CommandResult t = tgtd_[s].add_target(1, shard_iqn(s));
-      ASSERT_TRUE(t.ok()) << t.describe();
-      const std::string ckpt = dir_.path("shard" + std::to_string(s) + ".ckpt");
       const std::string shape = "size=" + std::to_string(layout->shard_bytes(static_cast<std::size_t>(s))) +
                                 ";block=" + std::to_string(shard_model.block) + ";dtype=" + dtype + ";opt=sum";
-      const std::pair<int, std::string> lus[] = {{1, "role=grad;" + shape}, {2, "role=weights"}, {3, "role=status"}};
-      for (const auto& [lun, bsopts] : lus) {
-        const CommandResult r = tgtd_[s].add_lu(1, lun, ckpt, "blockps", bsopts);
-        ASSERT_TRUE(r.ok()) << bsopts << ": " << r.describe() << "\n" << tgtd_[s].log_text();
-      }
+      const Status st =
+          add_blockps_shard(tgtd_[s], 1, shard_iqn(s), dir_.path("shard" + std::to_string(s) + ".ckpt"), shape);
+      ASSERT_TRUE(st.ok()) << st.message();
     }
   }
 

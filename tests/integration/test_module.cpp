@@ -14,6 +14,7 @@
 #include "aggregator/model_shard.h"
 #include "client/iscsi_lun.h"
 #include "tests/support/temp_dir.h"
+#include "tests/support/blockps_shard.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -42,10 +43,8 @@ std::vector<std::byte> wire_values(WireDtype d, std::size_t elements, std::uint3
 class ModuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = TgtdInstance::unavailable_reason(); !why.empty())
-      GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_TRUE(TgtdInstance::blockps_module_installed())
-        << kBlockpsModulePath << " is missing: run `cmake --install build` (scripts/test.sh does)";
+    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
+    ASSERT_EQ(blockps_module_missing_reason(), "");
     ASSERT_TRUE(dir_.create("blockps-module-").ok());
     const Status s = tgtd_.start();
     ASSERT_TRUE(s.ok()) << s.message();

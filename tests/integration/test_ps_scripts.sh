@@ -24,7 +24,9 @@ down=$repo/scripts/ps-down.sh
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-ps-scripts-XXXXXX")
 export BLOCKPS_STATE_DIR=$tmp/run
 # TgtdInstance picks control numbers 2000..29999 and ports 20000..32767: stay clear of both.
-export BLOCKPS_CONTROL_OFFSET=$((30000 + RANDOM % 2000))
+# 32001..32102 (+500 for the blocker): clear of TgtdInstance (2000-29999), the demo test (31001-31002) and
+# the fio test (31201-31203), which may run at the same time under ctest -j.
+export BLOCKPS_CONTROL_OFFSET=$((32000 + RANDOM % 100))
 export BLOCKPS_PORT_OFFSET=$((7000 + RANDOM % 9000))
 blocker_control=$((BLOCKPS_CONTROL_OFFSET + 500))
 blocker_pid=

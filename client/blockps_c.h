@@ -1,0 +1,207 @@
+/* libblockps's C API: push gradients to and pull weights from a blockps parameter server, as a worker.
+ * Installed as <blockps/blockps.h>; link with -lblockps (pkg-config blockps, or CMake find_package(blockps)
+ * and the target blockps::blockps).
+ *
+ *   blockps_cluster* c = NULL;
+ *   if (blockps_cluster_open("cluster.toml", &c) != BLOCKPS_OK) {
+ *     fprintf(stderr, "%s\n", blockps_last_error());
+ *     return 1;
+ *   }
+ *   size_t n = blockps_cluster_model_bytes(c);                 // wire bytes: elements x dtype size
+ *   blockps_pull(c, weights, n);                                // blocking
+ *   blockps_op* op = NULL;
+ *   blockps_push_async(c, grads, n, &op);                       // asynchronous
+ *   ... blockps_op_wait(op); blockps_op_free(op);
+ *   blockps_cluster_close(c);
+ *
+ * The model is model_bytes wire bytes cut into blocks of block_bytes (the last block may be shorter); each
+ * block lives on one shard. Every call moves whole blocks; all shards work in parallel.
+ *
+ * Stability: the API is versioned (BLOCKPS_API_VERSION, blockps_api_version()); a version only adds calls and
+ * result codes; existing calls keep their signature and meaning. The library is libblockps.so.0 and exports
+ * only the blockps_* symbols declared here.
+ *
+ * Errors: every call that can fail returns a blockps_result and sets this thread's last error message
+ * (blockps_last_error): "" after a call that succeeded, otherwise what went wrong: the shard, the LU, the byte
+ * offsets and the reason (SCSI status and sense, errno), or the cluster file's key, the value seen and what is
+ * allowed. No call aborts the process, throws, or lets a C++ exception escape; a NULL where a handle or buffer
+ * is required is BLOCKPS_ERR_INVALID_ARGUMENT, never a crash. Calls that return a value (not a result) return
+ * 0, "" or the documented value for a NULL handle, and leave the last error message as it was.
+ *
+ * Thread-safety: a blockps_cluster may be used from several threads at once; calls are queued on each shard's
+ * I/O thread and run there one after another. A blockps_op may be waited on from any thread, and from several.
+ * blockps_cluster_close and blockps_op_free must not race with other calls on the same handle.
+ */
+#ifndef BLOCKPS_BLOCKPS_H
+#define BLOCKPS_BLOCKPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The version of the API this header declares. Compare with blockps_api_version() to check that the library
+ * loaded at run time is at least as new as the header the program was built with. */
+#define BLOCKPS_API_VERSION 1
+
+#if defined(__GNUC__)
+#define BLOCKPS_EXPORT __attribute__((visibility("default")))
+#else
+#define BLOCKPS_EXPORT
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Result codes. The values are part of the ABI and never change; later versions may add codes, so treat an
+ * unknown one as a failure. */
+typedef enum blockps_result {
+  BLOCKPS_OK = 0,
+  /* A NULL handle or buffer, a buffer whose size is not what the blocks need, blocks outside the model, a
+   * shard index out of range, a status-page buffer too small. Nothing was sent. */
+  BLOCKPS_ERR_INVALID_ARGUMENT = 1,
+  /* The cluster file cannot be read, is not TOML, or has a key that is missing, unknown or out of range. */
+  BLOCKPS_ERR_CONFIG = 2,
+  /* An LU of a shard cannot be reached, logged in to or opened. */
+  BLOCKPS_ERR_CONNECT = 3,
+  /* A read or write on a shard's LU failed (SCSI error, disconnect, errno). Part of the transfer may have
+   * happened: a push may have reached some blocks. */
+  BLOCKPS_ERR_IO = 4,
+  /* A shard disagrees with the cluster file: LU capacity, or the status page's size, dtype or block. */
+  BLOCKPS_ERR_MISMATCH = 5,
+  /* Memory ran out in the call. */
+  BLOCKPS_ERR_NO_MEMORY = 6,
+  /* Anything else: an error the library could not classify (e.g. an exception on an I/O thread, such as
+   * memory running out there). The message says what. */
+  BLOCKPS_ERR_INTERNAL = 7
+} blockps_result;
+
+/* A connected cluster (every LU of every shard). */
+typedef struct blockps_cluster blockps_cluster;
+/* An asynchronous push or pull in flight (or finished). */
+typedef struct blockps_op blockps_op;
+
+/* ---- Version and errors ------------------------------------------------------------------------------ */
+
+/* The API version of the library loaded at run time (BLOCKPS_API_VERSION of the header it was built from).
+ * Never fails. */
+BLOCKPS_EXPORT int blockps_api_version(void);
+
+/* The code's name, e.g. "BLOCKPS_ERR_IO"; "BLOCKPS_ERR_UNKNOWN" for a value this version does not know.
+ * A static string; never NULL. */
+BLOCKPS_EXPORT const char* blockps_result_name(blockps_result result);
+
+/* This thread's last error message: "" when the last call that returns a blockps_result succeeded (or none
+ * was made yet), else what went wrong. The text stays valid until the next blockps_* call on this thread.
+ * Never NULL. */
+BLOCKPS_EXPORT const char* blockps_last_error(void);
+
+/* ---- The cluster ------------------------------------------------------------------------------------- */
+
+/* Loads the cluster file (TOML, docs/OPTIONS.md), connects every LU of every shard (in parallel), and checks
+ * that each grad and weights LU has the capacity the layout gives its shard and that each shard's status page
+ * agrees with the file on size, dtype and block. On success *out is the cluster, else NULL.
+ * Errors: INVALID_ARGUMENT (cluster_file or out NULL), CONFIG (file unreadable or wrong), CONNECT, IO (reading
+ * a status page), MISMATCH, NO_MEMORY. */
+BLOCKPS_EXPORT blockps_result blockps_cluster_open(const char* cluster_file, blockps_cluster** out);
+
+/* Waits for the operations in flight on the cluster, then closes every session and frees it. Handles of
+ * operations started on it stay valid (they are finished) and still need blockps_op_free. NULL: no-op. */
+BLOCKPS_EXPORT void blockps_cluster_close(blockps_cluster* cluster);
+
+/* The model's size in wire bytes (elements x dtype size): what push, pull and the weights calls move. 0 for
+ * NULL. */
+BLOCKPS_EXPORT uint64_t blockps_cluster_model_bytes(const blockps_cluster* cluster);
+/* The aggregation block in wire bytes (the last block may be shorter). 0 for NULL. */
+BLOCKPS_EXPORT uint64_t blockps_cluster_block_bytes(const blockps_cluster* cluster);
+/* The number of blocks in the model. 0 for NULL. */
+BLOCKPS_EXPORT uint64_t blockps_cluster_block_count(const blockps_cluster* cluster);
+/* The model byte offset where block `block` starts; block == block_count gives model_bytes. The buffer for
+ * blocks [first, first + count) is offset(first + count) - offset(first) bytes. UINT64_MAX for NULL or a block
+ * beyond block_count. */
+BLOCKPS_EXPORT uint64_t blockps_cluster_block_offset(const blockps_cluster* cluster, uint64_t block);
+/* The element format on the wire: "f32", "bf16" or "f16". "" for NULL. */
+BLOCKPS_EXPORT const char* blockps_cluster_dtype(const blockps_cluster* cluster);
+/* Bytes per element of that format (4 or 2). 0 for NULL. */
+BLOCKPS_EXPORT size_t blockps_cluster_element_bytes(const blockps_cluster* cluster);
+/* The number of shards. 0 for NULL. */
+BLOCKPS_EXPORT size_t blockps_cluster_shard_count(const blockps_cluster* cluster);
+/* Shard `index`'s name from the cluster file (index < shard count). "" for NULL or an index out of range.
+ * Valid until the cluster is closed. */
+BLOCKPS_EXPORT const char* blockps_cluster_shard_name(const blockps_cluster* cluster, size_t index);
+
+/* ---- Blocking transfers ------------------------------------------------------------------------------ */
+/* Each returns when every shard has finished its part. `bytes` must be exactly what the blocks hold
+ * (model_bytes for the whole model). Errors: INVALID_ARGUMENT (NULL cluster or buffer, wrong size, blocks
+ * outside the model; nothing sent), IO (naming the shard, LU and offsets), NO_MEMORY. */
+
+/* Writes gradients to the grad LUs: each shard applies its optimizer to its blocks. */
+BLOCKPS_EXPORT blockps_result blockps_push(blockps_cluster* cluster, const void* grads, size_t bytes);
+/* Reads the current weights (through the grad LUs) into `weights`. */
+BLOCKPS_EXPORT blockps_result blockps_pull(blockps_cluster* cluster, void* weights, size_t bytes);
+/* The same for global blocks [first_block, first_block + block_count): the buffer holds exactly those blocks'
+ * bytes, from model offset blockps_cluster_block_offset(first_block). block_count 0 is a no-op (bytes 0; the
+ * buffer may then be NULL). */
+BLOCKPS_EXPORT blockps_result blockps_push_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                                  const void* grads, size_t bytes);
+BLOCKPS_EXPORT blockps_result blockps_pull_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                                  void* weights, size_t bytes);
+/* The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them (snapshot).
+ * No optimizer runs. */
+BLOCKPS_EXPORT blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weights, size_t bytes);
+BLOCKPS_EXPORT blockps_result blockps_read_weights(blockps_cluster* cluster, void* weights, size_t bytes);
+
+/* Shard `shard`'s status page (the status LU's JSON: the shard's settings, counters, last checkpoint) as a
+ * NUL-terminated string in `json` of `json_capacity` bytes. *json_bytes (if not NULL) gets the text's length
+ * without the NUL, also when the buffer is too small. Reads every shard's page (at most 1 MiB each).
+ *
+ * Errors: INVALID_ARGUMENT (NULL cluster, NULL json with capacity > 0, shard out of range, buffer too small:
+ * then nothing is written but *json_bytes), IO, NO_MEMORY. */
+BLOCKPS_EXPORT blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char* json,
+                                                  size_t json_capacity, size_t* json_bytes);
+
+/* ---- Asynchronous transfers -------------------------------------------------------------------------- */
+/* Start the transfer and return at once with *out a handle to it; its I/O errors come from blockps_op_wait.
+ * The buffer must stay valid (and, for a push, unchanged) until the operation has finished (blockps_op_wait,
+ * blockps_op_ready, the callback, or blockps_op_free, which waits). Sizes and ranges are checked before any
+ * I/O as for the blocking calls. Errors (with *out NULL and nothing sent): INVALID_ARGUMENT (NULL cluster,
+ * buffer or out, wrong size, blocks outside the model), NO_MEMORY. */
+BLOCKPS_EXPORT blockps_result blockps_push_async(blockps_cluster* cluster, const void* grads, size_t bytes,
+                                                 blockps_op** out);
+BLOCKPS_EXPORT blockps_result blockps_pull_async(blockps_cluster* cluster, void* weights, size_t bytes,
+                                                 blockps_op** out);
+BLOCKPS_EXPORT blockps_result blockps_push_blocks_async(blockps_cluster* cluster, uint64_t first_block,
+                                                        uint64_t block_count, const void* grads, size_t bytes,
+                                                        blockps_op** out);
+BLOCKPS_EXPORT blockps_result blockps_pull_blocks_async(blockps_cluster* cluster, uint64_t first_block,
+                                                        uint64_t block_count, void* weights, size_t bytes,
+                                                        blockps_op** out);
+
+/* Blocks until the operation has finished on every shard; its outcome (the first failure, or BLOCKPS_OK),
+ * with the message in blockps_last_error. May be called again (same outcome) and from several threads.
+ * Errors: INVALID_ARGUMENT (NULL op), and the transfer's errors as for the blocking calls. */
+BLOCKPS_EXPORT blockps_result blockps_op_wait(blockps_op* op);
+
+/* 1 when the operation has finished (blockps_op_wait would not block), 0 when it is still running, -1 for a
+ * NULL op. Does not change blockps_last_error. */
+BLOCKPS_EXPORT int blockps_op_ready(const blockps_op* op);
+
+/* Called once when an operation has finished: its result, its message ("" when BLOCKPS_OK; valid during the
+ * call only) and the `user` pointer given with it. It runs on one of the cluster's I/O threads, or on the
+ * calling thread when the operation had already finished: keep it short and do not wait on another operation
+ * of the same cluster in it (blockps_op_wait on this very operation returns at once). */
+typedef void (*blockps_done_fn)(blockps_result result, const char* message, void* user);
+
+/* Sets the operation's completion callback (at most one per operation). If the operation has already
+ * finished, `on_done` runs now, on this thread, before this call returns.
+ * Errors: INVALID_ARGUMENT (NULL op or on_done, a callback already set). */
+BLOCKPS_EXPORT blockps_result blockps_op_on_done(blockps_op* op, blockps_done_fn on_done, void* user);
+
+/* Frees the handle. If the operation is still running, waits for it first, so its buffer may be released once
+ * this returns. A callback set on it still runs (before this returns). NULL: no-op. */
+BLOCKPS_EXPORT void blockps_op_free(blockps_op* op);
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* BLOCKPS_BLOCKPS_H */

@@ -1,0 +1,409 @@
+// The C API (blockps_c.h) over the C++ Cluster. Every entry point catches everything (no exception unwinds
+// into C code); a Status becomes a result code through its StatusCode (result_of, the one mapping) and this
+// thread's last error message.
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "client/blockps.h"
+#include "client/blockps_c.h"
+
+struct blockps_cluster {
+  std::unique_ptr<blockps::Cluster> cluster;
+};
+
+// The handle owns the C++ Operation and the completion slot its callback fills: the callback is set after
+// submission (blockps_op_on_done), so the slot says whether the operation finished before it was set.
+struct blockps_op {
+  struct Completion {
+    std::mutex mutex;
+    bool finished = false;
+    bool callback_set = false;
+    blockps_done_fn on_done = nullptr;
+    void* user = nullptr;
+  };
+  blockps::Operation operation;
+  std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+};
+
+namespace {
+
+using blockps::Status;
+using blockps::StatusCode;
+
+// This thread's last error. `fixed` replaces `message` when recording the message itself ran out of memory.
+thread_local std::string t_message;
+thread_local const char* t_fixed = nullptr;
+
+void clear_error() noexcept {
+  t_message.clear();
+  t_fixed = nullptr;
+}
+
+// Records "WHAT: WHY MORE" and returns `result`.
+blockps_result fail(blockps_result result, std::string_view what, std::string_view why,
+                    std::string_view more = {}) noexcept {
+  try {
+    t_message.assign(what);
+    t_message.append(": ");
+    t_message.append(why);
+    t_message.append(more);
+    t_fixed = nullptr;
+  } catch (...) {
+    t_fixed = "out of memory while recording the error message";
+  }
+  return result;
+}
+
+// StatusCode -> blockps_result. `unknown` is an error the library made without a kind (an exception caught
+// inside it): INTERNAL, the code that promises nothing.
+blockps_result result_of(StatusCode code) noexcept {
+  switch (code) {
+    case StatusCode::ok:
+      return BLOCKPS_OK;
+    case StatusCode::invalid_argument:
+      return BLOCKPS_ERR_INVALID_ARGUMENT;
+    case StatusCode::config:
+      return BLOCKPS_ERR_CONFIG;
+    case StatusCode::connect:
+      return BLOCKPS_ERR_CONNECT;
+    case StatusCode::io:
+      return BLOCKPS_ERR_IO;
+    case StatusCode::mismatch:
+      return BLOCKPS_ERR_MISMATCH;
+    case StatusCode::unknown:
+      break;
+  }
+  return BLOCKPS_ERR_INTERNAL;
+}
+
+// Records a C++ outcome and returns its code. Its message already says what failed ("push: ...", the shard,
+// the LU and the offsets): it is passed on as it is.
+blockps_result finish(const Status& s) noexcept {
+  if (s.ok()) {
+    clear_error();
+    return BLOCKPS_OK;
+  }
+  try {
+    t_message = s.message();
+    t_fixed = nullptr;
+  } catch (...) {
+    t_fixed = "out of memory while recording the error message";
+  }
+  return result_of(s.code());
+}
+
+// Runs an entry point's body; nothing escapes it.
+template <class Body>
+blockps_result guarded(const char* what, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    return fail(BLOCKPS_ERR_NO_MEMORY, what, "out of memory");
+  } catch (const std::exception& e) {
+    return fail(BLOCKPS_ERR_INTERNAL, what, e.what());
+  } catch (...) {
+    return fail(BLOCKPS_ERR_INTERNAL, what, "unknown exception");
+  }
+}
+
+blockps_result null_argument(const char* what, const char* name) noexcept {
+  return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, name, " is NULL");
+}
+
+// The checks every transfer shares before the C++ call (which checks sizes and ranges itself).
+blockps_result check_transfer(const char* what, const blockps_cluster* cluster, const void* buffer, size_t bytes) {
+  if (cluster == nullptr) return null_argument(what, "cluster");
+  if (buffer == nullptr && bytes != 0)
+    return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "the buffer is NULL with bytes = ", std::to_string(bytes));
+  return BLOCKPS_OK;
+}
+
+std::span<const std::byte> in(const void* data, size_t bytes) { return {static_cast<const std::byte*>(data), bytes}; }
+std::span<std::byte> out(void* data, size_t bytes) { return {static_cast<std::byte*>(data), bytes}; }
+
+// Blocking transfer: `start` returns the Status of the C++ call.
+template <class Start>
+blockps_result blocking(const char* what, blockps_cluster* cluster, const void* buffer, size_t bytes,
+                        Start&& start) noexcept {
+  return guarded(what, [&] {
+    if (blockps_result r = check_transfer(what, cluster, buffer, bytes); r != BLOCKPS_OK) return r;
+    return finish(start(*cluster->cluster));
+  });
+}
+
+// Asynchronous transfer: `start(cluster, callback)` submits and returns the Operation. A request the C++ side
+// refused before any I/O (a finished operation with invalid_argument) is this call's error, not the handle's.
+template <class Start>
+blockps_result asynchronous(const char* what, blockps_cluster* cluster, const void* buffer, size_t bytes,
+                            blockps_op** out_op, Start&& start) noexcept {
+  return guarded(what, [&] {
+    if (out_op == nullptr) return null_argument(what, "out");
+    *out_op = nullptr;
+    if (blockps_result r = check_transfer(what, cluster, buffer, bytes); r != BLOCKPS_OK) return r;
+    // Made before submitting: once the transfer runs, nothing may fail and leave it without a handle.
+    auto op = std::make_unique<blockps_op>();
+    blockps::CompletionCallback on_done = [completion = op->completion](const Status& s) noexcept {
+      blockps_done_fn fn = nullptr;
+      void* user = nullptr;
+      {
+        std::lock_guard lock(completion->mutex);
+        completion->finished = true;
+        fn = completion->on_done;
+        user = completion->user;
+      }
+      if (fn != nullptr) fn(result_of(s.code()), s.message().c_str(), user);
+    };
+    op->operation = start(*cluster->cluster, std::move(on_done));
+    // Submitted: unless it was refused (then it is finished and nothing uses the buffer), the handle goes out.
+    blockps_result refused = BLOCKPS_OK;
+    try {
+      if (op->operation.ready()) {
+        const Status s = op->operation.wait();
+        if (s.code() == StatusCode::invalid_argument) refused = finish(s);
+      }
+    } catch (...) {  // blockps_op_wait reports the outcome
+    }
+    if (refused != BLOCKPS_OK) return refused;
+    clear_error();
+    *out_op = op.release();
+    return BLOCKPS_OK;
+  });
+}
+
+}  // namespace
+
+extern "C" {
+
+int blockps_api_version(void) { return BLOCKPS_API_VERSION; }
+
+const char* blockps_result_name(blockps_result result) {
+  switch (result) {
+    case BLOCKPS_OK:
+      return "BLOCKPS_OK";
+    case BLOCKPS_ERR_INVALID_ARGUMENT:
+      return "BLOCKPS_ERR_INVALID_ARGUMENT";
+    case BLOCKPS_ERR_CONFIG:
+      return "BLOCKPS_ERR_CONFIG";
+    case BLOCKPS_ERR_CONNECT:
+      return "BLOCKPS_ERR_CONNECT";
+    case BLOCKPS_ERR_IO:
+      return "BLOCKPS_ERR_IO";
+    case BLOCKPS_ERR_MISMATCH:
+      return "BLOCKPS_ERR_MISMATCH";
+    case BLOCKPS_ERR_NO_MEMORY:
+      return "BLOCKPS_ERR_NO_MEMORY";
+    case BLOCKPS_ERR_INTERNAL:
+      return "BLOCKPS_ERR_INTERNAL";
+  }
+  return "BLOCKPS_ERR_UNKNOWN";
+}
+
+const char* blockps_last_error(void) { return t_fixed != nullptr ? t_fixed : t_message.c_str(); }
+
+blockps_result blockps_cluster_open(const char* cluster_file, blockps_cluster** out_cluster) {
+  constexpr const char* what = "blockps_cluster_open";
+  return guarded(what, [&] {
+    if (out_cluster == nullptr) return null_argument(what, "out");
+    *out_cluster = nullptr;
+    if (cluster_file == nullptr) return null_argument(what, "cluster_file");
+    // Every refusal of the loader is the file's (unreadable, not TOML, a wrong key): CONFIG, whatever its code.
+    auto config = blockps::load_cluster_file(cluster_file);
+    if (!config.ok()) {
+      finish(config.status());
+      return BLOCKPS_ERR_CONFIG;
+    }
+    auto cluster = blockps::Cluster::open(config.value());
+    if (!cluster.ok()) return finish(cluster.status());
+    *out_cluster = new blockps_cluster{std::move(cluster.value())};
+    clear_error();
+    return BLOCKPS_OK;
+  });
+}
+
+void blockps_cluster_close(blockps_cluster* cluster) {
+  delete cluster;  // ~Cluster waits for the operations in flight; it does not throw
+}
+
+uint64_t blockps_cluster_model_bytes(const blockps_cluster* cluster) {
+  return cluster == nullptr ? 0 : cluster->cluster->model_bytes();
+}
+
+uint64_t blockps_cluster_block_bytes(const blockps_cluster* cluster) {
+  return cluster == nullptr ? 0 : cluster->cluster->layout().block_bytes();
+}
+
+uint64_t blockps_cluster_block_count(const blockps_cluster* cluster) {
+  return cluster == nullptr ? 0 : cluster->cluster->layout().block_count();
+}
+
+uint64_t blockps_cluster_block_offset(const blockps_cluster* cluster, uint64_t block) {
+  if (cluster == nullptr || block > cluster->cluster->layout().block_count()) return UINT64_MAX;
+  return cluster->cluster->layout().model_offset_of_block(block);
+}
+
+const char* blockps_cluster_dtype(const blockps_cluster* cluster) {
+  // to_string gives a view of a string literal: NUL-terminated.
+  return cluster == nullptr ? "" : blockps::to_string(cluster->cluster->config().model.dtype).data();
+}
+
+size_t blockps_cluster_element_bytes(const blockps_cluster* cluster) {
+  return cluster == nullptr ? 0 : blockps::element_bytes(cluster->cluster->config().model.dtype);
+}
+
+size_t blockps_cluster_shard_count(const blockps_cluster* cluster) {
+  return cluster == nullptr ? 0 : cluster->cluster->config().shards.size();
+}
+
+const char* blockps_cluster_shard_name(const blockps_cluster* cluster, size_t index) {
+  if (cluster == nullptr || index >= cluster->cluster->config().shards.size()) return "";
+  return cluster->cluster->config().shards[index].name.c_str();
+}
+
+blockps_result blockps_push(blockps_cluster* cluster, const void* grads, size_t bytes) {
+  return blocking("blockps_push", cluster, grads, bytes, [&](blockps::Cluster& c) { return c.push(in(grads, bytes)); });
+}
+
+blockps_result blockps_pull(blockps_cluster* cluster, void* weights, size_t bytes) {
+  return blocking("blockps_pull", cluster, weights, bytes,
+                  [&](blockps::Cluster& c) { return c.pull(out(weights, bytes)); });
+}
+
+blockps_result blockps_push_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                   const void* grads, size_t bytes) {
+  return blocking("blockps_push_blocks", cluster, grads, bytes,
+                  [&](blockps::Cluster& c) { return c.push_blocks(first_block, block_count, in(grads, bytes)); });
+}
+
+blockps_result blockps_pull_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count, void* weights,
+                                   size_t bytes) {
+  return blocking("blockps_pull_blocks", cluster, weights, bytes,
+                  [&](blockps::Cluster& c) { return c.pull_blocks(first_block, block_count, out(weights, bytes)); });
+}
+
+blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weights, size_t bytes) {
+  return blocking("blockps_write_weights", cluster, weights, bytes,
+                  [&](blockps::Cluster& c) { return c.write_weights(in(weights, bytes)); });
+}
+
+blockps_result blockps_read_weights(blockps_cluster* cluster, void* weights, size_t bytes) {
+  return blocking("blockps_read_weights", cluster, weights, bytes,
+                  [&](blockps::Cluster& c) { return c.read_weights(out(weights, bytes)); });
+}
+
+blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char* json, size_t json_capacity,
+                                   size_t* json_bytes) {
+  constexpr const char* what = "blockps_status_page";
+  return guarded(what, [&] {
+    if (cluster == nullptr) return null_argument(what, "cluster");
+    if (json == nullptr && json_capacity != 0) return null_argument(what, "json");
+    const size_t shards = cluster->cluster->config().shards.size();
+    if (shard >= shards) {
+      return fail(
+          BLOCKPS_ERR_INVALID_ARGUMENT, what,
+          "shard " + std::to_string(shard) + " is out of range: the cluster has " + std::to_string(shards) + " shards");
+    }
+    auto pages = cluster->cluster->status_pages();
+    if (!pages.ok()) return finish(pages.status());
+    const std::string& text = pages.value()[shard].json;
+    if (json_bytes != nullptr) *json_bytes = text.size();
+    if (json == nullptr || json_capacity < text.size() + 1) {  // json is NULL only with capacity 0
+      return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what,
+                  "the buffer holds " + std::to_string(json_capacity) + " bytes, the status page of shard '" +
+                      pages.value()[shard].shard + "' needs " + std::to_string(text.size() + 1) + " (with the NUL)");
+    }
+    std::memcpy(json, text.c_str(), text.size() + 1);
+    clear_error();
+    return BLOCKPS_OK;
+  });
+}
+
+blockps_result blockps_push_async(blockps_cluster* cluster, const void* grads, size_t bytes, blockps_op** out_op) {
+  return asynchronous("blockps_push_async", cluster, grads, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.push_async(in(grads, bytes), std::move(done));
+                      });
+}
+
+blockps_result blockps_pull_async(blockps_cluster* cluster, void* weights, size_t bytes, blockps_op** out_op) {
+  return asynchronous("blockps_pull_async", cluster, weights, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.pull_async(out(weights, bytes), std::move(done));
+                      });
+}
+
+blockps_result blockps_push_blocks_async(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                         const void* grads, size_t bytes, blockps_op** out_op) {
+  return asynchronous("blockps_push_blocks_async", cluster, grads, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.push_blocks_async(first_block, block_count, in(grads, bytes), std::move(done));
+                      });
+}
+
+blockps_result blockps_pull_blocks_async(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                         void* weights, size_t bytes, blockps_op** out_op) {
+  return asynchronous("blockps_pull_blocks_async", cluster, weights, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.pull_blocks_async(first_block, block_count, out(weights, bytes), std::move(done));
+                      });
+}
+
+blockps_result blockps_op_wait(blockps_op* op) {
+  constexpr const char* what = "blockps_op_wait";
+  return guarded(what, [&] {
+    if (op == nullptr) return null_argument(what, "op");
+    return finish(op->operation.wait());
+  });
+}
+
+int blockps_op_ready(const blockps_op* op) {
+  if (op == nullptr) return -1;
+  try {
+    return op->operation.ready() ? 1 : 0;
+  } catch (...) {  // a mutex that cannot be locked: say "not yet"; blockps_op_wait reports the error
+    return 0;
+  }
+}
+
+blockps_result blockps_op_on_done(blockps_op* op, blockps_done_fn on_done, void* user) {
+  constexpr const char* what = "blockps_op_on_done";
+  return guarded(what, [&] {
+    if (op == nullptr) return null_argument(what, "op");
+    if (on_done == nullptr) return null_argument(what, "on_done");
+    blockps_op::Completion& c = *op->completion;
+    {
+      std::lock_guard lock(c.mutex);
+      if (c.callback_set) return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "the operation already has a callback");
+      c.callback_set = true;
+      // The Operation is finished (wait() returns) a moment before the I/O thread reaches the slot: then the
+      // callback runs here, and the slot stays empty so that it runs once.
+      if (!c.finished && !op->operation.ready()) {
+        c.on_done = on_done;
+        c.user = user;
+        clear_error();
+        return BLOCKPS_OK;  // the I/O thread calls it
+      }
+    }
+    const Status s = op->operation.wait();  // finished: returns at once
+    on_done(result_of(s.code()), s.message().c_str(), user);
+    clear_error();
+    return BLOCKPS_OK;
+  });
+}
+
+void blockps_op_free(blockps_op* op) {
+  if (op == nullptr) return;
+  try {
+    (void)op->operation.wait();  // the buffer is the caller's again once this returns
+  } catch (...) {                // nothing to report to: the handle goes either way
+  }
+  delete op;
+}
+
+}  // extern "C"

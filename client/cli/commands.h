@@ -1,0 +1,47 @@
+// The `blockps` command's subcommands. Each takes the cluster file's path and its own options (already checked
+// by the argument parser), prints its report on stdout and its errors on stderr ("blockps: ERROR: ..."), and
+// returns the process's exit status. Nothing here throws past its caller or aborts.
+#pragma once
+
+#include <string>
+
+namespace blockps::cli {
+
+// The exit statuses (docs/OPTIONS.md, "blockps CLI").
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitFailed = 1;  // the cluster file, a shard, a file or an operation failed
+inline constexpr int kExitUsage = 2;   // the command line is wrong (CLI11's parser says why)
+
+// Prints "blockps: ERROR: <message>" on stderr.
+void print_error(const std::string& message);
+
+// Every shard's status page: a table with a total line, or {"shards": [...]} with --json. A shard whose page
+// cannot be read is reported (stderr, and its row / its "error" member) and the exit status is kExitFailed, but
+// the other shards are still shown.
+struct StatusOptions {
+  bool json = false;
+};
+int run_status(const std::string& cluster_file, const StatusOptions& options);
+
+// Assigns the whole model's weights (the weights LUs) from a file of exactly model_bytes() wire bytes.
+struct InitOptions {
+  std::string from;
+};
+int run_init(const std::string& cluster_file, const InitOptions& options);
+
+// Reads the whole model's weights (the weights LUs) into a file, written atomically (temp file + rename).
+struct SaveOptions {
+  std::string to;
+};
+int run_save(const std::string& cluster_file, const SaveOptions& options);
+
+// Whole-model pushes (a zero gradient) and/or pulls for a while each, then a summary table.
+enum class BenchOp { push, pull, both };
+struct BenchOptions {
+  double seconds = 5.0;  // per operation
+  BenchOp op = BenchOp::both;
+  bool progress = true;  // a progress line on stderr, about every 0.5 s
+};
+int run_bench(const std::string& cluster_file, const BenchOptions& options);
+
+}  // namespace blockps::cli

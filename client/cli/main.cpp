@@ -1,0 +1,79 @@
+// `blockps`: the operator's command for a running cluster (docs/OPTIONS.md, "blockps CLI").
+//
+//   blockps --cluster cluster.toml status [--json]
+//   blockps -c cluster.toml init --from weights.bin
+//   blockps -c cluster.toml save --to weights.bin
+//   blockps -c cluster.toml bench [--seconds 5] [--op push|pull|both] [--no-progress]
+//
+// Exit status: 0 ok, 1 an operation failed (the message says which and why), 2 a usage error.
+#include <CLI/CLI.hpp>
+#include <exception>
+#include <iostream>
+
+#include "client/cli/commands.h"
+
+namespace blockps::cli {
+
+void print_error(const std::string& message) { std::cerr << "blockps: ERROR: " << message << "\n"; }
+
+namespace {
+
+int run(int argc, char** argv) {
+  CLI::App app{"Show, initialise, save and benchmark a blockps parameter-server cluster"};
+  app.require_subcommand(1);
+  app.fallthrough();  // --cluster may also follow the subcommand
+  std::string cluster_file;
+  app.add_option("-c,--cluster", cluster_file, "the cluster file (TOML; docs/OPTIONS.md, \"Cluster file\")")
+      ->envname("BLOCKPS_CLUSTER")
+      ->required();
+
+  StatusOptions status;
+  CLI::App* status_cmd = app.add_subcommand("status", "every shard's status page: a table with a total line");
+  status_cmd->add_flag("--json", status.json, "print {\"shards\": [page, ...]} (each page with its \"name\")");
+
+  InitOptions init;
+  CLI::App* init_cmd = app.add_subcommand("init", "assign the whole model's weights from a file (weights LUs)");
+  init_cmd->add_option("--from", init.from, "raw wire-dtype bytes, exactly the model's size")->required();
+
+  SaveOptions save;
+  CLI::App* save_cmd = app.add_subcommand("save", "read the whole model's weights into a file (atomically)");
+  save_cmd->add_option("--to", save.to, "the file to write (replaced by a rename)")->required();
+
+  BenchOptions bench;
+  bool no_progress = false;
+  CLI::App* bench_cmd = app.add_subcommand("bench", "whole-model push/pull throughput and latency");
+  bench_cmd->add_option("--seconds", bench.seconds, "how long each operation runs (seconds)")
+      ->check(CLI::Range(0.01, 86400.0))
+      ->capture_default_str();
+  std::string op = "both";
+  bench_cmd->add_option("--op", op, "push, pull or both (push, then pull)")
+      ->check(CLI::IsMember({"push", "pull", "both"}))
+      ->capture_default_str();
+  bench_cmd->add_flag("--no-progress", no_progress, "no progress line on stderr");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a ParseError with status 0
+  }
+  bench.progress = !no_progress;
+  bench.op = op == "push" ? BenchOp::push : op == "pull" ? BenchOp::pull : BenchOp::both;
+
+  if (status_cmd->parsed()) return run_status(cluster_file, status);
+  if (init_cmd->parsed()) return run_init(cluster_file, init);
+  if (save_cmd->parsed()) return run_save(cluster_file, save);
+  if (bench_cmd->parsed()) return run_bench(cluster_file, bench);
+  return kExitUsage;  // unreachable: require_subcommand(1)
+}
+
+}  // namespace
+}  // namespace blockps::cli
+
+int main(int argc, char** argv) {
+  try {
+    return blockps::cli::run(argc, argv);
+  } catch (const std::exception& e) {  // e.g. bad_alloc for a model larger than memory: a message, not an abort
+    blockps::cli::print_error(e.what());
+    return blockps::cli::kExitFailed;
+  }
+}

@@ -1,0 +1,185 @@
+// `blockps status`: every shard's status page (ps_backend/served_shard.cpp status_json()) as a table or JSON.
+//
+// The cluster is opened as a whole first (which also checks that the shards agree with the file). When that
+// fails, e.g. one shard is down, each shard is opened alone (as a one-shard cluster holding the bytes the
+// layout gives it) so that the pages of the others are still shown; the run then exits kExitFailed.
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
+#include <thread>
+
+#include "client/blockps.h"
+#include "client/cli/commands.h"
+#include "client/cli/table.h"
+
+namespace blockps::cli {
+namespace {
+
+// One shard's page, or why there is none.
+struct ShardReport {
+  std::string name;
+  std::optional<nlohmann::json> page;
+  std::string error;
+};
+
+// The status page text as JSON, or an error naming the shard.
+void parse_page(const std::string& source, const ShardStatusPage& page, ShardReport& report) {
+  report.name = page.shard;
+  nlohmann::json j = nlohmann::json::parse(page.json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    report.error = source + ": shard '" + page.shard + "': the status page is not a JSON object";
+    return;
+  }
+  report.page = std::move(j);
+}
+
+// Each shard alone, in parallel (a login per shard; an unreachable one should not hold up the others).
+void read_shards_one_by_one(const ClusterConfig& config, std::vector<ShardReport>& reports) {
+  const auto layout =
+      make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
+  std::vector<std::thread> readers;
+  for (std::size_t i = 0; i < config.shards.size(); ++i) {
+    readers.emplace_back([&, i] {
+      ShardReport& report = reports[i];
+      try {
+        ClusterConfig alone = config;
+        alone.shards = {config.shards[i]};
+        alone.layout = LayoutKind::stripe;
+        alone.model.size_bytes = layout->shard_bytes(i);
+        auto cluster = Cluster::open(alone);
+        if (!cluster.ok()) {
+          report.error = cluster.message();
+          return;
+        }
+        auto pages = cluster.value()->status_pages();
+        if (!pages.ok()) {
+          report.error = pages.message();
+          return;
+        }
+        parse_page(config.source, pages.value().front(), report);
+      } catch (const std::exception& e) {
+        report.error = config.source + ": shard '" + config.shards[i].name + "': " + e.what();
+      }
+    });
+  }
+  for (std::thread& t : readers) t.join();
+}
+
+std::uint64_t number_at(const nlohmann::json& page, const char* pointer) {
+  const nlohmann::json::json_pointer p(pointer);
+  if (!page.contains(p) || !page[p].is_number_unsigned()) return 0;
+  return page[p].get<std::uint64_t>();
+}
+std::string text_at(const nlohmann::json& page, const char* pointer) {
+  const nlohmann::json::json_pointer p(pointer);
+  if (!page.contains(p)) return "?";
+  const nlohmann::json& v = page[p];
+  if (v.is_string()) return v.get<std::string>();
+  if (v.is_number_float()) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%g", v.get<double>());
+    return text;
+  }
+  return v.dump();
+}
+
+void print_table(const std::vector<ShardReport>& reports) {
+  using A = TextTable::Align;
+  TextTable table({{"shard", A::left},
+                   {"size"},
+                   {"dtype", A::left},
+                   {"block"},
+                   {"opt", A::left},
+                   {"lr"},
+                   {"pushes"},
+                   {"pulls"},
+                   {"push bytes"},
+                   {"pull bytes"},
+                   {"mean agg us"},
+                   {"checkpoints"},
+                   {"last checkpoint error", A::left}});
+  std::uint64_t size = 0, pushes = 0, pulls = 0, push_bytes = 0, pull_bytes = 0, aggregation_ns = 0, checkpoints = 0;
+  for (const ShardReport& r : reports) {
+    if (!r.page) {
+      table.add_row({r.name, "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "-", "(no status page: see the error)"});
+      continue;
+    }
+    const nlohmann::json& p = *r.page;
+    std::string last_error = text_at(p, "/checkpoint/last_error");
+    for (char& c : last_error)
+      if (c == '\n') c = ' ';
+    table.add_row({r.name, format_bytes(number_at(p, "/shard/size")), text_at(p, "/shard/dtype"),
+                   format_bytes(number_at(p, "/shard/block")), text_at(p, "/shard/opt"), text_at(p, "/shard/lr"),
+                   std::to_string(number_at(p, "/counters/pushes")), std::to_string(number_at(p, "/counters/pulls")),
+                   format_bytes(number_at(p, "/counters/push_bytes")),
+                   format_bytes(number_at(p, "/counters/pull_bytes")),
+                   format_fixed(static_cast<double>(number_at(p, "/aggregation/mean_ns")) / 1e3, 1),
+                   std::to_string(number_at(p, "/checkpoint/count")), last_error.empty() ? "-" : last_error});
+    size += number_at(p, "/shard/size");
+    pushes += number_at(p, "/counters/pushes");
+    pulls += number_at(p, "/counters/pulls");
+    push_bytes += number_at(p, "/counters/push_bytes");
+    pull_bytes += number_at(p, "/counters/pull_bytes");
+    aggregation_ns += number_at(p, "/aggregation/total_ns");
+    checkpoints += number_at(p, "/checkpoint/count");
+  }
+  table.add_rule();
+  const double mean_us = pushes ? static_cast<double>(aggregation_ns) / static_cast<double>(pushes) / 1e3 : 0.0;
+  table.add_row({"total", format_bytes(size), "", "", "", "", std::to_string(pushes), std::to_string(pulls),
+                 format_bytes(push_bytes), format_bytes(pull_bytes), format_fixed(mean_us, 1),
+                 std::to_string(checkpoints), ""});
+  table.print(std::cout);
+}
+
+void print_json(const std::vector<ShardReport>& reports) {
+  nlohmann::json shards = nlohmann::json::array();
+  for (const ShardReport& r : reports) {
+    nlohmann::json entry = r.page ? *r.page : nlohmann::json::object();
+    entry["name"] = r.name;
+    if (!r.page) entry["error"] = r.error;
+    shards.push_back(std::move(entry));
+  }
+  std::cout << nlohmann::json{{"shards", std::move(shards)}}.dump(2) << "\n";
+}
+
+}  // namespace
+
+int run_status(const std::string& cluster_file, const StatusOptions& options) {
+  auto config = load_cluster_file(cluster_file);
+  if (!config.ok()) {
+    print_error(config.message());
+    return kExitFailed;
+  }
+  std::vector<ShardReport> reports(config->shards.size());
+  for (std::size_t i = 0; i < reports.size(); ++i) reports[i].name = config->shards[i].name;
+
+  std::string cluster_error;
+  if (auto cluster = Cluster::open(config.value()); !cluster.ok()) {
+    cluster_error = cluster.message();
+  } else if (auto pages = cluster.value()->status_pages(); !pages.ok()) {
+    cluster_error = pages.message();
+  } else {
+    for (std::size_t i = 0; i < reports.size(); ++i) parse_page(config->source, pages.value()[i], reports[i]);
+  }
+  if (!cluster_error.empty()) {
+    print_error(cluster_error);
+    read_shards_one_by_one(config.value(), reports);
+  }
+
+  // Each message once: a shard that failed alone usually failed the whole cluster with the same words.
+  std::set<std::string> told{cluster_error};
+  bool failed = !cluster_error.empty();
+  for (const ShardReport& r : reports) {
+    if (r.page) continue;
+    failed = true;
+    if (told.insert(r.error).second) print_error(r.error);
+  }
+  if (options.json)
+    print_json(reports);
+  else
+    print_table(reports);
+  return failed ? kExitFailed : kExitOk;
+}
+
+}  // namespace blockps::cli
