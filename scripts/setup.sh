@@ -28,6 +28,8 @@ packages=(
   iproute2 procps psmisc
   # lint of the shell scripts (a test)
   shellcheck
+  # bench/client_pushpull compares against PyTorch's gloo allreduce (bench/gloo_allreduce.py, /usr/bin/python3)
+  python3-torch
 )
 
 missing=()

@@ -1,0 +1,80 @@
+#!/usr/bin/python3
+"""gloo_allreduce: seconds per torch.distributed allreduce (backend gloo) of a float32 tensor of --bytes bytes
+among --world-size processes on this host (spawned with torch.multiprocessing, rendezvous through a file in a
+private temporary directory). A warm-up allreduce, a barrier, then --iterations timed allreduces; rank 0 prints
+one JSON line:
+
+  {"backend": "gloo", "world_size": 2, "bytes": 67108864, "iterations": 10, "seconds_per_allreduce": 0.123,
+   "torch": "1.13.1", "threads": 1}
+
+Run with Debian's python3-torch: /usr/bin/python3 bench/gloo_allreduce.py --bytes 64M (bench/client_pushpull runs it).
+"""
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+
+def parse_bytes(text):
+    text = text.strip().upper()
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+    return int(text[:-1] if text[-1:] in "KMG" else text) * mult
+
+
+def worker(rank, args, init_file, results):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.world_size)
+    t = torch.full((args.bytes // 4,), float(rank + 1), dtype=torch.float32)
+    dist.all_reduce(t)  # warm-up (connections, buffers)
+    expected = sum(range(1, args.world_size + 1))
+    if t[0].item() != expected:
+        raise RuntimeError(f"allreduce gave {t[0].item()}, expected {expected}")
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(args.iterations):
+        dist.all_reduce(t)
+    elapsed = time.perf_counter() - start
+    dist.barrier()
+    results.put((rank, elapsed))
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bytes", type=parse_bytes, default=64 << 20, help="tensor bytes (K/M/G), multiple of 4")
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    args = ap.parse_args()
+    if args.bytes <= 0 or args.bytes % 4 != 0:
+        ap.error("--bytes must be a positive multiple of 4")
+
+    import torch
+    import torch.multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    results = ctx.SimpleQueue()
+    with tempfile.TemporaryDirectory(prefix="gloo-allreduce-") as tmp:
+        init_file = os.path.join(tmp, "rendezvous")
+        mp.spawn(worker, args=(args, init_file, results), nprocs=args.world_size, join=True)
+    times = {}
+    while not results.empty():
+        rank, elapsed = results.get()
+        times[rank] = elapsed
+    if len(times) != args.world_size:
+        print(f"gloo_allreduce: only {len(times)} of {args.world_size} ranks reported", file=sys.stderr)
+        return 1
+    per = max(times.values()) / args.iterations  # the slowest rank's view
+    print(json.dumps({"backend": "gloo", "world_size": args.world_size, "bytes": args.bytes,
+                      "iterations": args.iterations, "seconds_per_allreduce": per,
+                      "torch": torch.__version__, "threads": args.threads}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
