@@ -47,6 +47,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_report.h"
 #include "client/blockps.h"
 #include "client/iscsi_lun.h"
 #include "client/layout.h"
@@ -136,35 +137,6 @@ std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
     }
   }
   return {};
-}
-
-std::string cpu_model() {
-  std::istringstream in(read_text_file("/proc/cpuinfo"));
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-std::vector<std::byte> gradient_source(std::size_t bytes, unsigned seed) {
-  std::vector<std::byte> out(bytes);
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> chunk(1 << 16);
-  for (float& f : chunk) f = dist(gen);
-  for (std::size_t i = 0; i < bytes; i += chunk.size() * sizeof(float))
-    std::memcpy(out.data() + i, chunk.data(), std::min(bytes - i, chunk.size() * sizeof(float)));
-  return out;
 }
 
 int fail(const std::string& msg, const TgtdInstance* tgtds = nullptr) {
@@ -307,17 +279,7 @@ int main(int argc, char** argv) {
   if (std::string err = parse_args(argc, argv, opt, exit_now); !err.empty()) return fail(err);
   if (exit_now) return 0;
 
-  {
-    char when[64];
-    std::time_t t = std::time(nullptr);
-    std::strftime(when, sizeof when, "%F %T %Z", std::localtime(&t));
-    utsname u{};
-    ::uname(&u);
-    std::cout << "blockps client_pushpull benchmark, " << when << "\n"
-              << "machine: " << std::thread::hardware_concurrency() << " CPUs (nproc "
-              << ::sysconf(_SC_NPROCESSORS_ONLN) << "), " << cpu_model() << ", " << u.sysname << " " << u.release
-              << "\n";
-  }
+  bench::print_run_header("blockps client_pushpull");
   if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
   if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
 
@@ -415,7 +377,7 @@ int main(int argc, char** argv) {
     std::vector<std::byte> grads[kWorkers], weights[kWorkers];
     for (int w = 0; w < kWorkers; ++w) {
       if (Status st = nulls[w].connect(tgtds, w); !st.ok()) return fail(st.message(), tgtds);
-      grads[w] = gradient_source(model, 1234u + static_cast<unsigned>(w));
+      grads[w] = bench::finite_f32_gradients(model, 1234u + static_cast<unsigned>(w));
       weights[w].assign(model, std::byte{0});
       nulls[w].build(clusters[w]->layout(), opt.max_request, grads[w], weights[w]);
     }
@@ -476,10 +438,10 @@ int main(int argc, char** argv) {
       row.push_ratio = cp / np;
       row.pull_ratio = cr / nr;
     }
-    row.direct1 = median(direct_mbps);
-    row.null1 = median(n1);
-    row.client1 = median(c1);
-    row.ratio1 = median(r1);
+    row.direct1 = bench::median(direct_mbps);
+    row.null1 = bench::median(n1);
+    row.client1 = bench::median(c1);
+    row.ratio1 = bench::median(r1);
     // 2 workers concurrently: null, then client.
     for (auto* steps : {&null_steps, &client_steps}) {
       std::vector<Timed> t = concurrently(*steps, opt.seconds);

@@ -31,6 +31,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_report.h"
 #include "client/iscsi_lun.h"
 #include "ps_backend/lu_options.h"
 #include "tests/support/process.h"
@@ -97,37 +98,6 @@ std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
   return {};
 }
 
-std::string cpu_model() {
-  std::string info = read_text_file("/proc/cpuinfo");
-  std::istringstream in(info);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      auto colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(colon + 2);
-    }
-  }
-  return "unknown CPU";
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-// Random finite gradients, small enough that lr=0.001 SGD keeps the weights far from overflow.
-std::vector<std::byte> gradient_source(std::size_t bytes) {
-  std::vector<std::byte> out(bytes);
-  std::mt19937 gen(12345);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  for (std::size_t i = 0; i + sizeof(float) <= bytes; i += sizeof(float)) {
-    const float f = dist(gen);
-    std::memcpy(out.data() + i, &f, sizeof f);
-  }
-  return out;
-}
-
 int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
   std::cerr << "pushpull: ERROR: " << msg << "\n";
   if (tgtd != nullptr && !tgtd->log_path().empty()) {
@@ -144,17 +114,7 @@ int main(int argc, char** argv) {
   if (std::string err = parse_args(argc, argv, opt, exit_now); !err.empty()) return fail(err);
   if (exit_now) return 0;
 
-  {
-    char when[64];
-    std::time_t t = std::time(nullptr);
-    std::strftime(when, sizeof when, "%F %T %Z", std::localtime(&t));
-    utsname u{};
-    ::uname(&u);
-    std::cout << "blockps pushpull benchmark, " << when << "\n"
-              << "machine: " << std::thread::hardware_concurrency() << " CPUs (nproc "
-              << ::sysconf(_SC_NPROCESSORS_ONLN) << "), " << cpu_model() << ", " << u.sysname << " " << u.release
-              << "\n";
-  }
+  bench::print_run_header("blockps pushpull");
 
   if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
   if (!TgtdInstance::blockps_module_installed()) {
@@ -189,7 +149,7 @@ int main(int argc, char** argv) {
   std::size_t source_bytes = std::min<std::uint64_t>(opt.lu_bytes, 64ull << 20);
   source_bytes -= source_bytes % largest;
   if (source_bytes == 0) source_bytes = largest;
-  const std::vector<std::byte> grads = gradient_source(source_bytes);
+  const std::vector<std::byte> grads = bench::finite_f32_gradients(source_bytes, 12345);
 
   std::cout << "tgtd: one process, control " << tgtd.control() << ", portal " << tgtd.portal() << ", malloc "
             << (opt.tgtd_tuning ? std::string("GLIBC_TUNABLES=") + kTgtdGlibcTunables : "glibc defaults")
@@ -253,7 +213,8 @@ int main(int argc, char** argv) {
                   round + 1, format_byte_size(req).c_str(), nw.back(), pu.back(), push_ratios.back(), nr.back(), pl.back(),
                   pull_ratios.back());
     }
-    rows.push_back(Row{req, median(nw), median(pu), median(nr), median(pl), median(push_ratios), median(pull_ratios)});
+    rows.push_back(Row{req, bench::median(nw), bench::median(pu), bench::median(nr), bench::median(pl),
+                       bench::median(push_ratios), bench::median(pull_ratios)});
   }
 
   // The weights must still be finite after all those pushes (a sanity check of the data path, not a target).
