@@ -34,6 +34,7 @@
 #include "bench/bench_report.h"
 #include "client/iscsi_lun.h"
 #include "ps_backend/lu_options.h"
+#include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -117,9 +118,7 @@ int main(int argc, char** argv) {
   bench::print_run_header("blockps pushpull");
 
   if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
-  if (!TgtdInstance::blockps_module_installed()) {
-    return fail(std::string(kBlockpsModulePath) + " is not installed: cmake --build build && cmake --install build");
-  }
+  if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
 
   TempDir dir;
   if (Status s = dir.create("blockps-pushpull-"); !s.ok()) return fail(s.message());

@@ -25,3 +25,12 @@ skip() {
   echo "INTEGRATION TEST SKIPPED: $*"
   exit 77
 }
+# On failure: the tail of every tgtd log of the shards recorded under $BLOCKPS_STATE_DIR (the reason is there).
+dump_shard_logs() {
+  local log
+  for log in "$BLOCKPS_STATE_DIR"/*.log "$BLOCKPS_STATE_DIR"/*/tgtd.log; do
+    [ -f "$log" ] || continue
+    echo "---- $log" >&2
+    tail -n 30 "$log" >&2
+  done
+}

@@ -39,13 +39,7 @@ cleanup() {
     kill -9 "$blocker_pid" 2>/dev/null || true
     rm -f "/var/run/tgtd/socket.$blocker_control" "/var/run/tgtd/socket.$blocker_control.lock"
   fi
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 77 ]; then
-    for log in "$BLOCKPS_STATE_DIR"/*.log "$BLOCKPS_STATE_DIR"/*/tgtd.log; do
-      [ -f "$log" ] || continue
-      echo "---- $log" >&2
-      tail -n 30 "$log" >&2
-    done
-  fi
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || dump_shard_logs
   if [ -n "${BLOCKPS_KEEP_TMP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
   exit "$rc"
 }
