@@ -155,8 +155,14 @@ for i in "${!names[@]}"; do
   echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$addr:$port" >>"$log"
   # setsid: the shard must not die with this shell's session. -f keeps tgtd in the foreground so that its
   # log goes to our file (daemonised, tgtd logs to syslog, which these machines may not have).
-  env "${tunables[@]+"${tunables[@]}"}" setsid "$TGTD" -f -C "$control" --iscsi "portal=$addr:$port" \
-    </dev/null >>"$log" 2>&1 &
+  module_mount=()
+  if [ "$BLOCKPS_BACKING_STORE_DIR" != "$TGTD_MODULE_DIR" ]; then
+    # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+    module_mount=(unshare --mount --propagation private -- sh -c 'mount --bind "$0" '"$TGTD_MODULE_DIR"' && exec "$@"'
+      "$BLOCKPS_BACKING_STORE_DIR")
+  fi
+  env "${tunables[@]+"${tunables[@]}"}" setsid "${module_mount[@]+"${module_mount[@]}"}" "$TGTD" -f -C "$control" \
+    --iscsi "portal=$addr:$port" </dev/null >>"$log" 2>&1 &
   pid=$!
   echo "$pid" >"$state/pid"
   started+=("$i")

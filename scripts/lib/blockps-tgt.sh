@@ -9,7 +9,9 @@
 #   BLOCKPS_CONTROL_OFFSET     added to each file's control-port (default 0): run the example configs on a
 #                              private range of control numbers
 #   BLOCKPS_PORT_OFFSET        added to each file's blockps-portal port (default 0)
-#   BLOCKPS_BACKING_STORE_DIR  where tgtd loads modules (default /usr/lib/tgt/backing-store)
+#   BLOCKPS_BACKING_STORE_DIR  where tgtd loads modules (default /usr/lib/tgt/backing-store, compiled into
+#                              tgtd; another directory, e.g. a build's tgt-modules/, is bind-mounted over it
+#                              in the shard's own mount namespace)
 #   BLOCKPS_START_TIMEOUT_S    wait for a tgtd to answer tgtadm (default 15)
 #   BLOCKPS_STOP_TIMEOUT_S     wait for a tgtd to exit before SIGKILL (default 10)
 #   BLOCKPS_TGTD_GLIBC_TUNABLES  GLIBC_TUNABLES for the shards' tgtd (default below; empty: glibc's defaults).
@@ -21,7 +23,8 @@
 BLOCKPS_STATE_DIR=${BLOCKPS_STATE_DIR:-/run/blockps}
 BLOCKPS_CONTROL_OFFSET=${BLOCKPS_CONTROL_OFFSET:-0}
 BLOCKPS_PORT_OFFSET=${BLOCKPS_PORT_OFFSET:-0}
-BLOCKPS_BACKING_STORE_DIR=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
+TGTD_MODULE_DIR=/usr/lib/tgt/backing-store
+BLOCKPS_BACKING_STORE_DIR=${BLOCKPS_BACKING_STORE_DIR:-$TGTD_MODULE_DIR}
 BLOCKPS_START_TIMEOUT_S=${BLOCKPS_START_TIMEOUT_S:-15}
 BLOCKPS_STOP_TIMEOUT_S=${BLOCKPS_STOP_TIMEOUT_S:-10}
 BLOCKPS_TGTD_GLIBC_TUNABLES=${BLOCKPS_TGTD_GLIBC_TUNABLES-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}

@@ -172,7 +172,7 @@ class NetnsClientTest : public ::testing::Test {
   void SetUp() override {
     if (std::string why = TgtdInstance::unavailable_reason(); !why.empty())
       GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_TRUE(TgtdInstance::blockps_module_installed()) << kBlockpsModulePath << " is missing";
+    ASSERT_TRUE(TgtdInstance::blockps_module_installed()) << blockps_module_path() << " is missing";
     if (!run_command({"ip", "netns", "list"}).ok()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: no `ip netns` here";
     ASSERT_TRUE(dir_.create("blockps-client-netns-").ok());
     Status s = hosts_.add_switch();

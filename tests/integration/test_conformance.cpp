@@ -220,12 +220,12 @@ TEST_F(Conformance, StockRdwrFailsOnlyKnownTgtCoreTests) {
 
 TEST_F(Conformance, BlockpsWeightsLuMatchesStockRdwr) {
   ASSERT_TRUE(TgtdInstance::blockps_module_installed())
-      << kBlockpsModulePath << " is not installed, so the blockps LU cannot be tested (this must not pass "
+      << blockps_module_path() << " is not installed, so the blockps LU cannot be tested (this must not pass "
       << "vacuously). Build and install it: cmake --build build && cmake --install build";
   // tgtd loads modules at start; this tgtd started after the check above, so it has the module.
   CommandResult sys = tgtd_.tgtadm({"--op", "show", "--mode", "sys"});
   ASSERT_NE(sys.output.find("blockps"), std::string::npos)
-      << "tgtd did not register backing store 'blockps' from " << kBlockpsModulePath << ":\n"
+      << "tgtd did not register backing store 'blockps' from " << blockps_module_path() << ":\n"
       << sys.output << "\nlog:\n"
       << tail_of(tgtd_.log_text(), 3000);
 

@@ -29,8 +29,9 @@ PY=/usr/bin/python3
 [ -x "$lu_io" ] || fail "--lu-io $lu_io is not an executable"
 repo=$(cd "$repo" && pwd)
 lu_io=$(realpath "$lu_io")
-[ -f /usr/lib/tgt/backing-store/bs_blockps.so ] ||
-  fail "/usr/lib/tgt/backing-store/bs_blockps.so is not installed: build and install it (cmake --install build)"
+module_dir=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
+[ -f "$module_dir/bs_blockps.so" ] ||
+  fail "$module_dir/bs_blockps.so is missing: build the project (ctest points BLOCKPS_BACKING_STORE_DIR at it)"
 
 up=$repo/scripts/ps-up.sh
 down=$repo/scripts/ps-down.sh

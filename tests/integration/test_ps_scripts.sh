@@ -85,8 +85,9 @@ fi
 grep -q "cmake --install build" <<<"$out" || fail "no 'cmake --install build' hint in: $out"
 no_shards_left
 
-[ -f /usr/lib/tgt/backing-store/bs_blockps.so ] ||
-  fail "/usr/lib/tgt/backing-store/bs_blockps.so is not installed: build and install it (cmake --install build)"
+module_dir=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
+[ -f "$module_dir/bs_blockps.so" ] ||
+  fail "$module_dir/bs_blockps.so is missing: build the project (ctest points BLOCKPS_BACKING_STORE_DIR at it)"
 
 step "ps-up refuses a file without blockps-portal"
 grep -v '^blockps-portal' "${confs[0]}" >"$tmp/noportal.conf"

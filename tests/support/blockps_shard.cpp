@@ -9,7 +9,7 @@ std::string tgtd_unavailable_reason() { return TgtdInstance::unavailable_reason(
 std::string blockps_module_missing_reason() {
   return TgtdInstance::blockps_module_installed()
              ? std::string()
-             : std::string(kBlockpsModulePath) + " is missing: run `cmake --install build` (scripts/test.sh does)";
+             : blockps_module_path() + " is missing: build the project (or `cmake --install build` for tgtd's own directory)";
 }
 
 Status add_blockps_shard(TgtdInstance& tgtd, int tid, const std::string& iqn, const std::string& checkpoint,

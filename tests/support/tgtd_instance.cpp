@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <netdb.h>
 #include <signal.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -148,7 +150,14 @@ std::string TgtdInstance::unavailable_reason() {
   return {};
 }
 
-bool TgtdInstance::blockps_module_installed() { return ::access(kBlockpsModulePath, R_OK) == 0; }
+std::string tgt_module_dir() {
+  const char* env = std::getenv("BLOCKPS_BACKING_STORE_DIR");
+  return (env != nullptr && *env != '\0') ? env : kTgtBackingStoreDir;
+}
+
+std::string blockps_module_path() { return tgt_module_dir() + "/bs_blockps.so"; }
+
+bool TgtdInstance::blockps_module_installed() { return ::access(blockps_module_path().c_str(), R_OK) == 0; }
 
 Status TgtdInstance::start(const TgtdOptions& options) {
   if (running()) return Status::Error("tgtd is already running (pid " + std::to_string(pid_) + ")");
@@ -253,6 +262,10 @@ TgtdInstance::StartOutcome TgtdInstance::start_once(int control, int port, std::
   std::vector<char*> cenv;
   for (auto& e : env_strings) cenv.push_back(e.data());
   cenv.push_back(nullptr);
+  // tgtd loads every file of its compiled-in module directory; another one is bind-mounted over it in the
+  // child's own mount namespace (the host's stays untouched).
+  const std::string module_dir = tgt_module_dir();
+  const bool bind_module_dir = module_dir != kTgtBackingStoreDir;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) {
@@ -269,6 +282,13 @@ TgtdInstance::StartOutcome TgtdInstance::start_once(int control, int port, std::
     ::dup2(log_fd, STDOUT_FILENO);
     ::dup2(log_fd, STDERR_FILENO);
     ::signal(SIGPIPE, SIG_DFL);
+    if (bind_module_dir &&
+        (::unshare(CLONE_NEWNS) != 0 || ::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0 ||
+         ::mount(module_dir.c_str(), kTgtBackingStoreDir, nullptr, MS_BIND, nullptr) != 0)) {
+      static const char msg[] = "TgtdInstance: cannot bind-mount $BLOCKPS_BACKING_STORE_DIR over the module dir\n";
+      [[maybe_unused]] auto w = ::write(STDERR_FILENO, msg, sizeof msg - 1);
+      ::_exit(127);
+    }
     ::execve(cargv[0], cargv.data(), cenv.data());
     static const char msg[] = "TgtdInstance: execve(tgtd) failed\n";
     [[maybe_unused]] auto w = ::write(STDERR_FILENO, msg, sizeof msg - 1);

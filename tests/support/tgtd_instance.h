@@ -22,9 +22,14 @@
 
 namespace blockps::testing {
 
-// Where tgtd loads backing-store modules from, and our module's installed path (TGT_NOTES.md).
+// Where tgtd loads backing-store modules from (compiled into tgtd, TGT_NOTES.md).
 inline constexpr const char* kTgtBackingStoreDir = "/usr/lib/tgt/backing-store";
-inline constexpr const char* kBlockpsModulePath = "/usr/lib/tgt/backing-store/bs_blockps.so";
+// The module directory our tgtds use: $BLOCKPS_BACKING_STORE_DIR when set (ctest sets it to the build's
+// tgt-modules/, so a test runs the module it was built with and parallel builds never share one), else
+// kTgtBackingStoreDir. Another directory is bind-mounted over kTgtBackingStoreDir in tgtd's own mount namespace.
+std::string tgt_module_dir();
+// tgt_module_dir()/bs_blockps.so
+std::string blockps_module_path();
 
 // The iSCSI session parameters every blockps target is set up with (ENVIRONMENT.md: writes are 3-4x faster
 // than with tgt's defaults). Name and value as `tgtadm --op update --mode target -n NAME -v VALUE` takes them.
@@ -73,7 +78,7 @@ class TgtdInstance {
 
   // Why tgtd cannot run here (not root, tgtd/tgtadm missing), or empty when it can. Tests skip on this.
   static std::string unavailable_reason();
-  // True when our module is installed where tgtd loads it.
+  // True when our module is in tgt_module_dir().
   static bool blockps_module_installed();
 
   // Starts `tgtd -f -C N --iscsi portal=ADDR:PORT` with stdout and stderr into log_path(), and waits until it
