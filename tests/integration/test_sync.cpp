@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <fstream>
 #include <future>
 #include <nlohmann/json.hpp>
 #include <random>
@@ -165,6 +166,17 @@ TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
   EXPECT_EQ(s["rounds"]["live_workers"].size(), 3u);
   EXPECT_EQ(s["rounds"]["parked_commands"], 0);
   EXPECT_EQ(s["rounds"]["round_latency"]["count"], 12) << "4 blocks x 3 rounds";
+
+  // `blockps status` shows the rounds and the live workers.
+  const std::string cluster = dir_.path("cluster.toml");
+  std::ofstream(cluster) << "[model]\nsize = \"256K\"\nblock = \"64K\"\n[[shard]]\nname = \"s0\"\ngrad = \""
+                         << tgtd_.url(kTarget, 1) << "\"\nweights = \"" << tgtd_.url(kTarget, 2)
+                         << "\"\nstatus = \"" << tgtd_.url(kTarget, 3) << "\"\n";
+  const CommandResult cli = run_command({BLOCKPS_CLI_PATH, "--cluster", cluster, "status"});
+  ASSERT_TRUE(cli.ok()) << cli.describe();
+  EXPECT_NE(cli.output.find("sync rounds"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find("3/3"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find(worker_iqn("c")), std::string::npos) << cli.output;
 }
 
 TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
