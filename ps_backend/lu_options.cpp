@@ -198,14 +198,24 @@ const std::vector<KeyDef>& key_table() {
        [](const ShardConfig& c) { return std::to_string(c.seed); }},
       {{"mode", "async", "aggregation mode: async (every push is applied at once) or sync (BSP: per block and "
                          "round the workers' gradients are averaged and applied once; a worker's READ of a block it "
-                         "pushed waits for that round)"}, true, false,
+                         "pushed waits for that round) or ssp:K (every push applied at once; a worker's push waits "
+                         "while it is more than K pushes of a block ahead of the slowest live worker)"}, true, false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
-         if (v == "async") o.config.rounds.mode = RoundPolicy::Mode::async;
-         else if (v == "sync") o.config.rounds.mode = RoundPolicy::Mode::sync;
-         else return bad(key, v, "must be async or sync");
+         std::uint64_t k = 0;
+         o.config.rounds.staleness = 0;
+         if (v == "async") {
+           o.config.rounds.mode = RoundPolicy::Mode::async;
+         } else if (v == "sync") {
+           o.config.rounds.mode = RoundPolicy::Mode::sync;
+         } else if (v.starts_with("ssp:") && parse_uint(v.substr(4), k) && k <= 1000000) {
+           o.config.rounds.mode = RoundPolicy::Mode::ssp;
+           o.config.rounds.staleness = static_cast<std::uint32_t>(k);
+         } else {
+           return bad(key, v, "must be async, sync or ssp:K (K a whole number of pushes, 0..1000000)");
+         }
          return "";
        },
-       [](const ShardConfig& c) { return std::string(to_string(c.rounds.mode)); }},
+       [](const ShardConfig& c) { return to_string(c.rounds); }},
       round_key("workers", "1", "sync: workers expected in every round (a round closes as soon as all of them "
                                 "pushed it)", &RoundPolicy::workers, 1, 4096),
       round_key("min_workers", "1", "sync: fewest live workers a round may close with; below it the grad LU "
@@ -251,7 +261,18 @@ std::string known_keys() {
 
 }  // namespace
 
-std::string_view to_string(RoundPolicy::Mode m) { return m == RoundPolicy::Mode::sync ? "sync" : "async"; }
+std::string_view to_string(RoundPolicy::Mode m) {
+  switch (m) {
+    case RoundPolicy::Mode::async: return "async";
+    case RoundPolicy::Mode::sync: return "sync";
+    case RoundPolicy::Mode::ssp: return "ssp";
+  }
+  return "?";
+}
+
+std::string to_string(const RoundPolicy& p) {
+  return p.mode == RoundPolicy::Mode::ssp ? "ssp:" + std::to_string(p.staleness) : std::string(to_string(p.mode));
+}
 
 std::string_view to_string(LuRole r) {
   switch (r) {

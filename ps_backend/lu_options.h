@@ -27,7 +27,8 @@ std::string to_string(const InitSpec& s);
 
 /// How pushes from several workers become optimizer steps (DESIGN.md "Aggregation semantics").
 struct RoundPolicy {
-  enum class Mode { async, sync } mode = Mode::async;
+  enum class Mode { async, sync, ssp } mode = Mode::async;
+  std::uint32_t staleness = 0;            // ssp:K: how many pushes a worker may run ahead of the slowest
   std::uint32_t workers = 1;              // expected workers: a round closes early once all of them pushed
   std::uint32_t min_workers = 1;          // fewer live workers: the grad LU fails commands instead of waiting
   std::uint32_t straggler_ms = 2000;      // a round closes without the missing workers after this long
@@ -35,6 +36,7 @@ struct RoundPolicy {
   bool operator==(const RoundPolicy&) const = default;
 };
 std::string_view to_string(RoundPolicy::Mode m);
+std::string to_string(const RoundPolicy& p);  // "async", "sync", "ssp:K"
 
 /// Everything that describes a shard (shared by all LUs over one checkpoint path).
 struct ShardConfig {

@@ -66,6 +66,7 @@ struct SyncRounds::BlockRounds {
   Clock::time_point first_push_of_closing{};
   std::map<std::uint64_t, std::shared_ptr<Contribution>> open;  // the open round's contributions, by worker
   std::unordered_map<std::uint64_t, std::uint64_t> last_pushed;  // worker -> the last round it pushed into
+  std::unordered_map<std::uint64_t, std::uint64_t> clock;        // ssp: worker -> its completed pushes
   std::uint64_t open_round() const { return applied + (closing ? 1 : 0); }
 };
 
@@ -106,8 +107,34 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     const std::uint64_t stop = std::min<std::uint64_t>(end, (b + 1) * geometry_.block_bytes);
     return std::pair{begin, stop};
   };
+  const bool ssp = policy_.mode == RoundPolicy::Mode::ssp;
+  if (ssp) {
+    for (std::uint64_t b = first_block; b <= last_block; ++b) {
+      BlockRounds& br = blocks_[b];
+      // Pushing sectors again means the worker's previous push of this block is over (even a partial one).
+      if (const auto found = br.open.find(worker.itn); found != br.open.end()) {
+        const auto [begin, stop] = sector_span(b);
+        const std::uint64_t base = b * geometry_.block_bytes;
+        bool overlaps = false;
+        for (std::uint64_t s = (begin - base) / sector_bytes_; s < (stop - base) / sector_bytes_; ++s)
+          overlaps = overlaps || found->second->claimed[s];
+        if (overlaps && found->second->in_flight()) return Admission::park;
+        if (overlaps) {
+          ++br.clock[worker.itn];
+          br.open.erase(found);
+        }
+      }
+      // A worker new to the block starts level with the slowest, not behind everyone.
+      std::uint64_t slowest = UINT64_MAX;
+      for (const auto& [itn, c] : br.clock)
+        if (itn != worker.itn && members_.count(itn)) slowest = std::min(slowest, c);
+      if (slowest == UINT64_MAX) slowest = br.clock.count(worker.itn) ? br.clock[worker.itn] : 0;
+      const std::uint64_t mine = br.clock.try_emplace(worker.itn, slowest).first->second;
+      if (mine > slowest + policy_.staleness) return degraded_locked() ? Admission::not_ready : Admission::park;
+    }
+  }
   // A second push of sectors the worker already pushed in an open round waits for that round to close.
-  for (std::uint64_t b = first_block; b <= last_block; ++b) {
+  for (std::uint64_t b = first_block; b <= last_block && !ssp; ++b) {
     const auto found = blocks_[b].open.find(worker.itn);
     if (found == blocks_[b].open.end()) continue;
     const auto [begin, stop] = sector_span(b);
@@ -124,8 +151,9 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     if (!c) {
       if (br.open.size() == 1) br.first_push = now;
       const std::uint64_t block_len = std::min<std::uint64_t>(geometry_.bytes - base, geometry_.block_bytes);
+      // ssp applies each push at once: the contribution only tracks which sectors the push covered.
       c = std::make_shared<Contribution>(Contribution{b, br.open_round(), worker.itn, worker.iqn,
-                                                      std::vector<float>(block_len / esize),
+                                                      std::vector<float>(ssp ? 0 : block_len / esize),
                                                       std::vector<bool>(block_len / sector_bytes_),
                                                       static_cast<std::uint32_t>(block_len / sector_bytes_)});
     }
@@ -153,17 +181,34 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
   // The claimed sectors belong to this push alone, so the decode needs no lock; a contribution dropped
   // meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and is discarded after.
   const std::size_t esize = wire_size(geometry_.dtype);
+  const bool ssp = policy_mode() == RoundPolicy::Mode::ssp;
   for (const TicketPiece& p : ticket) {
     const std::uint64_t have = data.size() > p.data_offset ? (data.size() - p.data_offset) / esize : 0;
     const std::uint64_t n = std::min(have, p.elements);
-    decode_wire(geometry_.dtype, data.data() + p.data_offset, p.contribution->grad.data() + p.element_in_block, n);
+    if (ssp) {
+      const auto t0 = Clock::now();
+      model_.push_gradient(p.contribution->block * geometry_.block_bytes + p.element_in_block * esize,
+                           data.subspan(p.data_offset, n * esize));
+      if (on_applied_) on_applied_(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+    } else {
+      decode_wire(geometry_.dtype, data.data() + p.data_offset, p.contribution->grad.data() + p.element_in_block, n);
+    }
   }
   std::vector<std::uint64_t> touched;
   {
     std::lock_guard lock(mutex_);
     for (const TicketPiece& p : ticket) {
-      p.contribution->landed_n += p.sectors;
-      touched.push_back(p.contribution->block);
+      Contribution& c = *p.contribution;
+      c.landed_n += p.sectors;
+      touched.push_back(c.block);
+      BlockRounds& br = blocks_[c.block];
+      if (ssp && c.complete()) {  // one whole push of the block: the worker's clock moves on
+        const auto it = br.open.find(c.itn);
+        if (it != br.open.end() && it->second == p.contribution) {
+          ++br.clock[c.itn];
+          br.open.erase(it);
+        }
+      }
     }
     if (!ticket.empty()) {
       if (auto m = members_.find(ticket.front().contribution->itn); m != members_.end()) {
@@ -172,15 +217,24 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
       }
     }
   }
-  close_ready_blocks(std::move(touched));
+  if (ssp) {
+    wake_all();  // a push waiting on this worker's clock may go on
+  } else {
+    close_ready_blocks(std::move(touched));
+  }
   return true;
+}
+
+RoundPolicy::Mode SyncRounds::policy_mode() const {
+  std::lock_guard lock(mutex_);
+  return policy_.mode;
 }
 
 Admission SyncRounds::admit_pull(std::uint64_t itn, std::uint64_t offset, std::uint64_t len) {
   if (len == 0 || offset >= geometry_.bytes) return Admission::run;
   const std::uint64_t end = std::min(offset + len, geometry_.bytes);
   std::lock_guard lock(mutex_);
-  if (!members_.count(itn)) return Admission::run;
+  if (!members_.count(itn) || policy_.mode == RoundPolicy::Mode::ssp) return Admission::run;
   for (std::uint64_t b = offset / geometry_.block_bytes; b <= (end - 1) / geometry_.block_bytes; ++b) {
     const auto it = blocks_[b].last_pushed.find(itn);
     if (it != blocks_[b].last_pushed.end() && it->second >= blocks_[b].applied)
@@ -268,6 +322,7 @@ void SyncRounds::reset() {
     for (BlockRounds& b : blocks_) {
       b.open.clear();
       b.last_pushed.clear();
+      b.clock.clear();
       b.applied = 0;
     }
     formed_ = members_.size() >= policy_.workers;
@@ -389,6 +444,7 @@ void SyncRounds::remove_member_locked(std::uint64_t itn, const std::string& why)
     const auto c = b.open.find(itn);
     if (c != b.open.end() && !c->second->complete()) b.open.erase(c);
     b.last_pushed.erase(itn);
+    b.clock.erase(itn);  // a gone worker holds nobody back
   }
 }
 
@@ -413,7 +469,7 @@ void SyncRounds::keep(std::stop_token stop) {
         if (now - m.last_push > std::chrono::milliseconds(policy_.worker_timeout_ms)) silent.push_back(itn);
       for (std::uint64_t itn : silent)
         remove_member_locked(itn, "no push for worker_timeout_ms=" + std::to_string(policy_.worker_timeout_ms));
-      for (std::uint64_t b = 0; b < blocks_.size(); ++b)
+      for (std::uint64_t b = 0; b < blocks_.size() && policy_.mode == RoundPolicy::Mode::sync; ++b)
         if (!blocks_[b].open.empty()) open_blocks.push_back(b);
       if (now - last_wake >= kWakeEvery && (!parked_.empty() || !members_.empty())) {
         wake = true;
@@ -429,9 +485,17 @@ nlohmann::json SyncRounds::status() const {
   std::lock_guard lock(mutex_);
   const auto now = Clock::now();
   std::uint64_t rmin = blocks_.empty() ? 0 : UINT64_MAX, rmax = 0, open = 0;
+  const bool ssp = policy_.mode == RoundPolicy::Mode::ssp;
   for (const BlockRounds& b : blocks_) {
-    rmin = std::min(rmin, b.applied);
-    rmax = std::max(rmax, b.applied);
+    // ssp: a block's round is its slowest live worker's push count; sync: the rounds applied.
+    std::uint64_t lo = ssp ? UINT64_MAX : b.applied, hi = ssp ? 0 : b.applied;
+    for (const auto& [itn, c] : b.clock) {
+      lo = std::min(lo, c);
+      hi = std::max(hi, c);
+    }
+    if (lo == UINT64_MAX) lo = 0;
+    rmin = std::min(rmin, lo);
+    rmax = std::max(rmax, hi);
     open += b.open.empty() ? 0 : 1;
   }
   nlohmann::json workers = nlohmann::json::array();
@@ -439,6 +503,11 @@ nlohmann::json SyncRounds::status() const {
     // A worker's round on this shard: the fewest rounds it has pushed into over the blocks.
     std::uint64_t pushed = UINT64_MAX;
     for (const BlockRounds& b : blocks_) {
+      if (ssp) {
+        const auto c = b.clock.find(itn);
+        pushed = std::min<std::uint64_t>(pushed, c == b.clock.end() ? 0 : c->second);
+        continue;
+      }
       const auto it = b.last_pushed.find(itn);
       pushed = std::min<std::uint64_t>(pushed, it == b.last_pushed.end() ? b.applied : it->second + 1);
     }
@@ -450,7 +519,7 @@ nlohmann::json SyncRounds::status() const {
                        {"joined_ms_ago", ms_between(m.joined, now)},
                        {"rounds_behind", rmax > pushed ? rmax - pushed : 0}});
   }
-  return {{"mode", "sync"},
+  return {{"mode", to_string(policy_)},
           {"workers", policy_.workers},
           {"min_workers", policy_.min_workers},
           {"straggler_ms", policy_.straggler_ms},

@@ -1,6 +1,8 @@
 // Synchronous rounds (mode=sync, DESIGN.md "Aggregation semantics"): per block and round the workers' gradients
 // are collected, averaged in f32 in a fixed worker order and applied once; worker membership; and which
-// commands must wait ("park") until a round closes. Nothing here knows tgt: the glue asks before it queues a
+// commands must wait ("park") until a round closes. mode=ssp:K shares the membership and parking: every push is
+// applied at once, and a worker's push of a block waits while it is more than K pushes ahead of the slowest
+// live worker on that block. Nothing here knows tgt: the glue asks before it queues a
 // grad-LU READ or WRITE (admit_*), hands parked commands back when woken (process_parked), and reports which
 // sessions still exist (the `alive` callback).
 //
@@ -127,6 +129,7 @@ class SyncRounds {
   };
   using Clock = std::chrono::steady_clock;
 
+  RoundPolicy::Mode policy_mode() const;
   bool degraded_locked() const;
   std::string degraded_reason_locked() const;
   bool closable_locked(const BlockRounds& b, Clock::time_point now, bool& by_straggler) const;

@@ -111,7 +111,7 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
       if (std::string err = initialise(shard->model_, config); !err.empty()) return err;
       log_line(path + ": new shard (" + format_shard_options(config) + ")");
     }
-    if (config.rounds.mode == RoundPolicy::Mode::sync) {
+    if (config.rounds.mode != RoundPolicy::Mode::async) {
       ServedShard* s = shard.get();
       shard->rounds_ = std::make_unique<SyncRounds>(shard->model_, config.rounds, [s](std::uint64_t ns) {
         s->note_aggregation(ns);
@@ -225,7 +225,7 @@ std::string ServedShard::status_json() const {
                 {"blocks", g.blocks()},
                 {"opt", to_string(c.optimizer.kind)},
                 {"lr", c.optimizer.lr},
-                {"mode", to_string(c.rounds.mode)},
+                {"mode", to_string(c.rounds)},
                 {"device", c.device},
                 {"checkpoint_s", c.checkpoint_s},
                 {"started_unix", started_unix_}};

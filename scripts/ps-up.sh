@@ -224,13 +224,13 @@ for i in "${!names[@]}"; do
     read -r nop_interval nop_count _ <<<"${nop_lines[0]}"
     [[ "${nop_interval:-}" =~ ^[1-9][0-9]*$ && "${nop_count:-}" =~ ^[1-9][0-9]*$ ]] ||
       die "$conf: blockps-nop-in '${nop_lines[0]}': expected INTERVAL_S COUNT, both whole numbers > 0"
-    for tid in $(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show"); do
+    while read -r tid; do
       for param in "nop_interval $nop_interval" "nop_count $nop_count"; do
         read -r pname pvalue <<<"$param"
         "$TGTADM" -C "$control" --op update --mode target --tid "$tid" -n "$pname" -v "$pvalue" >>"$log" 2>&1 ||
           die "$name: tgtadm could not set $pname=$pvalue on target $tid (log: $log)"
       done
-    done
+    done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
   fi
 
   failed_log=

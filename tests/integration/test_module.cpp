@@ -228,7 +228,7 @@ TEST_F(ModuleTest, EveryBadOptionIsRefusedWithItsReasonAndNothingIsHalfMade) {
       {"role=grad;size=1M;init=ones", "a.ckpt", "init=ones"},
       {"role=grad;size=1M;init=file:/nonexistent/w.bin", "a.ckpt", "init=file:/nonexistent/w.bin: No such file"},
       {"role=grad;size=1M;seed=x", "a.ckpt", "seed=x"},
-      {"role=grad;size=1M;mode=ssp:2", "a.ckpt", "mode=ssp:2: must be async or sync"},
+      {"role=grad;size=1M;mode=ssp:x", "a.ckpt", "mode=ssp:x: must be async, sync or ssp:K"},
       {"role=grad;size=1M;mode=sync;workers=2;min_workers=3", "a.ckpt", "min_workers=3 is more than workers=2"},
       {"role=grad;size=1M;device=gpu:0", "a.ckpt", "device=gpu:0: must be cpu"},
       {"role=grad;size=1M;checkpoint_s=soon", "a.ckpt", "checkpoint_s=soon"},

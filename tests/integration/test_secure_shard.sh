@@ -42,8 +42,9 @@ show=$(tgtadm -C "$control" --op show --mode target)
 grep -q "iqn.2026-11.io.blockps:worker0" <<<"$show" || fail "the initiator-name ACL is not on the target: $show"
 grep -q "worker" <<<"$(tgtadm -C "$control" --op show --mode account)" || fail "the CHAP account is missing"
 nop=$(tgtadm -C "$control" --op show --mode target --tid 1)
-grep -q "nop_interval=5" <<<"$nop" && grep -q "nop_count=3" <<<"$nop" ||
+if ! grep -q "nop_interval=5" <<<"$nop" || ! grep -q "nop_count=3" <<<"$nop"; then
   fail "ps-up did not set NOP-In from blockps-nop-in: $nop"
+fi
 
 url() { echo "iscsi://$1$portal/$target/$2"; }
 io() { BLOCKPS_INITIATOR_IQN=$1 "$lu_io" "${@:2}"; }
@@ -64,7 +65,7 @@ io iqn.2026-11.io.blockps:worker1 "$(good 1)" pushpull 0 4M 2 >"$tmp/w1.out" 2>&
 w1=$!
 wait "$w0" || fail "worker0's push/pull failed: $(cat "$tmp/w0.out")"
 wait "$w1" || fail "worker1's push/pull failed: $(cat "$tmp/w1.out")"
-grep -q pulled "$tmp/w0.out" && grep -q pulled "$tmp/w1.out" || fail "a worker did not pull"
+if ! grep -q pulled "$tmp/w0.out" || ! grep -q pulled "$tmp/w1.out"; then fail "a worker did not pull"; fi
 page=$(io iqn.2026-11.io.blockps:worker0 "$(good 3)" read 0 64K | tr -d '\0')
 grep -q '"mode": "sync"' <<<"$page" || fail "the status page does not say mode sync: $page"
 grep -q '"rounds_min": 1' <<<"$page" || fail "the round did not close: $page"

@@ -209,3 +209,30 @@ TEST(SyncRounds, ResetDropsOpenRoundsAndRestartsTheCounters) {
 
 }  // namespace
 }  // namespace blockps
+
+namespace blockps {
+namespace {
+
+TEST(SspRounds, PushesApplyAtOnceAndAWorkerWaitsWhenMoreThanKAheadOfTheSlowest) {
+  RoundPolicy p;
+  p.mode = RoundPolicy::Mode::ssp;
+  p.staleness = 1;
+  p.workers = 2;
+  Fixture f(p, 1.0f);
+  const auto g = gradient(kShardBytes, 1);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_NE(weights(f.model), std::vector<float>(kShardBytes / 4, 0.0f)) << "ssp applies every push at once";
+  EXPECT_EQ(f.push(kA, g), Admission::run);  // A joins level with B (1 push), then runs 1 ahead
+  EXPECT_EQ(f.push(kA, g), Admission::run);  // 2 vs B's 1: within K=1
+  EXPECT_EQ(f.rounds.admit_push(&g, kA, 0, g.size()), Admission::park) << "3 pushes vs 1: more than K ahead";
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::run) << "ssp reads never wait";
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.push(kA, g), Admission::run) << "B caught up one push";
+  const auto s = f.rounds.status();
+  EXPECT_EQ(s["mode"], "ssp:1");
+  EXPECT_EQ(s["rounds_min"], 2);
+  EXPECT_EQ(s["rounds_max"], 4);
+}
+
+}  // namespace
+}  // namespace blockps
