@@ -57,7 +57,7 @@ class ServedShard {
   std::string status_json() const;
 
  private:
-  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine);
+  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device);
   void periodic_checkpoints(std::stop_token stop);
 
   const std::string path_;
