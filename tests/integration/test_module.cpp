@@ -228,7 +228,7 @@ TEST_F(ModuleTest, EveryBadOptionIsRefusedWithItsReasonAndNothingIsHalfMade) {
       {"role=grad;size=1M;init=file:/nonexistent/w.bin", "a.ckpt", "init=file:/nonexistent/w.bin: No such file"},
       {"role=grad;size=1M;seed=x", "a.ckpt", "seed=x"},
       {"role=grad;size=1M;mode=sync", "a.ckpt", "mode=sync: must be async"},
-      {"role=grad;size=1M;device=gpu:0", "a.ckpt", "device=gpu:0: must be cpu"},
+      {"role=grad;size=1M;device=tpu", "a.ckpt", "device=tpu: must be cpu, auto or gpu:N"},
       {"role=grad;size=1M;checkpoint_s=soon", "a.ckpt", "checkpoint_s=soon"},
       {"role=grad", "a.ckpt", "size= is required"},
       {"role=weights;size=2M", "good.ckpt", "size=2M differs from size=1M"},
