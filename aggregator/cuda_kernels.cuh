@@ -34,8 +34,8 @@ inline constexpr int kSlots = state_slots(K);  // evaluated on the host: device 
 
 template <OptimizerKind K, WireDtype D>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    fused_update_kernel(const Launch launch, float* __restrict__ w, const void* __restrict__ g,
-                        float* __restrict__ s0, float* __restrict__ s1) {
+    fused_update_kernel(const Launch launch, float* __restrict__ w, const void* __restrict__ g, float* __restrict__ s0,
+                        float* __restrict__ s1) {
   const LaunchPiece& piece = launch.piece[blockIdx.y];
   const StepConstants k = piece.constants;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
@@ -44,12 +44,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     float weight = w[e];
     float state0 = 0.0f;
     float state1 = 0.0f;
-    if constexpr (kSlots<K> > 0) state0 = s0[e];
-    if constexpr (kSlots<K> > 1) state1 = s1[e];
+    if constexpr (kSlots < K >> 0) state0 = s0[e];
+    if constexpr (kSlots < K >> 1) state1 = s1[e];
     ElementUpdate<K>::apply(k, weight, load_wire<D>(g, piece.grad_index + i), state0, state1);
     w[e] = weight;
-    if constexpr (kSlots<K> > 0) s0[e] = state0;
-    if constexpr (kSlots<K> > 1) s1[e] = state1;
+    if constexpr (kSlots < K >> 0) s0[e] = state0;
+    if constexpr (kSlots < K >> 1) s1[e] = state1;
   }
 }
 

@@ -22,12 +22,10 @@
 namespace blockps {
 namespace {
 
-std::string cuda_text(cudaError_t e) {
-  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
-}
+std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
-constexpr int kLanes = 4;                         // concurrent pushes (tgt's io_threads default is 4)
-constexpr std::uint64_t kChunkBytes = 4u << 20;   // per staging slot; at least one block is always allowed
+constexpr int kLanes = 4;                        // concurrent pushes (tgt's io_threads default is 4)
+constexpr std::uint64_t kChunkBytes = 4u << 20;  // per staging slot; at least one block is always allowed
 
 class CudaStore final : public ShardStore {
  public:
@@ -57,12 +55,14 @@ class CudaStore final : public ShardStore {
       lanes_.push_back(std::make_unique<Lane>());
       Lane& lane = *lanes_.back();
       std::string why = check(cudaStreamCreateWithFlags(&lane.compute, cudaStreamNonBlocking), "cudaStreamCreate");
-      if (why.empty()) why = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (why.empty())
+        why = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
       for (auto& slot : lane.slot) {
         if (why.empty()) why = check(cudaMallocHost(&slot.staging, chunk_bytes_), "cudaMallocHost (staging)");
         if (why.empty()) why = check(cudaMalloc(&slot.device_grad, chunk_bytes_), "cudaMalloc (gradient)");
         if (why.empty()) why = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
-        if (why.empty()) why = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
+        if (why.empty())
+          why = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
       }
       if (!why.empty()) return why;
       free_lanes_.push_back(&lane);
@@ -161,8 +161,8 @@ class CudaStore final : public ShardStore {
     std::string why;
     for (int s = 0; s < slots_ && why.empty(); ++s)
       why = check(cudaMemcpyAsync(scratch.data() + s * count, state_[s] + element, count * sizeof(float),
-                                        cudaMemcpyDeviceToHost, lease.lane->compute),
-                        "cudaMemcpyAsync (optimizer state from the GPU)");
+                                  cudaMemcpyDeviceToHost, lease.lane->compute),
+                  "cudaMemcpyAsync (optimizer state from the GPU)");
     if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
     if (!why.empty()) return why;
     for (int s = 0; s < slots_; ++s) state[s] = {scratch.data() + s * count, count};
@@ -177,8 +177,9 @@ class CudaStore final : public ShardStore {
     const std::span<const float> in[2] = {s0, s1};
     std::string why;
     for (int s = 0; s < slots_ && why.empty(); ++s)
-      why = check(cudaMemcpyAsync(state_[s] + element, in[s].data(), std::min<std::uint64_t>(count, in[s].size()) *
-                                  sizeof(float), cudaMemcpyHostToDevice, lease.lane->compute),
+      why = check(cudaMemcpyAsync(state_[s] + element, in[s].data(),
+                                  std::min<std::uint64_t>(count, in[s].size()) * sizeof(float), cudaMemcpyHostToDevice,
+                                  lease.lane->compute),
                   "cudaMemcpyAsync (optimizer state to the GPU)");
     if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
     return why;
@@ -194,10 +195,10 @@ class CudaStore final : public ShardStore {
     cudaStream_t compute = nullptr;    // uploads and kernels
     cudaStream_t copy_back = nullptr;  // updated weights to the host mirror
     struct Slot {
-      std::byte* staging = nullptr;    // pinned
+      std::byte* staging = nullptr;  // pinned
       void* device_grad = nullptr;
-      cudaEvent_t staged = nullptr;    // the upload from `staging` is done
-      cudaEvent_t applied = nullptr;   // the kernel that read `device_grad` is done
+      cudaEvent_t staged = nullptr;   // the upload from `staging` is done
+      cudaEvent_t applied = nullptr;  // the kernel that read `device_grad` is done
     } slot[2];
   };
 
@@ -236,9 +237,9 @@ class CudaStore final : public ShardStore {
   const std::uint64_t elements_;
   const int slots_;
   std::uint64_t chunk_bytes_ = 0;
-  float* weights_ = nullptr;            // device
+  float* weights_ = nullptr;              // device
   float* state_[2] = {nullptr, nullptr};  // device
-  float* mirror_ = nullptr;             // pinned host
+  float* mirror_ = nullptr;               // pinned host
   std::vector<std::unique_ptr<Lane>> lanes_;
   // The lane pool and the error are not the shard's state: const calls (read_state) use them too.
   mutable std::mutex lanes_mutex_;
@@ -267,8 +268,8 @@ int cuda_device_count(std::string* why) {
 }
 
 std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t elements,
-                                                                        std::uint64_t block_elements,
-                                                                        OptimizerKind kind) {
+                                                                       std::uint64_t block_elements,
+                                                                       OptimizerKind kind) {
   if (std::string why = device_error(Device::cuda(ordinal)); !why.empty()) return why;
   try {
     auto store = std::make_unique<CudaStore>(ordinal, elements, block_elements, kind);

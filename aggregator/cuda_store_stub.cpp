@@ -12,8 +12,8 @@ int cuda_device_count(std::string* why) {
 }
 
 std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t /*elements*/,
-                                                                        std::uint64_t /*block_elements*/,
-                                                                        OptimizerKind /*kind*/) {
+                                                                       std::uint64_t /*block_elements*/,
+                                                                       OptimizerKind /*kind*/) {
   return device_error(Device::cuda(ordinal));
 }
 

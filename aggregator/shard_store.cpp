@@ -1,10 +1,10 @@
 // The CPU engine's ShardStore (master weights and state as aligned host arrays, one fused loop per block) and
 // the engine-independent device checks.
+#include "aggregator/shard_store.h"
+
 #include <algorithm>
 #include <cstring>
 #include <new>
-
-#include "aggregator/shard_store.h"
 
 namespace blockps {
 namespace {

@@ -95,7 +95,7 @@ int cuda_device_count(std::string* why = nullptr);
 /// The CUDA engine's store on GPU `ordinal` for a shard of `elements` with `block_elements` per block (sizes its
 /// staging buffers). Returns the store or the reason (device_error(), out of device or pinned memory ...).
 std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t elements,
-                                                                        std::uint64_t block_elements,
-                                                                        OptimizerKind kind);
+                                                                       std::uint64_t block_elements,
+                                                                       OptimizerKind kind);
 
 }  // namespace blockps

@@ -76,9 +76,8 @@ int kernel_figures(const Args& a) {
   cudaMemset(s1, 0, n * 4);
   cudaMemset(g, 0, n * 4);  // zeros: finite for every optimizer
 
-  const double copy_s = time_on_stream(stream, a.reps, [&] {
-    cudaMemcpyAsync(copy_dst, w, n * 4, cudaMemcpyDeviceToDevice, stream);
-  });
+  const double copy_s =
+      time_on_stream(stream, a.reps, [&] { cudaMemcpyAsync(copy_dst, w, n * 4, cudaMemcpyDeviceToDevice, stream); });
   const double copy_gbps = n * 4 / copy_s / 1e9;
   std::printf("device-to-device copy: %.1f GB/s (bytes copied per second, %llu MiB)\n\n", copy_gbps,
               static_cast<unsigned long long>(n * 4 >> 20));
@@ -86,8 +85,8 @@ int kernel_figures(const Args& a) {
               "memory-bound max");
 
   int missed = 0;
-  for (OptimizerKind kind : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw,
-                             OptimizerKind::sum}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum}) {
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16}) {
       const std::size_t gsize = wire_size(d);
       const std::uint64_t block = (256u << 10) / gsize;  // elements of a 256 KiB block
@@ -116,9 +115,10 @@ int kernel_figures(const Args& a) {
                   2.0 / traffic);
     }
   }
-  std::printf("\ntarget: gradient GB/s >= %.1f x copy GB/s; '!' marks a miss (%d of 10). 'memory-bound max' is the\n"
-              "ratio a kernel at full copy bandwidth would reach given its traffic per gradient byte.\n\n",
-              kTarget, missed);
+  std::printf(
+      "\ntarget: gradient GB/s >= %.1f x copy GB/s; '!' marks a miss (%d of 10). 'memory-bound max' is the\n"
+      "ratio a kernel at full copy bandwidth would reach given its traffic per gradient byte.\n\n",
+      kTarget, missed);
   cudaFree(w), cudaFree(s0), cudaFree(s1), cudaFree(g), cudaFree(copy_dst);
   cudaStreamDestroy(stream);
   return 0;
@@ -170,9 +170,12 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     const bool has_value = i + 1 < argc;
-    if (arg == "--elements" && has_value) a.elements = std::strtoull(argv[++i], nullptr, 10);
-    else if (arg == "--reps" && has_value) a.reps = std::atoi(argv[++i]);
-    else if (arg == "--request-bytes" && has_value) a.request_bytes = std::strtoull(argv[++i], nullptr, 10);
+    if (arg == "--elements" && has_value)
+      a.elements = std::strtoull(argv[++i], nullptr, 10);
+    else if (arg == "--reps" && has_value)
+      a.reps = std::atoi(argv[++i]);
+    else if (arg == "--request-bytes" && has_value)
+      a.request_bytes = std::strtoull(argv[++i], nullptr, 10);
     else {
       std::fprintf(stderr, "usage: gpu_aggregation [--elements N] [--reps R] [--request-bytes B] (got '%s')\n",
                    arg.c_str());
@@ -184,9 +187,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (const std::string why = device_error(Device::cuda(0)); !why.empty()) {
-    std::printf("\n*** gpu_aggregation: NOT RUN, no usable GPU on this machine: %s ***\n"
-                "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
-                why.c_str());
+    std::printf(
+        "\n*** gpu_aggregation: NOT RUN, no usable GPU on this machine: %s ***\n"
+        "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
+        why.c_str());
     return 0;
   }
   cudaDeviceProp prop{};

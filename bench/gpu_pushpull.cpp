@@ -43,21 +43,29 @@ int main(int argc, char** argv) {
   std::string opt = "sgd";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
-    if (k == "--seconds") seconds = std::atof(v.c_str());
-    else if (k == "--rounds") rounds = std::atoi(v.c_str());
-    else if (k == "--request-bytes") { if (!parse_byte_size(v, request)) return fail("--request-bytes " + v); }
-    else if (k == "--opt") opt = v;
-    else return fail("unknown option " + k + " (--seconds S --rounds N --request-bytes B --opt O)");
+    if (k == "--seconds")
+      seconds = std::atof(v.c_str());
+    else if (k == "--rounds")
+      rounds = std::atoi(v.c_str());
+    else if (k == "--request-bytes") {
+      if (!parse_byte_size(v, request)) return fail("--request-bytes " + v);
+    } else if (k == "--opt")
+      opt = v;
+    else
+      return fail("unknown option " + k + " (--seconds S --rounds N --request-bytes B --opt O)");
   }
   if (argc % 2 == 0) return fail("options come in pairs: --seconds S --rounds N --request-bytes B --opt O");
-  if (seconds <= 0 || rounds < 1 || request == 0 || request % 512 != 0 || kLuBytes % request != 0 || !parse_optimizer(opt))
-    return fail("need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
+  if (seconds <= 0 || rounds < 1 || request == 0 || request % 512 != 0 || kLuBytes % request != 0 ||
+      !parse_optimizer(opt))
+    return fail(
+        "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
 
   bench::print_run_header("blockps gpu_pushpull");
   if (const std::string why = device_error(Device::cuda(0)); !why.empty()) {
-    std::printf("\n*** gpu_pushpull: NOT RUN, no usable GPU on this machine: %s ***\n"
-                "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
-                why.c_str());
+    std::printf(
+        "\n*** gpu_pushpull: NOT RUN, no usable GPU on this machine: %s ***\n"
+        "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
+        why.c_str());
     return 0;
   }
   if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
@@ -75,8 +83,8 @@ int main(int argc, char** argv) {
   for (int i = 0; i < 2; ++i) {
     const std::string iqn = std::string("iqn.2026-11.io.blockps:bench-") + (i ? "gpu" : "cpu");
     const std::string bsopts = "role=grad;size=256M;dtype=f32;lr=0.001;opt=" + opt + ";device=" + devices[i];
-    for (auto r : {tgtd.add_target(i + 1, iqn), tgtd.add_lu(i + 1, 1, dir.path(std::string(devices[i]) + ".ckpt"),
-                                                          "blockps", bsopts)})
+    for (auto r : {tgtd.add_target(i + 1, iqn),
+                   tgtd.add_lu(i + 1, 1, dir.path(std::string(devices[i]) + ".ckpt"), "blockps", bsopts)})
       if (!r.ok()) return fail(r.describe(), &tgtd);
     if (Status s = luns[i].connect(tgtd.url(iqn, 1), kInitiator); !s.ok()) return fail(s.message(), &tgtd);
   }
@@ -106,7 +114,8 @@ int main(int argc, char** argv) {
       double got[2] = {0, 0};
       for (int k = 0; k < 2; ++k) {
         const int dev = (round + k) % 2;  // alternate which device goes first
-        if (std::string e = run(luns[dev], d ? IoDirection::read : IoDirection::write, seconds, 0, got[dev]); !e.empty())
+        if (std::string e = run(luns[dev], d ? IoDirection::read : IoDirection::write, seconds, 0, got[dev]);
+            !e.empty())
           return fail(std::string(devices[dev]) + ": " + e, &tgtd);
       }
       mb[d][0].push_back(got[0]), mb[d][1].push_back(got[1]);

@@ -72,8 +72,10 @@ TEST_F(DeviceInTgtd, AGpuThatCannotBeUsedIsRefusedAtLuCreationWithTheReasonInThe
   EXPECT_FALSE(r.ok()) << device << " was accepted";
   EXPECT_FALSE(tgtd_.has_lu(1, 1)) << "a refused LU was left behind";
   const std::string log = tgtd_.log_text();
-  const std::string reason =
-      "device=" + device + ": " + (gpus > 0 ? "no such GPU" : cuda_engine_built() ? "no usable GPU" : "this build has no CUDA engine");
+  const std::string reason = "device=" + device + ": " +
+                             (gpus > 0              ? "no such GPU"
+                              : cuda_engine_built() ? "no usable GPU"
+                                                    : "this build has no CUDA engine");
   EXPECT_NE(log.find(reason), std::string::npos) << "tgtd log lacks: " << reason;
   // The refusal made nothing: the same path then serves on the CPU.
   EXPECT_EQ(serve_and_push("cpu"), "cpu");

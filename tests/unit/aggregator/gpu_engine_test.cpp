@@ -28,10 +28,10 @@ std::string gpu_unavailable() {
   return why;
 }
 
-#define BLOCKPS_REQUIRE_GPU()                                                      \
-  do {                                                                             \
-    if (const std::string why = gpu_unavailable(); !why.empty())                   \
-      GTEST_SKIP() << "no usable GPU, CUDA engine untested here: " << why;        \
+#define BLOCKPS_REQUIRE_GPU()                                              \
+  do {                                                                     \
+    if (const std::string why = gpu_unavailable(); !why.empty())           \
+      GTEST_SKIP() << "no usable GPU, CUDA engine untested here: " << why; \
   } while (0)
 
 using test::Snapshot;
@@ -79,8 +79,8 @@ struct Case {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OptimizerKind k : {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw,
-                          OptimizerKind::sum})
+  for (OptimizerKind k :
+       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum})
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
       cases.push_back({k, d, false});
       if (k == OptimizerKind::momentum) cases.push_back({k, d, true});
@@ -166,9 +166,8 @@ TEST(GpuEngine, CheckpointStateMovesBetweenEngines) {
   ASSERT_EQ(gpu.push_gradient(0, grad), "");
   expect_same(cpu, gpu, "after a push on both");
   ModelShard back(g, p, nullptr);
-  gpu.for_each_block([&](const BlockView& v) {
-    ASSERT_TRUE(back.restore_block(v.index, v.step, v.weights, v.state[0], v.state[1]));
-  });
+  gpu.for_each_block(
+      [&](const BlockView& v) { ASSERT_TRUE(back.restore_block(v.index, v.step, v.weights, v.state[0], v.state[1])); });
   expect_same(back, gpu, "after restore from the GPU");
 }
 

@@ -12,7 +12,9 @@ namespace {
 
 using unit::TempDir;
 
-std::string engine_of(const ServedShard& shard) { return nlohmann::json::parse(shard.status_json())["shard"]["engine"]; }
+std::string engine_of(const ServedShard& shard) {
+  return nlohmann::json::parse(shard.status_json())["shard"]["engine"];
+}
 
 TEST(DeviceSelection, CpuIsTheDefaultAndUnchanged) {
   TempDir dir;
@@ -32,7 +34,9 @@ TEST(DeviceSelection, AGpuThatCannotBeUsedIsRefusedWithTheReason) {
   ASSERT_TRUE(std::holds_alternative<std::string>(r)) << device << " was accepted";
   const std::string why = std::get<std::string>(r);
   EXPECT_EQ(why.rfind("device=" + device + ": ", 0), 0u) << why;
-  EXPECT_NE(why.find(gpus > 0 ? "no such GPU" : cuda_engine_built() ? "no usable GPU" : "no CUDA engine"),
+  EXPECT_NE(why.find(gpus > 0              ? "no such GPU"
+                     : cuda_engine_built() ? "no usable GPU"
+                                           : "no CUDA engine"),
             std::string::npos)
       << why;
 }
