@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <stdexcept>
 #include <string>
 
 namespace blockps {
@@ -56,26 +57,18 @@ std::string range_error(const ShardGeometry& g, std::uint64_t offset, std::uint6
 
 namespace {
 
-// Cache-line aligned so that vector loads start on a line and neighbouring data never shares one.
-constexpr std::align_val_t kArrayAlignment{64};
-
-struct FreeAligned {
-  void operator()(float* p) const { ::operator delete[](p, kArrayAlignment); }
-};
-using AlignedFloats = std::unique_ptr<float[], FreeAligned>;
-
-AlignedFloats zeroed_floats(std::uint64_t n) {
-  if (n == 0) return nullptr;
-  auto* p = static_cast<float*>(::operator new[](n * sizeof(float), kArrayAlignment));
-  std::memset(p, 0, n * sizeof(float));
-  return AlignedFloats(p);
-}
-
 // One cache line per block, so that threads working on neighbouring blocks do not contend for a line.
 struct alignas(64) Block {
   std::shared_mutex lock;
   std::uint64_t step = 0;  // guarded by lock
 };
+
+std::unique_ptr<ShardStore> make_store(Device device, const ShardGeometry& layout, OptimizerKind kind) {
+  if (!device.is_gpu()) return make_cpu_store(layout.elements(), kind);
+  auto made = make_cuda_store(device.gpu, layout.elements(), layout.block_elements(), kind);
+  if (auto* why = std::get_if<std::string>(&made)) throw std::runtime_error(*why);
+  return std::move(std::get<std::unique_ptr<ShardStore>>(made));
+}
 
 }  // namespace
 
@@ -83,49 +76,49 @@ struct ModelShard::Storage {
   // The shard's geometry, or for an unusable one the empty default: no elements, no blocks.
   ShardGeometry layout;
   int slots = 0;
-  AlignedFloats weights;
-  AlignedFloats state[2];
   std::unique_ptr<Block[]> blocks;
+  std::unique_ptr<ShardStore> store;
 
-  Storage(const ShardGeometry& g, OptimizerKind kind) {
-    if (!geometry_error(g).empty()) return;
-    layout = g;
-    slots = state_slots(kind);
-    weights = zeroed_floats(layout.elements());
-    for (int slot = 0; slot < slots; ++slot) state[slot] = zeroed_floats(layout.elements());
-    blocks = std::make_unique<Block[]>(layout.blocks());
+  Storage(const ShardGeometry& g, OptimizerKind kind, Device device) {
+    if (geometry_error(g).empty()) {
+      layout = g;
+      slots = state_slots(kind);
+      blocks = std::make_unique<Block[]>(layout.blocks());
+    }
+    store = make_store(device, layout, kind);
   }
 
-  float* state_at(int slot, std::uint64_t element) const {
-    return slot < slots ? state[slot].get() + element : nullptr;
-  }
+  float* weights() const { return store->host_weights(); }
   std::uint64_t block_begin(std::uint64_t b) const { return b * layout.block_elements(); }
 
   /// The part of a request that falls into one block.
   struct Piece {
+    std::uint64_t index;      // the block
     Block& block;
     std::uint64_t element;    // first element of the shard it covers
     std::uint64_t count;      // elements
-    std::size_t wire_offset;  // where its bytes start in the request's buffer
+    std::uint64_t first;      // its first element in the request
   };
 
-  /// Calls piece_fn(Piece) for each block that the wire byte range [offset, offset+len) touches (a range without
-  /// a range_error()); on the engine's threads when there is more than one block.
+  /// The blocks [first_block, first_block + pieces) that elements [first, end) touch.
+  std::uint64_t first_block(std::uint64_t first) const { return first / layout.block_elements(); }
+  std::uint64_t piece_count(std::uint64_t first, std::uint64_t end) const {
+    return (end - 1) / layout.block_elements() - first_block(first) + 1;
+  }
+  Piece piece(std::uint64_t first, std::uint64_t end, std::uint64_t i) const {
+    const std::uint64_t b = first_block(first) + i;
+    const std::uint64_t begin = std::max(first, block_begin(b));
+    const std::uint64_t stop = std::min(end, block_begin(b + 1));
+    return Piece{.index = b, .block = blocks[b], .element = begin, .count = stop - begin, .first = begin - first};
+  }
+
+  /// Calls piece_fn(Piece) for each block that elements [first, end) touch (first < end, inside the shard); on
+  /// the engine's threads when there is more than one block.
   template <class PieceFn>
-  void for_each_piece(CpuEngine* engine, std::uint64_t offset, std::uint64_t len, const PieceFn& piece_fn) const {
-    if (len == 0) return;
-    const std::size_t size = wire_size(layout.dtype);
-    const std::uint64_t first = offset / size;
-    const std::uint64_t end = first + len / size;
-    const std::uint64_t first_block = first / layout.block_elements();
-    const std::uint64_t pieces = (end - 1) / layout.block_elements() - first_block + 1;
-    const auto run = [&](std::size_t i) {
-      const std::uint64_t b = first_block + i;
-      const std::uint64_t begin = std::max(first, block_begin(b));
-      const std::uint64_t stop = std::min(end, block_begin(b + 1));
-      piece_fn(
-          Piece{.block = blocks[b], .element = begin, .count = stop - begin, .wire_offset = (begin - first) * size});
-    };
+  void for_each_piece(CpuEngine* engine, std::uint64_t first, std::uint64_t end, const PieceFn& piece_fn) const {
+    if (first >= end) return;
+    const std::uint64_t pieces = piece_count(first, end);
+    const auto run = [&](std::size_t i) { piece_fn(piece(first, end, i)); };
     if (pieces == 1 || engine == nullptr) {
       for (std::uint64_t i = 0; i < pieces; ++i) run(i);
     } else {
@@ -134,13 +127,18 @@ struct ModelShard::Storage {
   }
 };
 
-ModelShard::ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine)
+ModelShard::ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
+                       Device device)
     : geometry_(geometry),
       params_(params),
       engine_(std::move(engine)),
-      storage_(std::make_unique<Storage>(geometry, params.kind)) {}
+      storage_(std::make_unique<Storage>(geometry, params.kind, device)) {}
 
 ModelShard::~ModelShard() = default;
+
+Device ModelShard::device() const { return storage_->store->device(); }
+
+std::string ModelShard::engine_error() const { return storage_->store->error(); }
 
 OptimizerParams ModelShard::params() const {
   std::shared_lock lock(params_mutex_);
@@ -154,29 +152,48 @@ void ModelShard::set_params(const OptimizerParams& p) {
   params_.kind = kind;
 }
 
-void ModelShard::push_gradient(std::uint64_t offset, std::span<const std::byte> grad) {
-  if (!range_error(geometry_, offset, grad.size()).empty()) return;
-  const OptimizerParams p = params();  // one set of hyper-parameters for the whole request
-  Storage& s = *storage_;
-  s.for_each_piece(engine_.get(), offset, grad.size(), [&](const Storage::Piece& piece) {
-    std::unique_lock lock(piece.block.lock);
-    const StepConstants k = step_constants(p, ++piece.block.step);
-    cpu_update(p.kind, geometry_.dtype, k, s.weights.get() + piece.element, grad.data() + piece.wire_offset,
-               s.state_at(0, piece.element), s.state_at(1, piece.element), piece.count);
-  });
+std::string ModelShard::push_gradient(std::uint64_t offset, std::span<const std::byte> grad) {
+  return push(offset, grad.size(), Gradient{grad.data(), geometry_.dtype});
 }
 
-bool ModelShard::apply_block_gradient(std::uint64_t index, std::span<const float> grad) {
+std::string ModelShard::apply_gradient_f32(std::uint64_t offset, std::span<const float> grad) {
+  return push(offset, grad.size() * wire_size(geometry_.dtype), Gradient{grad.data(), WireDtype::f32});
+}
+
+std::string ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient grad) {
+  if (!range_error(geometry_, offset, len).empty() || len == 0) return "";
+  const OptimizerParams p = params();  // one set of hyper-parameters for the whole request
   Storage& s = *storage_;
-  if (index >= s.layout.blocks() || grad.size() != s.layout.elements_in_block(index)) return false;
-  const OptimizerParams p = params();
-  auto& block = s.blocks[index];
-  const std::uint64_t begin = s.block_begin(index);
-  std::unique_lock lock(block.lock);
-  const StepConstants k = step_constants(p, ++block.step);
-  cpu_update(p.kind, WireDtype::f32, k, s.weights.get() + begin, grad.data(), s.state_at(0, begin),
-             s.state_at(1, begin), grad.size());
-  return true;
+  const std::size_t size = wire_size(geometry_.dtype);
+  const std::uint64_t first = offset / size;
+  const std::uint64_t end = first + len / size;
+  const auto update_of = [&](const Storage::Piece& piece) {
+    return BlockUpdate{.element = piece.element,
+                       .count = piece.count,
+                       .grad_index = piece.first,
+                       .constants = step_constants(p, ++piece.block.step)};
+  };
+  if (!s.store->updates_whole_requests()) {
+    s.for_each_piece(engine_.get(), first, end, [&](const Storage::Piece& piece) {
+      std::unique_lock lock(piece.block.lock);
+      const BlockUpdate u = update_of(piece);
+      s.store->update(p.kind, grad, {&u, 1});  // the CPU store cannot fail
+    });
+    return "";
+  }
+  // The engine pipelines the blocks of a request (GPU): lock them all, in ascending order as every holder of
+  // several block locks does, so that two requests cannot deadlock.
+  const std::uint64_t pieces = s.piece_count(first, end);
+  std::vector<std::unique_lock<std::shared_mutex>> locks;
+  std::vector<BlockUpdate> updates;
+  locks.reserve(pieces);
+  updates.reserve(pieces);
+  for (std::uint64_t i = 0; i < pieces; ++i) {
+    const Storage::Piece piece = s.piece(first, end, i);
+    locks.emplace_back(piece.block.lock);
+    updates.push_back(update_of(piece));
+  }
+  return s.store->update(p.kind, grad, updates);
 }
 
 void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) const {
@@ -185,29 +202,43 @@ void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) co
     return;
   }
   const Storage& s = *storage_;
-  s.for_each_piece(engine_.get(), offset, out.size(), [&](const Storage::Piece& piece) {
+  const std::size_t size = wire_size(geometry_.dtype);
+  const std::uint64_t first = offset / size;
+  s.for_each_piece(engine_.get(), first, first + out.size() / size, [&](const Storage::Piece& piece) {
     std::shared_lock lock(piece.block.lock);
-    encode_wire(geometry_.dtype, s.weights.get() + piece.element, out.data() + piece.wire_offset, piece.count);
+    encode_wire(geometry_.dtype, s.weights() + piece.element, out.data() + piece.first * size, piece.count);
   });
 }
 
-void ModelShard::assign_weights(std::uint64_t offset, std::span<const std::byte> in) {
-  if (!range_error(geometry_, offset, in.size()).empty()) return;
+std::string ModelShard::assign_weights(std::uint64_t offset, std::span<const std::byte> in) {
+  if (!range_error(geometry_, offset, in.size()).empty()) return "";
   Storage& s = *storage_;
-  s.for_each_piece(engine_.get(), offset, in.size(), [&](const Storage::Piece& piece) {
+  const std::size_t size = wire_size(geometry_.dtype);
+  const std::uint64_t first = offset / size;
+  std::mutex error_mutex;
+  std::string error;
+  s.for_each_piece(engine_.get(), first, first + in.size() / size, [&](const Storage::Piece& piece) {
     std::unique_lock lock(piece.block.lock);
-    decode_wire(geometry_.dtype, in.data() + piece.wire_offset, s.weights.get() + piece.element, piece.count);
+    decode_wire(geometry_.dtype, in.data() + piece.first * size, s.weights() + piece.element, piece.count);
+    if (std::string why = s.store->publish_weights(piece.element, piece.count); !why.empty()) {
+      std::lock_guard guard(error_mutex);
+      error = std::move(why);
+    }
   });
+  return error;
 }
 
-void ModelShard::fill_weights(const std::function<float(std::uint64_t element)>& value_of) {
+std::string ModelShard::fill_weights(const std::function<float(std::uint64_t element)>& value_of) {
   Storage& s = *storage_;
   for (std::uint64_t b = 0; b < s.layout.blocks(); ++b) {
     std::unique_lock lock(s.blocks[b].lock);
     const std::uint64_t begin = s.block_begin(b);
-    const std::uint64_t end = begin + s.layout.elements_in_block(b);
-    for (std::uint64_t e = begin; e < end; ++e) s.weights[e] = value_of(e);
+    const std::uint64_t n = s.layout.elements_in_block(b);
+    float* w = s.weights();
+    for (std::uint64_t e = begin; e < begin + n; ++e) w[e] = value_of(e);
+    if (std::string why = s.store->publish_weights(begin, n); !why.empty()) return why;
   }
+  return "";
 }
 
 void ModelShard::for_each_block(const std::function<void(const BlockView&)>& visit) const {
@@ -221,8 +252,10 @@ bool ModelShard::visit_block(std::uint64_t b, const std::function<void(const Blo
   std::shared_lock lock(s.blocks[b].lock);
   const std::uint64_t begin = s.block_begin(b);
   const std::size_t n = s.layout.elements_in_block(b);
-  BlockView view{.index = b, .step = s.blocks[b].step, .weights = {s.weights.get() + begin, n}, .state = {}};
-  for (int slot = 0; slot < s.slots; ++slot) view.state[slot] = {s.state_at(slot, begin), n};
+  // thread_local: checkpoints visit every block in turn; a GPU copy of the state reuses one buffer.
+  thread_local std::vector<float> scratch;
+  BlockView view{.index = b, .step = s.blocks[b].step, .weights = {s.weights() + begin, n}, .state = {}};
+  if (!s.store->read_state(begin, n, scratch, view.state).empty()) return false;
   visit(view);
   return true;
 }
@@ -239,8 +272,9 @@ bool ModelShard::restore_block(std::uint64_t index, std::uint64_t step, std::spa
   }
   std::unique_lock lock(s.blocks[index].lock);
   const std::uint64_t begin = s.block_begin(index);
-  std::copy(weights.begin(), weights.end(), s.weights.get() + begin);
-  for (int slot = 0; slot < s.slots; ++slot) std::copy(state[slot].begin(), state[slot].end(), s.state_at(slot, begin));
+  std::copy(weights.begin(), weights.end(), s.weights() + begin);
+  if (!s.store->publish_weights(begin, n).empty()) return false;
+  if (!s.store->write_state(begin, n, state0, state1).empty()) return false;
   s.blocks[index].step = step;
   return true;
 }

@@ -1,5 +1,7 @@
-// One shard of a model in host memory: f32 master weights, optimizer state and per-block step counts, cut
-// into blocks that are the unit of locking. Offsets and lengths are in wire bytes (what the LU exposes).
+// One shard of a model: f32 master weights, optimizer state and per-block step counts, cut into blocks that are
+// the unit of locking. The weights and state live with the shard's engine (host memory for the CPU, GPU memory
+// with a host mirror for CUDA: see shard_store.h); ranges, blocks, locks and steps are handled here, the same
+// for every engine. Offsets and lengths are in wire bytes (what the LU exposes).
 #pragma once
 
 #include <cstddef>
@@ -13,6 +15,7 @@
 
 #include "aggregator/cpu_engine.h"
 #include "aggregator/optimizer.h"
+#include "aggregator/shard_store.h"
 #include "aggregator/wire_dtype.h"
 
 namespace blockps {
@@ -48,15 +51,22 @@ struct BlockView {
 
 class ModelShard {
  public:
-  /// Weights start at zero, state at zero, steps at zero. `engine` runs the math (shared by shards; null runs it
-  /// on the caller's thread). A geometry with a geometry_error() gives a shard with no blocks, on which every
-  /// call is a no-op. Throws std::bad_alloc when the memory for the shard cannot be had.
-  ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine);
+  /// Weights start at zero, state at zero, steps at zero. `engine` runs the host-side work (the CPU engine's
+  /// math, wire conversions of reads; shared by shards; null runs it on the caller's thread). `device` holds
+  /// the weights and state and runs the optimizer. A geometry with a geometry_error() gives a shard with no
+  /// blocks, on which every call is a no-op. Throws std::bad_alloc when host memory cannot be had, and
+  /// std::runtime_error (with the reason) when `device` cannot hold the shard: check device_error() first.
+  ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
+             Device device = Device::cpu());
   ~ModelShard();
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
 
   const ShardGeometry& geometry() const { return geometry_; }
+  /// Where the weights and state live and the optimizer runs.
+  Device device() const;
+  /// "" while the engine works; else why it failed (a GPU fault). Once set, the data path refuses every call.
+  std::string engine_error() const;
   OptimizerParams params() const;
   /// Replace hyper-parameters (not the kind: the state layout depends on it); takes effect on the next push.
   void set_params(const OptimizerParams& p);
@@ -65,28 +75,30 @@ class ModelShard {
   // layer) check that first. Ranges may cover partial blocks; each touched block is locked while it changes,
   // so a concurrent read sees every block either before or after an update, never in between.
   // A range with a range_error() is not applied: push/assign change nothing and read fills `out` with zeros.
+  // Calls that change the shard return "" or the engine's error (engine_error(); only a GPU engine fails).
 
-  /// Apply one optimizer step to every element the gradient covers; each touched block's step count +1.
-  void push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
-  /// Apply one optimizer step to block `index` with an f32 gradient of the block's element count (a sync round's
-  /// averaged gradient); the block's step count +1. False, and nothing changed, for a bad index or size.
-  bool apply_block_gradient(std::uint64_t index, std::span<const float> grad);
-  /// Current weights in the wire dtype.
+  /// Apply one optimizer step to every element the gradient (wire dtype) covers; each touched block's step +1.
+  std::string push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
+  /// push_gradient with an f32 gradient whatever the wire dtype (e.g. an average already decoded from several
+  /// pushes). `offset` is in wire bytes like every other call; grad.size() elements are updated.
+  std::string apply_gradient_f32(std::uint64_t offset, std::span<const float> grad);
+  /// Current weights in the wire dtype (from host memory: the GPU engine's mirror).
   void read_weights(std::uint64_t offset, std::span<std::byte> out) const;
   /// Overwrite weights (wire dtype in, f32 kept); optimizer state and steps are left as they are.
-  void assign_weights(std::uint64_t offset, std::span<const std::byte> in);
+  std::string assign_weights(std::uint64_t offset, std::span<const std::byte> in);
 
   /// Set every weight from a generator (initialisation; not concurrent with the data path).
-  void fill_weights(const std::function<float(std::uint64_t element)>& value_of);
+  std::string fill_weights(const std::function<float(std::uint64_t element)>& value_of);
 
   /// Visit every block in order, each under its (shared) lock: for checkpoints. The view's spans are valid only
   /// during the call.
   void for_each_block(const std::function<void(const BlockView&)>& visit) const;
-  /// Visit one block under its (shared) lock; false when there is no such block.
+  /// Visit one block under its (shared) lock; false when there is no such block or the engine failed to read
+  /// its state (engine_error() says why). On a GPU the view holds a copy of the device state.
   bool visit_block(std::uint64_t index, const std::function<void(const BlockView&)>& visit) const;
   /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
   /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
-  /// or a span has the wrong size.
+  /// or a span has the wrong size (or the engine failed: engine_error()).
   bool restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,
                      std::span<const float> state0, std::span<const float> state1);
 
@@ -95,7 +107,9 @@ class ModelShard {
   mutable std::shared_mutex params_mutex_;
   OptimizerParams params_;
   std::shared_ptr<CpuEngine> engine_;
-  // implementation-defined storage: aligned f32 arrays, per-block step counts and locks
+  std::string push(std::uint64_t offset, std::uint64_t len, Gradient grad);
+
+  // per-block step counts and locks, and the engine's store of weights and state
   struct Storage;
   std::unique_ptr<Storage> storage_;
 };

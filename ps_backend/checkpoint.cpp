@@ -155,7 +155,8 @@ std::string load_checkpoint(const std::string& path, ModelShard& shard) {
     if (slots > 1) ok = ok && in.get(s1.data(), n * sizeof(float));
     if (!ok) return path + ": checkpoint truncated at block " + std::to_string(b);
     if (!shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0}))
-      return path + ": block " + std::to_string(b) + " does not fit the shard";
+      return path + ": block " + std::to_string(b) + " " +
+             (shard.engine_error().empty() ? "does not fit the shard" : "not restored: " + shard.engine_error());
   }
   const std::uint32_t expected = in.crc();
   std::uint32_t stored = 0;
@@ -191,8 +192,15 @@ std::string write_checkpoint(const std::string& path, const ModelShard& shard, c
     staged.assign(v.weights.begin(), v.weights.end());
     for (int s = 0; s < slots; ++s) staged.insert(staged.end(), v.state[s].begin(), v.state[s].end());
   };
-  for (std::uint64_t b = 0; ok && shard.visit_block(b, stage); ++b)
+  std::uint64_t written = 0;
+  for (; ok && shard.visit_block(written, stage); ++written)
     ok = out.put(&step, sizeof step) && out.put(staged.data(), staged.size() * sizeof(float));
+  // A GPU engine that failed stops the visit early: that must not pass for a whole checkpoint.
+  if (ok && written != shard.geometry().blocks()) {
+    ::unlink(tmp.c_str());
+    return path + ": checkpoint not written: block " + std::to_string(written) + " unreadable: " +
+           shard.engine_error();
+  }
   const std::uint32_t crc = out.crc();
   ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
   if (!ok || ::fsync(f.fd) != 0) {

@@ -227,9 +227,12 @@ const std::vector<KeyDef>& key_table() {
       round_key("worker_timeout_ms", "10000", "sync: a worker with no push for this long is dropped from the round "
                                               "membership; also the longest a command waits parked",
                 &RoundPolicy::worker_timeout_ms, 100, 3600000),
-      {{"device", "cpu", "where aggregation runs: cpu"}, true, false,
+      {{"device", "cpu", "where the weights live and the optimizer runs: cpu; gpu:N (CUDA GPU N: weights and "
+                         "state in GPU memory, READs from a pinned host mirror; refused when there is no such GPU "
+                         "or no driver); auto (gpu:0 when a GPU is usable, else cpu; the choice is logged)"},
+       true, false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
-         if (v != "cpu") return bad(key, v, "must be cpu (this build has no GPU engine)");
+         if (v != "auto" && !parse_device(v)) return bad(key, v, "must be cpu, auto or gpu:N (N = 0, 1, ...)");
          o.config.device = std::string(v);
          return "";
        },

@@ -46,8 +46,7 @@ struct ShardConfig {
   std::uint64_t seed = 1;
   std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
   RoundPolicy rounds;
-  // device has one allowed value in this version; kept as text for the status page.
-  std::string device = "cpu";
+  std::string device = "cpu";  // cpu, auto or gpu:N as given (ServedShard resolves auto)
 };
 
 /// A parsed --bsopts string. `given` holds the shard keys the user set; the others take the defaults above

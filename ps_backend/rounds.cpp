@@ -187,8 +187,10 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
     const std::uint64_t n = std::min(have, p.elements);
     if (ssp) {
       const auto t0 = Clock::now();
-      model_.push_gradient(p.contribution->block * geometry_.block_bytes + p.element_in_block * esize,
-                           data.subspan(p.data_offset, n * esize));
+      const std::string err = model_.push_gradient(
+          p.contribution->block * geometry_.block_bytes + p.element_in_block * esize,
+          data.subspan(p.data_offset, n * esize));
+      if (!err.empty()) log_line("ssp: push not applied: " + err);
       if (on_applied_) on_applied_(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
     } else {
       decode_wire(geometry_.dtype, data.data() + p.data_offset, p.contribution->grad.data() + p.element_in_block, n);
@@ -413,7 +415,8 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
       }
       const float scale = 1.0f / static_cast<float>(complete.size());
       for (float& v : avg) v *= scale;
-      model_.apply_block_gradient(b, avg);
+      if (std::string err = model_.apply_gradient_f32(b * geometry_.block_bytes, avg); !err.empty())
+        log_line("sync: round of block " + std::to_string(b) + " not applied: " + err);
       const auto t1 = Clock::now();
       const auto apply_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(t1 - t0).count());
       apply_latency_.add(apply_ns);

@@ -136,13 +136,20 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
   }
   if (role_ == LuRole::grad) {
     const auto t0 = std::chrono::steady_clock::now();
-    shard_->model().push_gradient(offset, data);
+    // Only a GPU engine fails (a device fault; it stays failed): the push is not applied.
+    if (std::string why = shard_->model().push_gradient(offset, data); !why.empty()) {
+      log_line(shard_->path() + ": " + why);
+      return check(kHardwareError, kAscInternalTargetFailure);
+    }
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
     shard_->note_aggregation(static_cast<std::uint64_t>(ns.count()));
     k.pushes.fetch_add(1, std::memory_order_relaxed);
     k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
   } else {
-    shard_->model().assign_weights(offset, data);
+    if (std::string why = shard_->model().assign_weights(offset, data); !why.empty()) {
+      log_line(shard_->path() + ": " + why);
+      return check(kHardwareError, kAscInternalTargetFailure);
+    }
     k.weight_writes.fetch_add(1, std::memory_order_relaxed);
     k.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
   }

@@ -26,6 +26,27 @@ std::shared_ptr<CpuEngine> shared_engine() {
   return engine;
 }
 
+// The engine for `c.device` (cpu, auto, gpu:N), or why it cannot be had. `from_checkpoint`: the value came from
+// the checkpoint's options, not from this LU's (a checkpoint written on a GPU host may be opened on another).
+std::variant<Device, std::string> choose_device(const ShardConfig& c, const std::string& path, bool from_checkpoint) {
+  if (c.device == "auto") {
+    std::string why;
+    if (cuda_device_count(&why) > 0) {
+      log_line(path + ": device=auto: aggregating on gpu:0");
+      return Device::cuda(0);
+    }
+    log_line(path + ": device=auto: no usable GPU (" + why + "): aggregating on the CPU");
+    return Device::cpu();
+  }
+  const std::optional<Device> device = parse_device(c.device);
+  if (!device) return "device=" + c.device + ": must be cpu, auto or gpu:N";
+  if (std::string why = device_error(*device); !why.empty())
+    return from_checkpoint ? why + " (device=" + c.device + " is the checkpoint's; give device=cpu or device=auto "
+                                   "to open it here)"
+                           : why;
+  return *device;
+}
+
 std::string initialise(ModelShard& model, const ShardConfig& c) {
   switch (c.init.kind) {
     case InitSpec::Kind::zeros:
@@ -33,14 +54,12 @@ std::string initialise(ModelShard& model, const ShardConfig& c) {
     case InitSpec::Kind::uniform: {
       std::mt19937_64 rng(c.seed);
       std::uniform_real_distribution<float> dist(static_cast<float>(-c.init.scale), static_cast<float>(c.init.scale));
-      model.fill_weights([&](std::uint64_t) { return dist(rng); });
-      return "";
+      return model.fill_weights([&](std::uint64_t) { return dist(rng); });
     }
     case InitSpec::Kind::normal: {
       std::mt19937_64 rng(c.seed);
       std::normal_distribution<float> dist(0.0f, static_cast<float>(c.init.scale));
-      model.fill_weights([&](std::uint64_t) { return dist(rng); });
-      return "";
+      return model.fill_weights([&](std::uint64_t) { return dist(rng); });
     }
     case InitSpec::Kind::file: {
       const int fd = ::open(c.init.path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -56,7 +75,7 @@ std::string initialise(ModelShard& model, const ShardConfig& c) {
           const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(chunk.size(), c.geometry.bytes - off));
           const ssize_t r = ::pread(fd, chunk.data(), n, static_cast<off_t>(off));
           if (r != static_cast<ssize_t>(n)) err = "init=file:" + c.init.path + ": short read";
-          else model.assign_weights(off, {chunk.data(), n});
+          else err = model.assign_weights(off, {chunk.data(), n});
         }
       }
       ::close(fd);
@@ -70,10 +89,11 @@ std::uint64_t now_unix() { return static_cast<std::uint64_t>(std::time(nullptr))
 
 }  // namespace
 
-ServedShard::ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine)
+ServedShard::ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine,
+                         Device device)
     : path_(std::move(path)),
       config_(config),
-      model_(config.geometry, config.optimizer, std::move(engine)),
+      model_(config.geometry, config.optimizer, std::move(engine), device),
       started_unix_(now_unix()) {}
 
 std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(const std::string& path,
@@ -95,7 +115,9 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
     }
     if (std::string err = geometry_error(config.geometry); !err.empty()) return err;
 
-    std::shared_ptr<ServedShard> shard(new ServedShard(path, config, shared_engine()));
+    const auto device = choose_device(config, path, from_checkpoint && !opts.given.count("device"));
+    if (auto* why = std::get_if<std::string>(&device)) return *why;
+    std::shared_ptr<ServedShard> shard(new ServedShard(path, config, shared_engine(), std::get<Device>(device)));
     // Two tgtd processes must never serve (and overwrite) one checkpoint file.
     const std::string lock_path = path + ".lock";
     shard->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
@@ -227,6 +249,7 @@ std::string ServedShard::status_json() const {
                 {"lr", c.optimizer.lr},
                 {"mode", to_string(c.rounds)},
                 {"device", c.device},
+                {"engine", model_.device().name()},  // what device=auto chose
                 {"checkpoint_s", c.checkpoint_s},
                 {"started_unix", started_unix_}};
   const std::uint64_t pushes = rd(k.pushes);

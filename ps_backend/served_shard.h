@@ -64,7 +64,7 @@ class ServedShard {
   std::string control(std::string_view text);
 
  private:
-  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine);
+  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device);
   void periodic_checkpoints(std::stop_token stop);
 
   const std::string path_;

@@ -230,7 +230,7 @@ TEST_F(ModuleTest, EveryBadOptionIsRefusedWithItsReasonAndNothingIsHalfMade) {
       {"role=grad;size=1M;seed=x", "a.ckpt", "seed=x"},
       {"role=grad;size=1M;mode=ssp:x", "a.ckpt", "mode=ssp:x: must be async, sync or ssp:K"},
       {"role=grad;size=1M;mode=sync;workers=2;min_workers=3", "a.ckpt", "min_workers=3 is more than workers=2"},
-      {"role=grad;size=1M;device=gpu:0", "a.ckpt", "device=gpu:0: must be cpu"},
+      {"role=grad;size=1M;device=tpu", "a.ckpt", "device=tpu: must be cpu, auto or gpu:N"},
       {"role=grad;size=1M;checkpoint_s=soon", "a.ckpt", "checkpoint_s=soon"},
       {"role=grad", "a.ckpt", "size= is required"},
       {"role=weights;size=2M", "good.ckpt", "size=2M differs from size=1M"},

@@ -63,8 +63,8 @@ void reference_round(std::vector<float>& w, const std::vector<std::vector<float>
   for (std::size_t k = 1; k < grads_in_iqn_order.size(); ++k)
     for (std::size_t i = 0; i < avg.size(); ++i) avg[i] += grads_in_iqn_order[k][i];
   for (float& x : avg) x *= 1.0f / static_cast<float>(grads_in_iqn_order.size());
-  for (std::uint64_t b = 0; b < 4; ++b)
-    ref.apply_block_gradient(b, std::span(avg).subspan(b * 16384, 16384));
+  for (std::uint64_t b = 0; b < 4; ++b)  // block by block, as the rounds apply it
+    EXPECT_EQ(ref.apply_gradient_f32(b * 64 * 1024, std::span(avg).subspan(b * 16384, 16384)), "");
   std::vector<std::byte> out(kBytes);
   ref.read_weights(0, out);
   w = floats_of(out);

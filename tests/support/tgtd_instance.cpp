@@ -461,6 +461,13 @@ CommandResult TgtdInstance::add_target(int tid, const std::string& iqn) const {
   return r;
 }
 
+std::string with_test_device(const std::string& bstype, const std::string& bsopts) {
+  const char* device = std::getenv(kTestDeviceVariable);
+  if (bstype != "blockps" || device == nullptr || *device == '\0') return bsopts;
+  if (bsopts.find("device=") != std::string::npos) return bsopts;  // the test chose one itself
+  return bsopts + ";device=" + device;
+}
+
 CommandResult TgtdInstance::add_lu(int tid, int lun, const std::string& path, const std::string& bstype,
                                    const std::string& bsopts, std::optional<unsigned> blocksize) const {
   if (path.find(',') != std::string::npos || bsopts.find(',') != std::string::npos) {
@@ -478,7 +485,7 @@ CommandResult TgtdInstance::add_lu(int tid, int lun, const std::string& path, co
                                    "--lun",  std::to_string(lun),
                                    "-b",     path};
   if (!bstype.empty()) args.insert(args.end(), {"--bstype", bstype});
-  if (!bsopts.empty()) args.insert(args.end(), {"--bsopts", bsopts});
+  if (!bsopts.empty()) args.insert(args.end(), {"--bsopts", with_test_device(bstype, bsopts)});
   if (blocksize) args.insert(args.end(), {"--blocksize", std::to_string(*blocksize)});
   return tgtadm(std::move(args));
 }

@@ -46,6 +46,12 @@ inline constexpr SessionParameter kBlockpsSessionParameters[] = {
     {"ImmediateData", "Yes"},
 };
 
+// BLOCKPS_TEST_DEVICE=gpu:0 (or auto): every blockps LU the tests create gets `device=` that value unless its
+// bsopts name a device, so that the whole integration suite runs on the CUDA engine on a GPU host.
+inline constexpr const char* kTestDeviceVariable = "BLOCKPS_TEST_DEVICE";
+// `bsopts` with ";device=$BLOCKPS_TEST_DEVICE" appended for a blockps LU (see above).
+std::string with_test_device(const std::string& bstype, const std::string& bsopts);
+
 // glibc malloc settings for tgtd. tgtd allocates one buffer per command (posix_memalign); with glibc's
 // defaults a 1 MiB buffer is a fresh mmap (or a re-grown heap) each time and tgtd spends its time in page
 // faults: on the 2-core machines 1 MiB QD16 null-LUN writes went from ~1.8 to ~3.2 GB/s and pulls from ~1.5 to

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "reference.h"
+#include "shard_snapshot.h"
 
 namespace blockps {
 namespace {
@@ -65,22 +66,8 @@ std::vector<float> random_gradient(std::mt19937& random, WireDtype d, std::size_
   return g;
 }
 
-struct Snapshot {
-  std::vector<std::uint64_t> steps;
-  std::vector<float> w, s0, s1;
-};
-
-Snapshot snapshot(const ModelShard& shard) {
-  Snapshot s;
-  shard.for_each_block([&](const BlockView& view) {
-    EXPECT_EQ(view.index, s.steps.size());
-    s.steps.push_back(view.step);
-    s.w.insert(s.w.end(), view.weights.begin(), view.weights.end());
-    s.s0.insert(s.s0.end(), view.state[0].begin(), view.state[0].end());
-    s.s1.insert(s.s1.end(), view.state[1].begin(), view.state[1].end());
-  });
-  return s;
-}
+using test::Snapshot;
+using test::snapshot;
 
 void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
   ASSERT_EQ(got.size(), want.size()) << what;

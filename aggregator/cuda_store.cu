@@ -1,0 +1,283 @@
+// The CUDA engine's ShardStore (DESIGN.md "Aggregation engines", the paper's Fig. 4b): master weights and
+// optimizer state in GPU memory, a pinned host mirror of the weights that READs are served from.
+//
+// A push runs on a lane (a compute stream, a copy-back stream and two pinned staging slots); concurrent pushes
+// take different lanes, so several blocks are in flight on several streams. Per chunk of up to
+// kMaxLaunchBlocks blocks: gradient -> pinned staging slot -> device (compute stream) -> one fused kernel ->
+// an event -> the copy-back stream copies the updated weights into the mirror. Chunks alternate between the
+// two slots, so staging chunk c+1 on the host overlaps the transfers and kernel of chunk c. The push returns
+// once the copy-back stream is done: the mirror holds the new weights before ModelShard releases the block
+// locks, so a READ (which takes the block's shared lock) never sees a half-copied block.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "aggregator/cuda_kernels.cuh"
+#include "aggregator/shard_store.h"
+
+namespace blockps {
+namespace {
+
+std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+constexpr int kLanes = 4;                        // concurrent pushes (tgt's io_threads default is 4)
+constexpr std::uint64_t kChunkBytes = 4u << 20;  // per staging slot; at least one block is always allowed
+
+class CudaStore final : public ShardStore {
+ public:
+  CudaStore(int ordinal, std::uint64_t elements, std::uint64_t block_elements, OptimizerKind kind)
+      : ordinal_(ordinal), elements_(elements), slots_(state_slots(kind)) {
+    // A block of f32 gradient (the widest input: apply_gradient_f32) must fit one slot.
+    chunk_bytes_ = std::max<std::uint64_t>(kChunkBytes, block_elements * sizeof(float));
+  }
+
+  // Allocates everything; "" or the reason (the destructor frees whatever was made).
+  std::string init() {
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return "cudaSetDevice: " + cuda_text(e);
+    const std::size_t bytes = elements_ * sizeof(float);
+    if (bytes != 0) {
+      if (std::string why = check(cudaMalloc(&weights_, bytes), "cudaMalloc (weights)"); !why.empty()) return why;
+      for (int s = 0; s < slots_; ++s)
+        if (std::string why = check(cudaMalloc(&state_[s], bytes), "cudaMalloc (optimizer state)"); !why.empty())
+          return why;
+      if (std::string why = check(cudaMallocHost(&mirror_, bytes), "cudaMallocHost (weights mirror)"); !why.empty())
+        return why;
+      std::memset(mirror_, 0, bytes);
+      if (std::string why = check(cudaMemset(weights_, 0, bytes), "cudaMemset"); !why.empty()) return why;
+      for (int s = 0; s < slots_; ++s)
+        if (std::string why = check(cudaMemset(state_[s], 0, bytes), "cudaMemset"); !why.empty()) return why;
+    }
+    for (int i = 0; i < kLanes; ++i) {
+      lanes_.push_back(std::make_unique<Lane>());
+      Lane& lane = *lanes_.back();
+      std::string why = check(cudaStreamCreateWithFlags(&lane.compute, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (why.empty())
+        why = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
+      for (auto& slot : lane.slot) {
+        if (why.empty()) why = check(cudaMallocHost(&slot.staging, chunk_bytes_), "cudaMallocHost (staging)");
+        if (why.empty()) why = check(cudaMalloc(&slot.device_grad, chunk_bytes_), "cudaMalloc (gradient)");
+        if (why.empty()) why = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
+        if (why.empty())
+          why = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
+      }
+      if (!why.empty()) return why;
+      free_lanes_.push_back(&lane);
+    }
+    if (std::string why = check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); !why.empty()) return why;
+    return "";
+  }
+
+  ~CudaStore() override {
+    // Errors are ignored: a failed context frees its memory with the process.
+    cudaSetDevice(ordinal_);
+    cudaDeviceSynchronize();
+    for (auto& lane : lanes_) {
+      for (auto& slot : lane->slot) {
+        if (slot.staging) cudaFreeHost(slot.staging);
+        if (slot.device_grad) cudaFree(slot.device_grad);
+        if (slot.staged) cudaEventDestroy(slot.staged);
+        if (slot.applied) cudaEventDestroy(slot.applied);
+      }
+      if (lane->compute) cudaStreamDestroy(lane->compute);
+      if (lane->copy_back) cudaStreamDestroy(lane->copy_back);
+    }
+    if (weights_) cudaFree(weights_);
+    for (float* s : state_)
+      if (s) cudaFree(s);
+    if (mirror_) cudaFreeHost(mirror_);
+  }
+
+  Device device() const override { return Device::cuda(ordinal_); }
+  bool updates_whole_requests() const override { return true; }
+
+  std::string update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) override {
+    LaneLease lease(*this);
+    if (std::string why = lease.begin(); !why.empty()) return why;
+    Lane& lane = *lease.lane;
+    const std::size_t size = wire_size(grad.dtype);
+    std::size_t next = 0;
+    for (int chunk = 0; next < updates.size(); ++chunk) {
+      Lane::Slot& slot = lane.slot[chunk % 2];
+      // The chunk: consecutive pieces (a request's blocks are contiguous in the gradient and in the shard).
+      cuda::Launch launch;
+      const std::uint64_t grad_first = updates[next].grad_index;
+      const std::uint64_t element_first = updates[next].element;
+      std::uint64_t elements = 0;
+      while (next < updates.size() && launch.pieces < cuda::kMaxLaunchBlocks &&
+             (elements + updates[next].count) * size <= chunk_bytes_) {
+        const BlockUpdate& u = updates[next++];
+        launch.piece[launch.pieces++] = cuda::LaunchPiece{
+            .element = u.element, .count = u.count, .grad_index = u.grad_index - grad_first, .constants = u.constants};
+        launch.max_count = std::max(launch.max_count, u.count);
+        elements += u.count;
+      }
+      const std::size_t bytes = elements * size;
+      // The slot's previous upload must be done before its staging buffer is overwritten.
+      std::string why = check(cudaEventSynchronize(slot.staged), "cudaEventSynchronize (staging)");
+      if (!why.empty()) return why;
+      std::memcpy(slot.staging, static_cast<const std::byte*>(grad.data) + grad_first * size, bytes);
+      why = check(cudaMemcpyAsync(slot.device_grad, slot.staging, bytes, cudaMemcpyHostToDevice, lane.compute),
+                  "cudaMemcpyAsync (gradient to GPU)");
+      if (why.empty()) why = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
+      if (why.empty())
+        why = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.device_grad, state_[0], state_[1],
+                                        lane.compute),
+                    "optimizer kernel launch");
+      if (why.empty()) why = check(cudaEventRecord(slot.applied, lane.compute), "cudaEventRecord");
+      if (why.empty()) why = check(cudaStreamWaitEvent(lane.copy_back, slot.applied, 0), "cudaStreamWaitEvent");
+      if (why.empty())
+        why = check(cudaMemcpyAsync(mirror_ + element_first, weights_ + element_first, elements * sizeof(float),
+                                    cudaMemcpyDeviceToHost, lane.copy_back),
+                    "cudaMemcpyAsync (weights to the host mirror)");
+      if (!why.empty()) return why;
+    }
+    // copy_back waited for the last kernel, which ran after every upload: its completion ends the whole push.
+    return check(cudaStreamSynchronize(lane.copy_back), "optimizer step on the GPU");
+  }
+
+  float* host_weights() override { return mirror_; }
+
+  std::string publish_weights(std::uint64_t element, std::uint64_t count) override {
+    LaneLease lease(*this);
+    if (std::string why = lease.begin(); !why.empty()) return why;
+    std::string why = check(cudaMemcpyAsync(weights_ + element, mirror_ + element, count * sizeof(float),
+                                            cudaMemcpyHostToDevice, lease.lane->compute),
+                            "cudaMemcpyAsync (weights to the GPU)");
+    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    return why;
+  }
+
+  std::string read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& scratch,
+                         std::span<const float> (&state)[2]) const override {
+    for (auto& s : state) s = {};
+    if (slots_ == 0) return error();
+    LaneLease lease(*this);
+    if (std::string why = lease.begin(); !why.empty()) return why;
+    scratch.resize(slots_ * count);
+    std::string why;
+    for (int s = 0; s < slots_ && why.empty(); ++s)
+      why = check(cudaMemcpyAsync(scratch.data() + s * count, state_[s] + element, count * sizeof(float),
+                                  cudaMemcpyDeviceToHost, lease.lane->compute),
+                  "cudaMemcpyAsync (optimizer state from the GPU)");
+    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    if (!why.empty()) return why;
+    for (int s = 0; s < slots_; ++s) state[s] = {scratch.data() + s * count, count};
+    return "";
+  }
+
+  std::string write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
+                          std::span<const float> s1) override {
+    if (slots_ == 0) return error();
+    LaneLease lease(*this);
+    if (std::string why = lease.begin(); !why.empty()) return why;
+    const std::span<const float> in[2] = {s0, s1};
+    std::string why;
+    for (int s = 0; s < slots_ && why.empty(); ++s)
+      why = check(cudaMemcpyAsync(state_[s] + element, in[s].data(),
+                                  std::min<std::uint64_t>(count, in[s].size()) * sizeof(float), cudaMemcpyHostToDevice,
+                                  lease.lane->compute),
+                  "cudaMemcpyAsync (optimizer state to the GPU)");
+    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    return why;
+  }
+
+  std::string error() const override {
+    std::lock_guard lock(error_mutex_);
+    return error_;
+  }
+
+ private:
+  struct Lane {
+    cudaStream_t compute = nullptr;    // uploads and kernels
+    cudaStream_t copy_back = nullptr;  // updated weights to the host mirror
+    struct Slot {
+      std::byte* staging = nullptr;  // pinned
+      void* device_grad = nullptr;
+      cudaEvent_t staged = nullptr;   // the upload from `staging` is done
+      cudaEvent_t applied = nullptr;  // the kernel that read `device_grad` is done
+    } slot[2];
+  };
+
+  // A lane for the duration of one call (waits while all are busy); sets the calling thread's device.
+  struct LaneLease {
+    explicit LaneLease(const CudaStore& s) : store(s) {}
+    std::string begin() {
+      if (std::string why = store.error(); !why.empty()) return why;
+      if (std::string why = store.check(cudaSetDevice(store.ordinal_), "cudaSetDevice"); !why.empty()) return why;
+      std::unique_lock lock(store.lanes_mutex_);
+      store.lane_free_.wait(lock, [this] { return !store.free_lanes_.empty(); });
+      lane = store.free_lanes_.back();
+      store.free_lanes_.pop_back();
+      return "";
+    }
+    ~LaneLease() {
+      if (!lane) return;
+      std::lock_guard lock(store.lanes_mutex_);
+      store.free_lanes_.push_back(lane);
+      store.lane_free_.notify_one();
+    }
+    const CudaStore& store;
+    Lane* lane = nullptr;
+  };
+
+  // "" on success; else records the first failure (sticky: the shard's state on the GPU is now unknown) and
+  // returns it.
+  std::string check(cudaError_t e, const char* what) const {
+    if (e == cudaSuccess) return "";
+    std::lock_guard lock(error_mutex_);
+    if (error_.empty()) error_ = "GPU engine (" + device().name() + ") failed in " + what + ": " + cuda_text(e);
+    return error_;
+  }
+
+  const int ordinal_;
+  const std::uint64_t elements_;
+  const int slots_;
+  std::uint64_t chunk_bytes_ = 0;
+  float* weights_ = nullptr;              // device
+  float* state_[2] = {nullptr, nullptr};  // device
+  float* mirror_ = nullptr;               // pinned host
+  std::vector<std::unique_ptr<Lane>> lanes_;
+  // The lane pool and the error are not the shard's state: const calls (read_state) use them too.
+  mutable std::mutex lanes_mutex_;
+  mutable std::condition_variable lane_free_;
+  mutable std::vector<Lane*> free_lanes_;
+  mutable std::mutex error_mutex_;
+  mutable std::string error_;
+};
+
+}  // namespace
+
+bool cuda_engine_built() { return true; }
+
+int cuda_device_count(std::string* why) {
+  // Asked once: the answer does not change while the process runs, and without a driver every call would
+  // fail the same way.
+  static const auto answer = [] {
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess) return std::pair<int, std::string>{0, cuda_text(e)};
+    if (count == 0) return std::pair<int, std::string>{0, "the CUDA driver reports no GPU"};
+    return std::pair<int, std::string>{count, ""};
+  }();
+  if (why) *why = answer.second;
+  return answer.first;
+}
+
+std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t elements,
+                                                                       std::uint64_t block_elements,
+                                                                       OptimizerKind kind) {
+  if (std::string why = device_error(Device::cuda(ordinal)); !why.empty()) return why;
+  try {
+    auto store = std::make_unique<CudaStore>(ordinal, elements, block_elements, kind);
+    if (std::string why = store->init(); !why.empty()) return why;
+    return std::unique_ptr<ShardStore>(std::move(store));
+  } catch (const std::bad_alloc&) {
+    return "cannot allocate host memory for the GPU engine";
+  }
+}
+
+}  // namespace blockps

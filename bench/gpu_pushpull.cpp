@@ -1,0 +1,132 @@
+// gpu_pushpull: end-to-end push (WRITE + optimizer step) and pull (READ) throughput through one tgtd with a
+// device=gpu:0 shard against a device=cpu shard of the same options, measured in the same run: rounds alternate
+// which goes first, and the table shows medians and the median of the per-round gpu/cpu ratios.
+//
+//   gpu_pushpull [--seconds S] [--rounds N] [--request-bytes B] [--opt sgd|adam|...]
+//
+// Without a usable GPU it says so loudly and exits 0. Needs root and tgt (as bench/pushpull).
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "aggregator/shard_store.h"
+#include "bench/bench_report.h"
+#include "client/iscsi_lun.h"
+#include "ps_backend/lu_options.h"
+#include "tests/support/blockps_shard.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/tgtd_instance.h"
+
+namespace {
+
+using namespace blockps;
+using namespace blockps::testing;
+
+constexpr const char* kInitiator = "iqn.2026-11.io.blockps:gpu-bench";
+constexpr std::uint64_t kLuBytes = 256ull << 20;
+
+int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
+  std::cerr << "gpu_pushpull: ERROR: " << msg << "\n";
+  if (tgtd != nullptr) std::cerr << "tgtd log:\n" << tail_of(tgtd->log_text(), 3000) << "\n";
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  double seconds = 2;
+  int rounds = 5;
+  std::uint64_t request = 1u << 20;
+  std::string opt = "sgd";
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i], v = argv[i + 1];
+    if (k == "--seconds")
+      seconds = std::atof(v.c_str());
+    else if (k == "--rounds")
+      rounds = std::atoi(v.c_str());
+    else if (k == "--request-bytes") {
+      if (!parse_byte_size(v, request)) return fail("--request-bytes " + v);
+    } else if (k == "--opt")
+      opt = v;
+    else
+      return fail("unknown option " + k + " (--seconds S --rounds N --request-bytes B --opt O)");
+  }
+  if (argc % 2 == 0) return fail("options come in pairs: --seconds S --rounds N --request-bytes B --opt O");
+  if (seconds <= 0 || rounds < 1 || request == 0 || request % 512 != 0 || kLuBytes % request != 0 ||
+      !parse_optimizer(opt))
+    return fail(
+        "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
+
+  bench::print_run_header("blockps gpu_pushpull");
+  if (const std::string why = device_error(Device::cuda(0)); !why.empty()) {
+    std::printf(
+        "\n*** gpu_pushpull: NOT RUN, no usable GPU on this machine: %s ***\n"
+        "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
+        why.c_str());
+    return 0;
+  }
+  if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
+  if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
+
+  TempDir dir;
+  if (Status s = dir.create("blockps-gpu-bench-"); !s.ok()) return fail(s.message());
+  TgtdInstance tgtd;
+  TgtdOptions tgtd_options;
+  tgtd_options.environment.push_back(std::string("GLIBC_TUNABLES=") + kTgtdGlibcTunables);
+  if (Status s = tgtd.start(tgtd_options); !s.ok()) return fail(s.message());
+
+  const char* devices[] = {"cpu", "gpu:0"};
+  IscsiLun luns[2];
+  for (int i = 0; i < 2; ++i) {
+    const std::string iqn = std::string("iqn.2026-11.io.blockps:bench-") + (i ? "gpu" : "cpu");
+    const std::string bsopts = "role=grad;size=256M;dtype=f32;lr=0.001;opt=" + opt + ";device=" + devices[i];
+    for (auto r : {tgtd.add_target(i + 1, iqn),
+                   tgtd.add_lu(i + 1, 1, dir.path(std::string(devices[i]) + ".ckpt"), "blockps", bsopts)})
+      if (!r.ok()) return fail(r.describe(), &tgtd);
+    if (Status s = luns[i].connect(tgtd.url(iqn, 1), kInitiator); !s.ok()) return fail(s.message(), &tgtd);
+  }
+  const std::vector<std::byte> grads = bench::finite_f32_gradients(64ull << 20, 12345);
+  const auto run = [&](IscsiLun& lun, IoDirection d, double secs, std::uint64_t requests, double& mbps) {
+    PipelineSpec spec;
+    spec.direction = d;
+    spec.request_bytes = static_cast<std::uint32_t>(request);
+    spec.queue_depth = 16;
+    spec.seconds = secs;
+    spec.requests = requests;
+    if (d == IoDirection::write) spec.write_source = grads;
+    const PipelineResult r = lun.run_pipeline(spec);
+    mbps = r.megabytes_per_second();
+    return r.ok() ? std::string() : r.error.describe();
+  };
+  std::printf("tgtd control %d, one session per LU, QD16, %s requests, opt=%s, 256M f32 shards; MB/s = 10^6 B/s\n",
+              tgtd.control(), format_byte_size(request).c_str(), opt.c_str());
+  for (auto& lun : luns)  // warm-up: one pass each way
+    for (auto d : {IoDirection::write, IoDirection::read}) {
+      double ignored = 0;
+      if (std::string e = run(lun, d, 0, kLuBytes / request, ignored); !e.empty()) return fail("warm-up: " + e, &tgtd);
+    }
+  std::vector<double> mb[2][2], ratio[2];  // [direction][device], [direction]
+  for (int round = 0; round < rounds; ++round) {
+    for (int d = 0; d < 2; ++d) {
+      double got[2] = {0, 0};
+      for (int k = 0; k < 2; ++k) {
+        const int dev = (round + k) % 2;  // alternate which device goes first
+        if (std::string e = run(luns[dev], d ? IoDirection::read : IoDirection::write, seconds, 0, got[dev]);
+            !e.empty())
+          return fail(std::string(devices[dev]) + ": " + e, &tgtd);
+      }
+      mb[d][0].push_back(got[0]), mb[d][1].push_back(got[1]);
+      ratio[d].push_back(got[0] > 0 ? got[1] / got[0] : 0);
+    }
+    std::printf("  round %d: push cpu %.0f gpu %.0f, pull cpu %.0f gpu %.0f MB/s\n", round + 1, mb[0][0].back(),
+                mb[0][1].back(), mb[1][0].back(), mb[1][1].back());
+  }
+  std::printf("\n%-6s %10s %12s %10s\n", "", "cpu MB/s", "gpu:0 MB/s", "gpu/cpu");
+  for (int d = 0; d < 2; ++d)
+    std::printf("%-6s %10.0f %12.0f %10.2f\n", d ? "pull" : "push", bench::median(mb[d][0]), bench::median(mb[d][1]),
+                bench::median(ratio[d]));
+  return 0;
+}

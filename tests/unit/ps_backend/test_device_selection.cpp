@@ -1,0 +1,77 @@
+// device= at shard creation: cpu as before, gpu:N refused with the reason where that GPU cannot be used, auto
+// on the GPU when there is one and on the CPU (logged) otherwise. Each test checks whichever case this host is.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "ps_backend/checkpoint.h"
+#include "test_support.h"
+
+namespace blockps {
+namespace {
+
+using unit::TempDir;
+
+std::string engine_of(const ServedShard& shard) {
+  return nlohmann::json::parse(shard.status_json())["shard"]["engine"];
+}
+
+TEST(DeviceSelection, CpuIsTheDefaultAndUnchanged) {
+  TempDir dir;
+  auto shard = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
+  ASSERT_TRUE(shard);
+  EXPECT_EQ(shard->model().device(), Device::cpu());
+  EXPECT_EQ(engine_of(*shard), "cpu");
+  EXPECT_EQ(shard->config().device, "cpu");
+}
+
+TEST(DeviceSelection, AGpuThatCannotBeUsedIsRefusedWithTheReason) {
+  TempDir dir;
+  const int gpus = cuda_device_count();
+  // With GPUs, the first absent ordinal; without, gpu:0.
+  const std::string device = "gpu:" + std::to_string(gpus);
+  auto r = ServedShard::create(dir.file("m.ckpt"), unit::options("role=grad;size=4K;device=" + device));
+  ASSERT_TRUE(std::holds_alternative<std::string>(r)) << device << " was accepted";
+  const std::string why = std::get<std::string>(r);
+  EXPECT_EQ(why.rfind("device=" + device + ": ", 0), 0u) << why;
+  EXPECT_NE(why.find(gpus > 0              ? "no such GPU"
+                     : cuda_engine_built() ? "no usable GPU"
+                                           : "no CUDA engine"),
+            std::string::npos)
+      << why;
+}
+
+TEST(DeviceSelection, AutoPicksTheGpuWhenThereIsOneElseTheCpu) {
+  TempDir dir;
+  auto shard = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K;device=auto");
+  ASSERT_TRUE(shard);
+  const Device expected = cuda_device_count() > 0 ? Device::cuda(0) : Device::cpu();
+  EXPECT_EQ(shard->model().device(), expected);
+  EXPECT_EQ(engine_of(*shard), expected.name());
+  EXPECT_EQ(shard->config().device, "auto");  // as given: a checkpoint reopened elsewhere chooses again
+}
+
+TEST(DeviceSelection, ACheckpointFromAGpuHostOpensOnTheCpuWhenAskedTo) {
+  if (cuda_device_count() > 0) GTEST_SKIP() << "this host has a GPU: the refusal below cannot happen here";
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  {
+    // A checkpoint whose options say device=gpu:0, as one written on a GPU host would.
+    auto shard = unit::make_shard(path, "role=grad;size=4K;opt=momentum");
+    ASSERT_TRUE(shard);
+    ShardConfig c = shard->config();
+    c.device = "gpu:0";
+    ASSERT_EQ(write_checkpoint(path, shard->model(), c), "");
+  }
+  auto refused = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_TRUE(std::holds_alternative<std::string>(refused));
+  EXPECT_NE(std::get<std::string>(refused).find("is the checkpoint's; give device=cpu or device=auto"),
+            std::string::npos)
+      << std::get<std::string>(refused);
+  auto opened = unit::make_shard(path, "role=grad;device=cpu");
+  ASSERT_TRUE(opened);
+  EXPECT_EQ(opened->model().device(), Device::cpu());
+}
+
+}  // namespace
+}  // namespace blockps
