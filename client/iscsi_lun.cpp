@@ -356,6 +356,13 @@ ScsiResult IscsiLun::test_unit_ready() {
   return wait_for(c);
 }
 
+ScsiResult IscsiLun::lun_reset() {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  if (iscsi_task_mgmt_lun_reset_sync(ctx_, lun_) != 0)
+    return usage_error(std::string("LUN RESET failed: ") + iscsi_get_error(ctx_));
+  return {};
+}
+
 PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   PipelineResult result;
   const std::uint64_t req = spec.request_bytes;

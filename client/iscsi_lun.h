@@ -140,6 +140,8 @@ class IscsiLun {
   ScsiResult synchronize_cache();
   // TEST UNIT READY.
   ScsiResult test_unit_ready();
+  // LOGICAL UNIT RESET task management function (aborts every task on the LU, of every session).
+  ScsiResult lun_reset();
 
   // Runs spec and measures it (see PipelineSpec).
   PipelineResult run_pipeline(const PipelineSpec& spec);

@@ -7,6 +7,8 @@
 //   blockps_lu_io URL read   OFFSET LENGTH        raw bytes to stdout
 //   blockps_lu_io URL pushpull OFFSET LENGTH SEED  WRITE the pattern, then READ the range back (in a mode=sync
 //                                                 shard the READ waits for the round), print "pulled" and exit
+//   blockps_lu_io URL rounds OFFSET LENGTH SEED N  N times: WRITE the pattern, READ the range back; prints
+//                                                 "round I MS" after each (a sync worker's training loop)
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
 //   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
 //                                                 to 30 s or until the target stops answering (exit 0 either
@@ -16,6 +18,7 @@
 // data for a weights or grad LU. Exit status: 0/1 as above, 2 on any error (message on stderr).
 // It logs in as $BLOCKPS_INITIATOR_IQN (default iqn.2026-11.io.blockps:lu-io).
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -83,9 +86,10 @@ int main(int argc, char** argv) {
   std::uint64_t offset = 0, length = 0, seed = 0;
   const bool needs_range =
       cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" || cmd == "pushloop" ||
-      cmd == "pushpull";
+      cmd == "pushpull" || cmd == "rounds";
   const bool needs_seed =
-      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop" || cmd == "pushpull";
+      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop" || cmd == "pushpull" ||
+      cmd == "rounds";
   if (needs_range && (argc < 5 || !parse_size(argv[3], offset) || !parse_size(argv[4], length))) {
     return fail(cmd + " needs OFFSET LENGTH (bytes, K/M/G suffixes allowed)");
   }
@@ -114,6 +118,20 @@ int main(int argc, char** argv) {
     std::vector<std::byte> back(length);
     if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("READ: " + r.describe());
     std::cout << "pulled" << std::endl;
+    return 0;
+  }
+  if (cmd == "rounds") {
+    std::uint64_t rounds = 0;
+    if (argc < 7 || !parse_size(argv[6], rounds)) return fail("rounds needs OFFSET LENGTH SEED N");
+    const auto grad = float_pattern(length, seed);
+    std::vector<std::byte> back(length);
+    for (std::uint64_t i = 0; i < rounds; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      if (ScsiResult r = lun.write(offset, grad); !r.ok()) return fail("round " + std::to_string(i) + " WRITE: " + r.describe());
+      if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("round " + std::to_string(i) + " READ: " + r.describe());
+      const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
+      std::cout << "round " << i << " " << ms.count() << std::endl;
+    }
     return 0;
   }
   if (cmd == "pushloop") {

@@ -100,6 +100,23 @@ class SyncModeTest : public ::testing::Test {
     return nlohmann::json::parse(reinterpret_cast<const char*>(page.data()));
   }
 
+  // Worker `who` as a separate blockps_lu_io process: it pushes the whole LU, then READs it back (parked until
+  // the round closes), for at most 30 s.
+  std::future<CommandResult> spawn_pushpull(const std::string& who) {
+    return std::async(std::launch::async, [this, who] {
+      RunOptions limit;
+      limit.timeout = 30s;
+      return run_command({"bash", "-c",
+                          "echo $$ > " + dir_.path(who + ".pid") + "; BLOCKPS_INITIATOR_IQN=" + worker_iqn(who) +
+                              " exec " + BLOCKPS_LU_IO + " " + tgtd_.url(kTarget, 1) + " pushpull 0 256K 7"},
+                         limit);
+    });
+  }
+  bool kill_spawned(const std::string& who) {
+    pid_t pid = 0;
+    return std::istringstream(read_text_file(dir_.path(who + ".pid"))) >> pid && pid > 0 && ::kill(pid, SIGKILL) == 0;
+  }
+
   // One round for every (worker, gradient) pair, each on its own thread: push, then pull. Returns what each
   // worker read back and how long each pull took; fails the test when a round takes over `limit`.
   struct Pulled {
@@ -182,15 +199,7 @@ TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
 TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
   ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=2;straggler_ms=1000;worker_timeout_ms=5000"));
   // Worker c is a separate process: it pushes, its READ parks (a and b have not pushed), and it is killed -9.
-  const std::string pid_file = dir_.path("c.pid");
-  auto c = std::async(std::launch::async, [&] {
-    RunOptions limit;
-    limit.timeout = 30s;
-    return run_command({"bash", "-c",
-                        "echo $$ > " + pid_file + "; BLOCKPS_INITIATOR_IQN=" + worker_iqn("c") + " exec " +
-                            BLOCKPS_LU_IO + " " + tgtd_.url(kTarget, 1) + " pushpull 0 256K 7"},
-                       limit);
-  });
+  auto c = spawn_pushpull("c");
   const auto joined_by = Clock::now() + 10s;
   for (;;) {
     const auto s = status_page();
@@ -198,9 +207,7 @@ TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
     ASSERT_LT(Clock::now(), joined_by) << "worker c never pushed and parked its READ: " << s.dump();
     std::this_thread::sleep_for(50ms);
   }
-  pid_t pid = 0;
-  ASSERT_TRUE(std::istringstream(read_text_file(pid_file)) >> pid);
-  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  ASSERT_TRUE(kill_spawned("c"));
   const CommandResult killed = c.get();
   EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.describe();
 
@@ -221,6 +228,26 @@ TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
   EXPECT_EQ(s["rounds"]["rounds_min"], 4);
   EXPECT_EQ(s["rounds"]["live_workers"].size(), 2u) << s["rounds"].dump();
   EXPECT_GE(s["rounds"]["workers_dropped"], 1);
+}
+
+TEST_F(SyncModeTest, ALunResetOfAParkedReadIsAnsweredPromptly) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000;worker_timeout_ms=30000"));
+  // Worker c (a separate process) pushes; its READ parks: b never pushes, so the round cannot close.
+  auto c = spawn_pushpull("c");
+  const auto parked_by = Clock::now() + 10s;
+  while (status_page()["rounds"]["parked_commands"] != 1) {
+    ASSERT_LT(Clock::now(), parked_by) << "c's READ never parked";
+    std::this_thread::sleep_for(50ms);
+  }
+  IscsiLun admin;
+  ASSERT_NO_FATAL_FAILURE(connect(admin, "admin"));
+  const auto t0 = Clock::now();
+  const ScsiResult reset = admin.lun_reset();
+  EXPECT_TRUE(reset.ok()) << reset.describe();
+  EXPECT_LT(Clock::now() - t0, 2s) << "the LUN RESET waited for the parked READ instead of aborting it";
+  EXPECT_EQ(status_page()["rounds"]["parked_commands"], 0);
+  EXPECT_TRUE(kill_spawned("c"));
+  (void)c.wait_for(40s);
 }
 
 TEST_F(SyncModeTest, BelowMinWorkersPullsFailWithNotReadyAndRecoverWhenAWorkerReturns) {
