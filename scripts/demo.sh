@@ -10,9 +10,9 @@
 # reads the final weights back from the PS and measures their test accuracy, and stops the shards. Then a
 # summary table and a PNG plot of test accuracy against wall time. Exit 0 when every run reached the bound.
 #   scripts/demo.sh [--epochs N] [--batch B] [--min-accuracy A] [--short] [--out DIR] [--no-build]
-#     --epochs N        epochs per run (default 3)          --batch B   per-worker batch (default 128)
+#     --epochs N        epochs per run (default 4)          --batch B   per-worker batch (default 128)
 #     --min-accuracy A  bound on every run's final test accuracy (default 0.85)
-#     --short           CI mode: 1 epoch, bound 0.80        --out DIR   where the plot and logs go (./demo-out)
+#     --short           CI mode: 2 epochs, bound 0.75        --out DIR   where the plot and logs go (./demo-out)
 #     --no-build        use BLOCKPS_BUILD_DIR as it is (no set-up, no build)
 # Run as root. Environment: BLOCKPS_BUILD_DIR (default ./build); BLOCKPS_PORT_OFFSET / BLOCKPS_CONTROL_OFFSET
 # move the shards' ports (3261, 3262) and control numbers (1, 2); BLOCKPS_KEEP_DEMO=1 keeps the scratch
@@ -21,7 +21,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BLOCKPS_BUILD_DIR:-$repo/build}
-epochs=3 batch=128 min_accuracy=0.85 out=$PWD/demo-out build_first=1
+epochs=4 batch=128 min_accuracy=0.85 out=$PWD/demo-out build_first=1
 need_value() { [ $# -ge 2 ] || { echo "demo: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -29,7 +29,7 @@ while [ $# -gt 0 ]; do
     --batch) need_value "$@"; batch=$2; shift 2 ;;
     --min-accuracy) need_value "$@"; min_accuracy=$2; shift 2 ;;
     --out) need_value "$@"; out=$2; shift 2 ;;
-    --short) epochs=1 min_accuracy=0.80; shift ;;
+    --short) epochs=2 min_accuracy=0.75; shift ;;
     --no-build) build_first=; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "demo: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;

@@ -13,9 +13,11 @@
 #include <vector>
 
 #include "client/blockps.h"
+#include "client/blockps_c.h"
 #include "client/double_buffer.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
+#include "tests/support/process.h"
 
 namespace blockps::testing {
 namespace {
@@ -208,6 +210,63 @@ TEST_F(DoubleBufferTest, DeadShardFailsTheStepWithTheReason) {
   EXPECT_NE(first.message().find("shard1"), std::string::npos) << first.message();
   EXPECT_EQ(db->step().status().message(), first.message());
 }
+
+}  // namespace
+}  // namespace blockps::testing
+
+namespace blockps::testing {
+namespace {
+
+// The C API's double buffer (blockps_c.h, API version 2): defaults, the swap's exact values, metrics, errors.
+TEST_F(DoubleBufferTest, CApiDrivesTheSamePipeline) {
+  start(256 * K, 64 * K);
+  blockps_cluster* c = nullptr;
+  ASSERT_EQ(blockps_cluster_open(local_.cluster_file().c_str(), &c), BLOCKPS_OK) << blockps_last_error();
+  std::vector<float> base(blockps_cluster_model_bytes(c) / 4);
+  ASSERT_EQ(blockps_pull(c, base.data(), base.size() * 4), BLOCKPS_OK);
+  blockps_double_buffer_options o;
+  blockps_double_buffer_options_init(&o);
+  EXPECT_EQ(o.mode, BLOCKPS_PIPELINE_DOUBLE_BUFFER);
+  EXPECT_EQ(o.adaptive_pull, 1);
+  o.smoothing = 2;
+  blockps_double_buffer* db = nullptr;
+  EXPECT_EQ(blockps_double_buffer_open(c, &o, &db), BLOCKPS_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(blockps_last_error()).find("smoothing = 2"), std::string::npos) << blockps_last_error();
+  EXPECT_EQ(db, nullptr);
+  ASSERT_EQ(blockps_double_buffer_open(c, nullptr, &db), BLOCKPS_OK) << blockps_last_error();
+  for (int k = 1; k <= 4; ++k) {
+    auto* g = static_cast<float*>(blockps_double_buffer_grads(db));
+    std::fill_n(g, base.size(), 1.0f);
+    blockps_step_metrics m{};
+    ASSERT_EQ(blockps_double_buffer_step(db, &m), BLOCKPS_OK) << blockps_last_error();
+    EXPECT_EQ(m.step, static_cast<std::uint64_t>(k));
+    EXPECT_GE(m.weight_age_s, 0);
+    const auto* w = static_cast<const float*>(blockps_double_buffer_weights(db));
+    EXPECT_EQ(w[0], base[0] + static_cast<float>(std::max(0, k - 1)));
+    EXPECT_EQ(w[base.size() - 1], base.back() + static_cast<float>(std::max(0, k - 1)));
+  }
+  EXPECT_EQ(blockps_double_buffer_step(nullptr, nullptr), BLOCKPS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(blockps_double_buffer_weights(nullptr), nullptr);
+  blockps_double_buffer_close(db);
+  blockps_double_buffer_close(nullptr);
+  blockps_cluster_close(c);
+}
+
+#ifdef BLOCKPS_PYTHON_DIR
+// The Python package (client/python) run by Debian's /usr/bin/python3 against the same kind of cluster.
+TEST_F(DoubleBufferTest, PythonBindingAndTorchHelper) {
+  start(256 * K, 64 * K);
+  const CommandResult r = run_command({"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
+                                       BLOCKPS_PYTHON, BLOCKPS_PYTHON_CHECK, local_.cluster_file()},
+                                      {.timeout = std::chrono::milliseconds(120000), .cwd = {}});
+  EXPECT_TRUE(r.ok()) << r.describe();
+  EXPECT_NE(r.output.find("every check passed"), std::string::npos) << r.output;
+}
+#else
+TEST_F(DoubleBufferTest, PythonBindingAndTorchHelper) {
+  GTEST_SKIP() << "PYTHON BINDING TEST SKIPPED: the package was not built (pybind11-dev missing at configure time)";
+}
+#endif
 
 }  // namespace
 }  // namespace blockps::testing
