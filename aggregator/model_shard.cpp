@@ -166,6 +166,19 @@ void ModelShard::push_gradient(std::uint64_t offset, std::span<const std::byte> 
   });
 }
 
+bool ModelShard::apply_block_gradient(std::uint64_t index, std::span<const float> grad) {
+  Storage& s = *storage_;
+  if (index >= s.layout.blocks() || grad.size() != s.layout.elements_in_block(index)) return false;
+  const OptimizerParams p = params();
+  auto& block = s.blocks[index];
+  const std::uint64_t begin = s.block_begin(index);
+  std::unique_lock lock(block.lock);
+  const StepConstants k = step_constants(p, ++block.step);
+  cpu_update(p.kind, WireDtype::f32, k, s.weights.get() + begin, grad.data(), s.state_at(0, begin),
+             s.state_at(1, begin), grad.size());
+  return true;
+}
+
 void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) const {
   if (!range_error(geometry_, offset, out.size()).empty()) {
     std::fill(out.begin(), out.end(), std::byte{0});

@@ -68,6 +68,9 @@ class ModelShard {
 
   /// Apply one optimizer step to every element the gradient covers; each touched block's step count +1.
   void push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
+  /// Apply one optimizer step to block `index` with an f32 gradient of the block's element count (a sync round's
+  /// averaged gradient); the block's step count +1. False, and nothing changed, for a bad index or size.
+  bool apply_block_gradient(std::uint64_t index, std::span<const float> grad);
   /// Current weights in the wire dtype.
   void read_weights(std::uint64_t offset, std::span<std::byte> out) const;
   /// Overwrite weights (wire dtype in, f32 kept); optimizer state and steps are left as they are.

@@ -2,7 +2,10 @@
  * tgt glue for blockps: the only file that includes tgt's headers. It registers `--bstype blockps`, turns tgt's
  * LU life cycle and commands into calls of the C++ core (lu_abi.h), and sets the SCSI result the core chose.
  * Commands run on tgt's per-LU I/O thread pool (bs_thread), so tgtd's main thread never does the math.
+ * mode=sync grad LUs first ask the core whether a READ/WRITE must wait for a round (it is then held with tgt's
+ * asynchronous completion, never by blocking a pool thread) and watch an eventfd for when held ones may go on.
  */
+#include <sys/epoll.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -15,6 +18,8 @@
 #include "scsi.h"
 #include "spc.h"
 #include "bs_thread.h"
+#include "driver.h"
+#include "target.h"
 
 #include "ps_backend/lu_abi.h"
 
@@ -22,6 +27,7 @@
 struct blockps_lu_private {
 	struct bs_thread_info thread_info;
 	struct blockps_lu *core;
+	int wake_fd; /* registered with tgt's event loop, or -1 */
 };
 
 static struct blockps_lu_private *lu_private(struct scsi_lu *lu)
@@ -39,6 +45,7 @@ static void blockps_request(struct scsi_cmd *cmd)
 	struct blockps_command c;
 	struct blockps_outcome o;
 
+	c.handle = cmd;
 	c.cdb = cmd->scb;
 	c.offset = cmd->offset;
 	c.transfer_length = cmd->tl;
@@ -57,12 +64,79 @@ static void blockps_request(struct scsi_cmd *cmd)
 	}
 }
 
+/* The session's initiator name: tgt's transport id puts it, NUL-terminated, at byte 4 (main thread only). */
+static const char *initiator_name(struct scsi_cmd *cmd, char *buf, int size)
+{
+	struct tgt_driver *driver = tgt_drivers[cmd->c_target->lid];
+
+	if (!driver->transportid || driver->transportid(cmd->c_target->tid, cmd->cmd_itn_id, buf, size) <= 0 ||
+	    buf[4] == '\0')
+		return "(unknown initiator)";
+	buf[size - 1] = '\0';
+	return buf + 4;
+}
+
+static int blockps_cmd_submit(struct scsi_cmd *cmd)
+{
+	struct blockps_lu_private *priv = lu_private(cmd->dev);
+	struct blockps_worker worker;
+	char id[512];
+
+	if (priv->wake_fd >= 0) {
+		worker.tid = cmd->c_target->tid;
+		worker.itn_id = cmd->cmd_itn_id;
+		worker.iqn = initiator_name(cmd, id, sizeof(id));
+		if (blockps_lu_admit(priv->core, cmd, cmd->scb, cmd->offset, cmd->tl, &worker) == BLOCKPS_ADMIT_PARKED) {
+			set_cmd_async(cmd);
+			return 0;
+		}
+	}
+	return bs_thread_cmd_submit(cmd);
+}
+
+static int parked_session_alive(int tid, uint64_t itn_id)
+{
+	return it_nexus_lookup(tid, itn_id) != NULL;
+}
+
+static int parked_aborted(const void *handle)
+{
+	return ((const struct scsi_cmd *)handle)->mreq != NULL;
+}
+
+static void parked_resubmit(const void *handle)
+{
+	bs_thread_cmd_submit((struct scsi_cmd *)handle);
+}
+
+static void parked_fail(const void *handle, const struct blockps_outcome *o)
+{
+	struct scsi_cmd *cmd = (struct scsi_cmd *)handle;
+
+	scsi_set_result(cmd, o->status);
+	sense_data_build(cmd, o->sense_key, o->asc);
+	target_cmd_io_done(cmd, o->status);
+}
+
+static const struct blockps_parked_ops parked_ops = {
+	.alive = parked_session_alive,
+	.aborted = parked_aborted,
+	.resubmit = parked_resubmit,
+	.fail = parked_fail,
+};
+
+static void blockps_wake(int fd, int events, void *data)
+{
+	blockps_lu_on_wake(lu_private((struct scsi_lu *)data)->core, &parked_ops);
+}
+
 static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
 	char error[1024];
 	tgtadm_err ret;
 
+	priv->wake_fd = -1;
 	priv->core = blockps_lu_configure(bsopts, 1U << lu->blk_shift, error, sizeof(error));
 	if (!priv->core) {
 		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, error);
@@ -81,11 +155,22 @@ static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *si
 {
 	struct blockps_lu_private *priv = lu_private(lu);
 	char error[1024];
+	int wake_fd;
 
 	*fd = -1; /* no file descriptor: the shard lives in memory, the path is its checkpoint file */
+	priv->wake_fd = -1;
 	if (blockps_lu_attach(priv->core, path, size, error, sizeof(error)) != 0) {
 		eprintf("blockps: refused LU %" PRIu64 " on %s: %s\n", lu->lun, path, error);
 		return -1;
+	}
+	wake_fd = blockps_lu_wake_fd(priv->core);
+	if (wake_fd >= 0) {
+		if (tgt_event_add(wake_fd, EPOLLIN, blockps_wake, lu) != 0) {
+			eprintf("blockps: refused LU %" PRIu64 " on %s: cannot watch its eventfd\n", lu->lun, path);
+			blockps_lu_detach(priv->core);
+			return -1;
+		}
+		priv->wake_fd = wake_fd;
 	}
 	snprintf(lu->attrs.vendor_id, sizeof(lu->attrs.vendor_id), "%s", "BLOCKPS");
 	snprintf(lu->attrs.product_id, sizeof(lu->attrs.product_id), "%s", blockps_lu_product_id(priv->core));
@@ -94,7 +179,12 @@ static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *si
 
 static void bs_blockps_close(struct scsi_lu *lu)
 {
-	blockps_lu_detach(lu_private(lu)->core);
+	struct blockps_lu_private *priv = lu_private(lu);
+
+	if (priv->wake_fd >= 0)
+		tgt_event_del(priv->wake_fd);
+	priv->wake_fd = -1;
+	blockps_lu_detach(priv->core);
 }
 
 static void bs_blockps_exit(struct scsi_lu *lu)
@@ -113,7 +203,7 @@ static struct backingstore_template blockps_bst = {
 	.bs_close = bs_blockps_close,
 	.bs_init = bs_blockps_init,
 	.bs_exit = bs_blockps_exit,
-	.bs_cmd_submit = bs_thread_cmd_submit,
+	.bs_cmd_submit = blockps_cmd_submit,
 };
 
 /* tgtd dlopens every file in its backing-store directory and calls this (bs.c). Not a constructor as well:

@@ -1,7 +1,12 @@
 // The extern "C" side of lu_abi.h: exceptions stop here.
 #include "ps_backend/lu_abi.h"
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <atomic>
 #include <string>
@@ -16,6 +21,8 @@ struct blockps_lu {
   // Set between attach and detach. Each command holds its own reference: tgt closes an LU on a path change
   // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
   std::atomic<std::shared_ptr<blockps::ServedLu>> served;
+  // mode=sync grad LUs: the glue's main loop watches it; SyncRounds writes it when parked commands may go on.
+  int wake_fd = -1;
 };
 
 namespace {
@@ -68,6 +75,17 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
                     " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
       return -1;
     }
+    if (lu->options.role == blockps::LuRole::grad && shard->rounds()) {
+      lu->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+      if (lu->wake_fd < 0) {
+        set_error(error, error_size, std::string("eventfd for parked commands: ") + std::strerror(errno));
+        return -1;
+      }
+      shard->rounds()->subscribe(lu, [fd = lu->wake_fd] {
+        const std::uint64_t one = 1;
+        [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);  // EAGAIN: a wake is pending already
+      });
+    }
     auto served = std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes);
     *capacity = served->capacity_bytes();
     lu->served.store(std::move(served));
@@ -82,7 +100,13 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
 
 void blockps_lu_detach(blockps_lu* lu) {
   try {
-    if (lu) lu->served.store(nullptr);  // the last LU of a shard writes its final checkpoint here
+    if (!lu) return;
+    if (lu->wake_fd >= 0) {
+      if (auto served = lu->served.load(); served && served->shard().rounds()) served->shard().rounds()->unsubscribe(lu);
+      ::close(lu->wake_fd);
+      lu->wake_fd = -1;
+    }
+    lu->served.store(nullptr);  // the last LU of a shard writes its final checkpoint here
   } catch (...) {
     blockps::log_line_noexcept("detach failed", "");
   }
@@ -102,6 +126,60 @@ const char* blockps_lu_product_id(const blockps_lu* lu) {
   return "BLOCKPS";
 }
 
+int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
+
+blockps_admission blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
+                                   uint32_t length, const blockps_worker* worker) {
+  try {
+    if (!lu || lu->wake_fd < 0 || !cdb || !worker) return BLOCKPS_ADMIT_RUN;
+    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
+    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+    const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
+    if (!rounds || (!push && !pull)) return BLOCKPS_ADMIT_RUN;
+    const blockps::WorkerRef who{worker->tid, worker->itn_id, worker->iqn ? worker->iqn : ""};
+    const blockps::Admission a =
+        push ? rounds->admit_push(handle, who, offset, length) : rounds->admit_pull(who.itn, offset, length);
+    if (a == blockps::Admission::run) return BLOCKPS_ADMIT_RUN;
+    std::string refusal;
+    if (a == blockps::Admission::not_ready) refusal = rounds->degraded_reason();
+    rounds->park(lu, handle, push, who, offset, length, refusal);
+    if (!refusal.empty()) {
+      const std::uint64_t one = 1;
+      [[maybe_unused]] const auto n = ::write(lu->wake_fd, &one, sizeof one);
+    }
+    return BLOCKPS_ADMIT_PARKED;
+  } catch (...) {
+    blockps::log_line_noexcept("admission failed: ", "unexpected exception");
+    return BLOCKPS_ADMIT_RUN;
+  }
+}
+
+void blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops) {
+  if (!lu || lu->wake_fd < 0 || !ops) return;
+  std::uint64_t count = 0;
+  [[maybe_unused]] const auto n = ::read(lu->wake_fd, &count, sizeof count);
+  try {
+    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
+    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+    if (!rounds) return;
+    rounds->process_parked(
+        lu, [ops](int tid, std::uint64_t itn) { return ops->alive(tid, itn) != 0; },
+        [ops](const void* handle) { return ops->aborted(handle) != 0; },
+        [ops](const blockps::SyncRounds::Parked& p) { ops->resubmit(p.handle); },
+        [ops, &served](const blockps::SyncRounds::Parked& p, bool aborted, const std::string& why) {
+          blockps_outcome o{};
+          o.status = blockps::scsi::kCheckCondition;
+          o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;
+          o.asc = aborted ? blockps::scsi::kAscNone : blockps::scsi::kAscNotReadyManualIntervention;
+          blockps::log_line(served->shard().path() + ": sync: " + (p.is_push ? "push" : "pull") + " of " +
+                            p.worker.iqn + " at byte " + std::to_string(p.offset) + " failed: " + why);
+          ops->fail(p.handle, &o);
+        });
+  } catch (...) {
+    blockps::log_line_noexcept("parked commands: ", "unexpected exception");
+  }
+}
+
 void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {
   blockps::LuOutcome r{blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError,
                        blockps::scsi::kAscInternalTargetFailure};
@@ -111,7 +189,7 @@ void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outc
       const blockps::LuCommand c{
           cmd->cdb, cmd->offset, cmd->transfer_length,
           {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
-          {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}};
+          {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}, cmd->handle};
       r = served->execute(c);
     }
   } catch (...) {

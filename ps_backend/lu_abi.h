@@ -35,6 +35,7 @@ uint32_t blockps_lu_io_threads(const struct blockps_lu *lu);
 const char *blockps_lu_product_id(const struct blockps_lu *lu);
 
 struct blockps_command {
+  const void *handle;       /* the glue's command (struct scsi_cmd *), as given to blockps_lu_admit */
   const uint8_t *cdb;
   uint64_t offset;          /* bytes (LBA << block shift) */
   uint32_t transfer_length; /* bytes */
@@ -51,6 +52,39 @@ struct blockps_outcome {
   int has_info;
   uint64_t info;
 };
+
+/* Who sent a command: one I_T nexus (tid + itn_id locate it in tgt; iqn names it). */
+struct blockps_worker {
+  int tid;
+  uint64_t itn_id;
+  const char *iqn;
+};
+
+enum blockps_admission {
+  BLOCKPS_ADMIT_RUN = 0,   /* queue it to the I/O threads */
+  BLOCKPS_ADMIT_PARKED = 1 /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
+                              resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
+};
+
+/* Main thread, before a command is queued to the I/O threads: only LUs with a wake fd (mode=sync grad LUs) park
+ * anything; for every other LU this returns RUN at once. */
+enum blockps_admission blockps_lu_admit(struct blockps_lu *lu, const void *handle, const uint8_t *cdb, uint64_t offset,
+                                        uint32_t length, const struct blockps_worker *worker);
+
+/* An eventfd the glue watches on its main loop (tgt_event_add) while the LU is attached, or -1 when this LU
+ * never parks commands. Readable when parked commands may go on, and periodically while workers are known. */
+int blockps_lu_wake_fd(const struct blockps_lu *lu);
+
+/* What the glue does for parked commands; every call on the main thread. */
+struct blockps_parked_ops {
+  int (*alive)(int tid, uint64_t itn_id);  /* the session still exists */
+  int (*aborted)(const void *handle);      /* an ABORT TASK / LUN RESET waits on it */
+  void (*resubmit)(const void *handle);    /* queue it to the I/O threads now */
+  void (*fail)(const void *handle, const struct blockps_outcome *outcome); /* complete it with this result */
+};
+
+/* The wake fd's handler: drains it, drops workers whose session is gone, and hands parked commands back. */
+void blockps_lu_on_wake(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
 
 /* Execute one command (called from tgt's I/O threads, several at once). */
 void blockps_lu_execute(struct blockps_lu *lu, const struct blockps_command *cmd, struct blockps_outcome *outcome);

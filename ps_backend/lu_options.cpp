@@ -68,6 +68,21 @@ KeyDef float_key(std::string_view name, std::string_view def, std::string_view m
       [k](const ShardConfig& c) { return format_float(c.optimizer.*k.field); }};
 }
 
+// An unsigned round-policy key in [lo, hi].
+KeyDef round_key(std::string_view name, std::string_view def, std::string_view meaning,
+                 std::uint32_t RoundPolicy::*field, std::uint32_t lo, std::uint32_t hi) {
+  return KeyDef{{name, def, meaning}, true, false,
+                [=](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
+                  std::uint64_t n = 0;
+                  if (!parse_uint(value, n) || n < lo || n > hi)
+                    return bad(key, value, "must be a whole number from " + std::to_string(lo) + " to " +
+                                               std::to_string(hi));
+                  o.config.rounds.*field = static_cast<std::uint32_t>(n);
+                  return "";
+                },
+                [=](const ShardConfig& c) { return std::to_string(c.rounds.*field); }};
+}
+
 bool parse_bool(std::string_view v, bool& out) {
   if (v == "1" || v == "true" || v == "yes" || v == "on") return out = true, true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return out = false, true;
@@ -181,13 +196,37 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return std::to_string(c.seed); }},
-      {{"mode", "async", "aggregation mode: async (every push is applied at once)"}, true, false,
+      {{"mode", "async", "aggregation mode: async (every push is applied at once) or sync (BSP: per block and "
+                         "round the workers' gradients are averaged and applied once; a worker's READ of a block it "
+                         "pushed waits for that round) or ssp:K (every push applied at once; a worker's push waits "
+                         "while it is more than K pushes of a block ahead of the slowest live worker)"}, true, false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
-         if (v != "async") return bad(key, v, "must be async (sync and ssp:K are not in this version)");
-         o.config.mode = std::string(v);
+         std::uint64_t k = 0;
+         o.config.rounds.staleness = 0;
+         if (v == "async") {
+           o.config.rounds.mode = RoundPolicy::Mode::async;
+         } else if (v == "sync") {
+           o.config.rounds.mode = RoundPolicy::Mode::sync;
+         } else if (v.starts_with("ssp:") && parse_uint(v.substr(4), k) && k <= 1000000) {
+           o.config.rounds.mode = RoundPolicy::Mode::ssp;
+           o.config.rounds.staleness = static_cast<std::uint32_t>(k);
+         } else {
+           return bad(key, v, "must be async, sync or ssp:K (K a whole number of pushes, 0..1000000)");
+         }
          return "";
        },
-       [](const ShardConfig& c) { return c.mode; }},
+       [](const ShardConfig& c) { return to_string(c.rounds); }},
+      round_key("workers", "1", "sync: workers expected in every round (a round closes as soon as all of them "
+                                "pushed it)", &RoundPolicy::workers, 1, 4096),
+      round_key("min_workers", "1", "sync: fewest live workers a round may close with; below it the grad LU "
+                                    "answers NOT READY (ASC 0x04/0x03) instead of waiting", &RoundPolicy::min_workers,
+                1, 4096),
+      round_key("straggler_ms", "2000", "sync: a round closes this many ms after its first push without the "
+                                        "workers still missing (at least min_workers must have pushed)",
+                &RoundPolicy::straggler_ms, 1, 3600000),
+      round_key("worker_timeout_ms", "10000", "sync: a worker with no push for this long is dropped from the round "
+                                              "membership; also the longest a command waits parked",
+                &RoundPolicy::worker_timeout_ms, 100, 3600000),
       {{"device", "cpu", "where aggregation runs: cpu"}, true, false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          if (v != "cpu") return bad(key, v, "must be cpu (this build has no GPU engine)");
@@ -221,6 +260,19 @@ std::string known_keys() {
 }
 
 }  // namespace
+
+std::string_view to_string(RoundPolicy::Mode m) {
+  switch (m) {
+    case RoundPolicy::Mode::async: return "async";
+    case RoundPolicy::Mode::sync: return "sync";
+    case RoundPolicy::Mode::ssp: return "ssp";
+  }
+  return "?";
+}
+
+std::string to_string(const RoundPolicy& p) {
+  return p.mode == RoundPolicy::Mode::ssp ? "ssp:" + std::to_string(p.staleness) : std::string(to_string(p.mode));
+}
 
 std::string_view to_string(LuRole r) {
   switch (r) {
@@ -299,6 +351,9 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
                            "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)")};
   if (o.config.optimizer.nesterov && o.config.optimizer.momentum == 0)
     return OptionError{"nesterov=1 needs momentum > 0"};
+  if (o.config.rounds.min_workers > o.config.rounds.workers)
+    return OptionError{"min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
+                       std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)"};
   return o;
 }
 

@@ -25,6 +25,19 @@ struct InitSpec {
 };
 std::string to_string(const InitSpec& s);
 
+/// How pushes from several workers become optimizer steps (DESIGN.md "Aggregation semantics").
+struct RoundPolicy {
+  enum class Mode { async, sync, ssp } mode = Mode::async;
+  std::uint32_t staleness = 0;            // ssp:K: how many pushes a worker may run ahead of the slowest
+  std::uint32_t workers = 1;              // expected workers: a round closes early once all of them pushed
+  std::uint32_t min_workers = 1;          // fewer live workers: the grad LU fails commands instead of waiting
+  std::uint32_t straggler_ms = 2000;      // a round closes without the missing workers after this long
+  std::uint32_t worker_timeout_ms = 10000;  // no push for this long: dropped; also the longest a command parks
+  bool operator==(const RoundPolicy&) const = default;
+};
+std::string_view to_string(RoundPolicy::Mode m);
+std::string to_string(const RoundPolicy& p);  // "async", "sync", "ssp:K"
+
 /// Everything that describes a shard (shared by all LUs over one checkpoint path).
 struct ShardConfig {
   ShardGeometry geometry;
@@ -32,8 +45,8 @@ struct ShardConfig {
   InitSpec init;
   std::uint64_t seed = 1;
   std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
-  // mode and device have one allowed value each in this version; kept as text for the status page.
-  std::string mode = "async";
+  RoundPolicy rounds;
+  // device has one allowed value in this version; kept as text for the status page.
   std::string device = "cpu";
 };
 

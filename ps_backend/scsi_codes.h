@@ -20,8 +20,8 @@ enum Opcode : std::uint8_t {
 enum Status : std::uint8_t { kGood = 0x00, kCheckCondition = 0x02 };
 
 enum SenseKey : std::uint8_t {
-  kNoSense = 0x00, kMediumError = 0x03, kHardwareError = 0x04, kIllegalRequest = 0x05, kDataProtect = 0x07,
-  kMiscompare = 0x0e,
+  kNoSense = 0x00, kNotReady = 0x02, kMediumError = 0x03, kHardwareError = 0x04, kIllegalRequest = 0x05, kDataProtect = 0x07,
+  kAbortedCommand = 0x0b, kMiscompare = 0x0e,
 };
 
 // ASC << 8 | ASCQ
@@ -32,8 +32,15 @@ enum Asc : std::uint16_t {
   kAscInvalidOpcode = 0x2000,
   kAscLbaOutOfRange = 0x2100,
   kAscInvalidFieldInCdb = 0x2400,
+  kAscInvalidFieldInParameterList = 0x2600,
+  // mode=sync: live workers are below min_workers, or a parked command's round did not close in time
+  // ("LOGICAL UNIT NOT READY, MANUAL INTERVENTION REQUIRED": initiators fail it instead of retrying).
+  kAscNotReadyManualIntervention = 0x0403,
   kAscWriteProtect = 0x2700,
   kAscInternalTargetFailure = 0x4400,
 };
+
+inline bool is_read(std::uint8_t op) { return op == kRead6 || op == kRead10 || op == kRead12 || op == kRead16; }
+inline bool is_write(std::uint8_t op) { return op == kWrite6 || op == kWrite10 || op == kWrite12 || op == kWrite16; }
 
 }  // namespace blockps::scsi

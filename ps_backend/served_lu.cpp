@@ -15,8 +15,6 @@ using namespace scsi;
 LuOutcome good() { return {}; }
 LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
 
-bool is_read(std::uint8_t op) { return op == kRead6 || op == kRead10 || op == kRead12 || op == kRead16; }
-bool is_write(std::uint8_t op) { return op == kWrite6 || op == kWrite10 || op == kWrite12 || op == kWrite16; }
 bool is_write_verify(std::uint8_t op) {
   return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16;
 }
@@ -54,7 +52,7 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
       // FUA is byte 1 bit 3 (WRITE(6) has none).
       const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
-      const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua);
+      const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua, cmd.handle);
       return (w.status != kGood || !is_write_verify(op)) ? w : verify(cmd.offset, cmd.out.first(len));
     }
     if (is_verify(op)) {
@@ -117,14 +115,25 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
   return good();
 }
 
-LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua) {
-  if (role_ == LuRole::status) return check(kDataProtect, kAscWriteProtect);
+LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle) {
+  if (role_ == LuRole::status) return control(data);
   if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
     return check(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
   if (offset % esize || data.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
   if (data.empty()) return good();  // a WRITE of 0 blocks is no push
   auto& k = shard_->counters();
+  if (role_ == LuRole::grad && shard_->rounds()) {
+    // mode=sync: the gradient joins its blocks' open rounds; the round applies it (SyncRounds).
+    if (!shard_->rounds()->land_push(handle, data)) {
+      log_line("sync: a grad WRITE reached the I/O threads without being admitted");
+      return check(kHardwareError, kAscInternalTargetFailure);
+    }
+    k.pushes.fetch_add(1, std::memory_order_relaxed);
+    k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+    if (fua && !shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
+    return good();
+  }
   if (role_ == LuRole::grad) {
     const auto t0 = std::chrono::steady_clock::now();
     shard_->model().push_gradient(offset, data);
@@ -140,6 +149,15 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
   shard_->note_mutation();
   if (fua && !shard_->checkpoint().empty())
     return check(kMediumError, kAscWriteError);
+  return good();
+}
+
+LuOutcome ServedLu::control(std::span<const std::byte> data) {
+  const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
+  if (std::string err = shard_->control(text); !err.empty()) {
+    log_line(shard_->path() + ": refused " + err);
+    return check(kIllegalRequest, kAscInvalidFieldInParameterList);
+  }
   return good();
 }
 

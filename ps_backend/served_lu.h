@@ -25,6 +25,7 @@ struct LuCommand {
   std::uint32_t transfer_length;
   std::span<std::byte> in;          // data for the initiator (READ)
   std::span<const std::byte> out;   // data from the initiator (WRITE); may be empty
+  const void* handle = nullptr;     // the glue's command, as admitted to SyncRounds (mode=sync grad LUs)
 };
 
 struct LuOutcome {
@@ -49,7 +50,8 @@ class ServedLu {
  private:
   LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
   /// fua: the initiator asked for the write to be durable before it completes (a checkpoint follows).
-  LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua);
+  LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr);
+  LuOutcome control(std::span<const std::byte> data);
   LuOutcome verify(std::uint64_t offset, std::span<const std::byte> expected);
   LuOutcome write_same(const LuCommand& cmd);
   LuOutcome or_write(const LuCommand& cmd);

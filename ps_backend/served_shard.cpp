@@ -111,6 +111,13 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
       if (std::string err = initialise(shard->model_, config); !err.empty()) return err;
       log_line(path + ": new shard (" + format_shard_options(config) + ")");
     }
+    if (config.rounds.mode != RoundPolicy::Mode::async) {
+      ServedShard* s = shard.get();
+      shard->rounds_ = std::make_unique<SyncRounds>(shard->model_, config.rounds, [s](std::uint64_t ns) {
+        s->note_aggregation(ns);
+        s->note_mutation();
+      });
+    }
     shard->serving_ = true;
     if (config.checkpoint_s > 0)
       shard->periodic_ = std::jthread([s = shard.get()](std::stop_token stop) { s->periodic_checkpoints(stop); });
@@ -124,6 +131,7 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
 
 ServedShard::~ServedShard() {
   try {
+    rounds_.reset();  // no round is applied after the final checkpoint
     if (periodic_.joinable()) {
       periodic_.request_stop();
       periodic_cv_.notify_all();
@@ -149,6 +157,7 @@ ShardConfig ServedShard::config() const {
 }
 
 void ServedShard::note_aggregation(std::uint64_t ns) {
+  aggregation_latency_.add(ns);
   counters_.aggregation_ns.fetch_add(ns, std::memory_order_relaxed);
   std::uint64_t seen = counters_.aggregation_max_ns.load(std::memory_order_relaxed);
   while (ns > seen && !counters_.aggregation_max_ns.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
@@ -216,7 +225,7 @@ std::string ServedShard::status_json() const {
                 {"blocks", g.blocks()},
                 {"opt", to_string(c.optimizer.kind)},
                 {"lr", c.optimizer.lr},
-                {"mode", c.mode},
+                {"mode", to_string(c.rounds)},
                 {"device", c.device},
                 {"checkpoint_s", c.checkpoint_s},
                 {"started_unix", started_unix_}};
@@ -230,7 +239,9 @@ std::string ServedShard::status_json() const {
                    {"io_errors", rd(k.io_errors)}};
   j["aggregation"] = {{"total_ns", rd(k.aggregation_ns)},
                       {"mean_ns", pushes ? rd(k.aggregation_ns) / pushes : 0},
-                      {"max_ns", rd(k.aggregation_max_ns)}};
+                      {"max_ns", rd(k.aggregation_max_ns)},
+                      {"latency", aggregation_latency_.percentiles()}};
+  j["rounds"] = rounds_ ? rounds_->status() : nlohmann::json{{"mode", "async"}};
   std::string last_error;
   {
     std::lock_guard e(error_mutex_);
@@ -241,6 +252,48 @@ std::string ServedShard::status_json() const {
                      {"last_unix", last_checkpoint_unix_.load()},
                      {"last_error", last_error}};
   return j.dump(2) + "\n";
+}
+
+std::string ServedShard::control(std::string_view text) {
+  // The page is NUL-padded to whole blocks by whoever writes it.
+  text = text.substr(0, std::min(text.size(), text.find('\0')));
+  std::vector<std::pair<std::string, std::string>> actions;
+  while (!text.empty()) {
+    const auto nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
+    if (line.empty() || line.front() == '#') continue;
+    const auto eq = line.find('=');
+    const std::string key(line.substr(0, eq));
+    const std::string value = eq == std::string_view::npos ? "" : std::string(line.substr(eq + 1));
+    if (key == "lr") {
+      const auto parsed = parse_lu_options("role=grad;lr=" + value, 512);
+      if (const auto* e = std::get_if<OptionError>(&parsed)) return "control " + std::string(line) + ": " + e->message;
+    } else if ((key == "checkpoint" || key == "reset-rounds") && eq == std::string_view::npos) {
+      if (key == "reset-rounds" && !rounds_) return "control reset-rounds: this shard is mode=async and has no rounds";
+    } else {
+      return "control '" + std::string(line) + "': unknown (known: lr=VALUE, checkpoint, reset-rounds)";
+    }
+    actions.emplace_back(key, value);
+  }
+  if (actions.empty()) return "control: no key=value line in the data written";
+  for (const auto& [key, value] : actions) {
+    if (key == "lr") {
+      const LuOptions parsed = std::get<LuOptions>(parse_lu_options("role=grad;lr=" + value, 512));
+      std::lock_guard lk(config_mutex_);
+      config_.optimizer.lr = parsed.config.optimizer.lr;
+      model_.set_params(config_.optimizer);
+      note_mutation();  // the next checkpoint records the new lr
+      log_line(path_ + ": control: lr=" + value);
+    } else if (key == "checkpoint") {
+      if (std::string err = checkpoint(); !err.empty()) return "control checkpoint: " + err;
+    } else {
+      rounds_->reset();
+    }
+  }
+  return "";
 }
 
 std::string canonical_shard_path(const std::string& path, std::string& out) {

@@ -14,6 +14,7 @@
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/lu_options.h"
+#include "ps_backend/rounds.h"
 
 namespace blockps {
 
@@ -53,8 +54,14 @@ class ServedShard {
   /// Changes completed since the last checkpoint (periodic and final checkpoints write only then).
   bool dirty();
 
+  /// The round keeper of a mode=sync shard; null for async.
+  SyncRounds* rounds() { return rounds_.get(); }
+
   /// The status page (JSON) as the status LU serves it.
   std::string status_json() const;
+  /// A control write to the status LU: `key=value` or `key` lines (lr=, checkpoint, reset-rounds), all checked
+  /// before any is applied. "" or the reason it was refused.
+  std::string control(std::string_view text);
 
  private:
   ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine);
@@ -64,7 +71,9 @@ class ServedShard {
   mutable std::mutex config_mutex_;
   ShardConfig config_;
   ModelShard model_;
+  std::unique_ptr<SyncRounds> rounds_;  // after model_: it applies rounds to it
   ShardCounters counters_;
+  LatencyWindow aggregation_latency_;
   const std::uint64_t started_unix_;
   // Set once create() succeeded: a shard that failed to open (bad init file, corrupt checkpoint) must not
   // write a "final checkpoint" over the file it could not load.

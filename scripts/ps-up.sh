@@ -3,9 +3,10 @@
 #
 #   scripts/ps-up.sh CONF...          e.g. scripts/ps-up.sh configs/shard0.conf configs/shard1.conf
 #
-# A conf file is a tgt targets.conf (tgt-admin's format) with two top-level lines of ours:
+# A conf file is a tgt targets.conf (tgt-admin's format) with top-level lines of ours:
 #   control-port N             the shard's tgtd control number (tgtd -C N, tgtadm -C N)
 #   blockps-portal IP:PORT     where the shard's tgtd listens (tgt-admin ignores this key)
+#   blockps-nop-in SECONDS N   optional: NOP-In every SECONDS, session dropped after N unanswered (tgtadm)
 # For each file it: checks everything first (the file, the module, free control numbers and ports), creates
 # missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
 # an empty file means "no checkpoint yet"), starts `tgtd -f -C N --iscsi portal=IP:PORT` (log in the state
@@ -215,6 +216,22 @@ for i in "${!names[@]}"; do
     [ "$found" = yes ] || die "$name: LUN $lun ($path) of $iqn did not come up (log: $log)"
     luns_of+=("$iqn/$lun")
   done < <(conf_lus "$conf")
+
+  # NOP-In (tgt-admin has no key for it): tgtd pings idle initiators and ends sessions that stop answering,
+  # so a dead worker of a sync shard is seen in seconds, not after TCP keepalive's 30 minutes.
+  mapfile -t nop_lines < <(conf_value "$conf" blockps-nop-in)
+  if [ "${#nop_lines[@]}" -gt 0 ]; then
+    read -r nop_interval nop_count _ <<<"${nop_lines[0]}"
+    [[ "${nop_interval:-}" =~ ^[1-9][0-9]*$ && "${nop_count:-}" =~ ^[1-9][0-9]*$ ]] ||
+      die "$conf: blockps-nop-in '${nop_lines[0]}': expected INTERVAL_S COUNT, both whole numbers > 0"
+    while read -r tid; do
+      for param in "nop_interval $nop_interval" "nop_count $nop_count"; do
+        read -r pname pvalue <<<"$param"
+        "$TGTADM" -C "$control" --op update --mode target --tid "$tid" -n "$pname" -v "$pvalue" >>"$log" 2>&1 ||
+          die "$name: tgtadm could not set $pname=$pvalue on target $tid (log: $log)"
+      done
+    done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
+  fi
 
   failed_log=
   say "$name: tgtd pid $pid, control $control, portal $addr:$port, LUs ${luns_of[*]} (state $state)"

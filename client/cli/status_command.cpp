@@ -84,6 +84,8 @@ std::string text_at(const nlohmann::json& page, const char* pointer) {
   return v.dump();
 }
 
+void print_rounds(const std::vector<ShardReport>& reports);
+
 void print_table(const std::vector<ShardReport>& reports) {
   using A = TextTable::Align;
   TextTable table({{"shard", A::left},
@@ -130,6 +132,56 @@ void print_table(const std::vector<ShardReport>& reports) {
                  format_bytes(push_bytes), format_bytes(pull_bytes), format_fixed(mean_us, 1),
                  std::to_string(checkpoints), ""});
   table.print(std::cout);
+  print_rounds(reports);
+}
+
+// mode=sync shards: their rounds, and one line per live worker (the status page's "rounds" object).
+void print_rounds(const std::vector<ShardReport>& reports) {
+  using A = TextTable::Align;
+  TextTable rounds({{"shard", A::left},
+                    {"rounds"},
+                    {"live/expected"},
+                    {"min"},
+                    {"parked"},
+                    {"stragglers"},
+                    {"dropped"},
+                    {"round p50 ms"},
+                    {"round p99 ms"},
+                    {"state", A::left}});
+  TextTable workers({{"shard", A::left}, {"worker", A::left}, {"session"}, {"pushes"}, {"last push ms"},
+                     {"rounds behind"}});
+  bool any = false, any_worker = false;
+  const auto ms = [](std::uint64_t ns) { return format_fixed(static_cast<double>(ns) / 1e6, 1); };
+  for (const ShardReport& r : reports) {
+    if (!r.page || text_at(*r.page, "/rounds/mode") != "sync") continue;
+    any = true;
+    const nlohmann::json& p = *r.page;
+    const std::string reason = text_at(p, "/rounds/degraded_reason");
+    rounds.add_row({r.name,
+                    std::to_string(number_at(p, "/rounds/rounds_min")) + "-" +
+                        std::to_string(number_at(p, "/rounds/rounds_max")),
+                    std::to_string(p["rounds"]["live_workers"].size()) + "/" +
+                        std::to_string(number_at(p, "/rounds/workers")),
+                    std::to_string(number_at(p, "/rounds/min_workers")),
+                    std::to_string(number_at(p, "/rounds/parked_commands")),
+                    std::to_string(number_at(p, "/rounds/stragglers_dropped")),
+                    std::to_string(number_at(p, "/rounds/workers_dropped")),
+                    ms(number_at(p, "/rounds/round_latency/p50_ns")), ms(number_at(p, "/rounds/round_latency/p99_ns")),
+                    reason.empty() || reason == "-" ? "ok" : "DEGRADED: " + reason});
+    for (const auto& w : p["rounds"]["live_workers"]) {
+      any_worker = true;
+      workers.add_row({r.name, w.value("iqn", "?"), std::to_string(w.value("session", 0ULL)),
+                       std::to_string(w.value("pushes", 0ULL)), std::to_string(w.value("last_push_ms_ago", 0ULL)),
+                       std::to_string(w.value("rounds_behind", 0ULL))});
+    }
+  }
+  if (!any) return;
+  std::cout << "\nsync rounds\n";
+  rounds.print(std::cout);
+  if (any_worker) {
+    std::cout << "\nlive workers\n";
+    workers.print(std::cout);
+  }
 }
 
 void print_json(const std::vector<ShardReport>& reports) {

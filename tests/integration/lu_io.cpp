@@ -5,6 +5,8 @@
 //   blockps_lu_io URL verify OFFSET LENGTH SEED   exit 0 when the LU holds the pattern, 1 when not
 //   blockps_lu_io URL differs OFFSET LENGTH SEED  exit 0 when the LU does NOT hold the pattern, 1 when it does
 //   blockps_lu_io URL read   OFFSET LENGTH        raw bytes to stdout
+//   blockps_lu_io URL pushpull OFFSET LENGTH SEED  WRITE the pattern, then READ the range back (in a mode=sync
+//                                                 shard the READ waits for the round), print "pulled" and exit
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
 //   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
 //                                                 to 30 s or until the target stops answering (exit 0 either
@@ -80,8 +82,10 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[2];
   std::uint64_t offset = 0, length = 0, seed = 0;
   const bool needs_range =
-      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" || cmd == "pushloop";
-  const bool needs_seed = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop";
+      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" || cmd == "pushloop" ||
+      cmd == "pushpull";
+  const bool needs_seed =
+      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop" || cmd == "pushpull";
   if (needs_range && (argc < 5 || !parse_size(argv[3], offset) || !parse_size(argv[4], length))) {
     return fail(cmd + " needs OFFSET LENGTH (bytes, K/M/G suffixes allowed)");
   }
@@ -103,6 +107,14 @@ int main(int argc, char** argv) {
   if (cmd == "write") {
     ScsiResult r = lun.write(offset, float_pattern(length, seed));
     return r.ok() ? 0 : fail("WRITE: " + r.describe());
+  }
+  if (cmd == "pushpull") {
+    if (ScsiResult r = lun.write(offset, float_pattern(length, seed)); !r.ok()) return fail("WRITE: " + r.describe());
+    std::cout << "pushed" << std::endl;
+    std::vector<std::byte> back(length);
+    if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("READ: " + r.describe());
+    std::cout << "pulled" << std::endl;
+    return 0;
   }
   if (cmd == "pushloop") {
     const std::vector<std::byte> pattern = float_pattern(length, seed);

@@ -99,7 +99,7 @@ TEST(ServedLu, OutOfRangeIsRefusedAndChangesNothing) {
   EXPECT_EQ(before, after);
 }
 
-TEST(ServedLu, StatusPageIsJsonAndWritesAreRefused) {
+TEST(ServedLu, StatusPageIsJsonAndTakesControlLines) {
   Lus l("role=grad;size=8K;opt=momentum;lr=0.25");
   ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(4096)).status, kGood);
   std::vector<std::byte> page(kStatusLuBytes);
@@ -110,11 +110,27 @@ TEST(ServedLu, StatusPageIsJsonAndWritesAreRefused) {
   EXPECT_EQ(j["shard"]["opt"], "momentum");
   EXPECT_EQ(j["counters"]["pushes"], 1);
   EXPECT_EQ(j["counters"]["push_bytes"], 4096);
+  EXPECT_EQ(j["rounds"]["mode"], "async");
+  EXPECT_EQ(j["aggregation"]["latency"]["count"], 1);
   EXPECT_EQ(page.back(), std::byte{0});
-  const LuOutcome w = do_write(l.status, 0, std::vector<std::byte>(512));
-  EXPECT_EQ(w.sense_key, kDataProtect);
-  EXPECT_EQ(w.asc, kAscWriteProtect);
   EXPECT_EQ(l.status.capacity_bytes(), kStatusLuBytes);
+
+  const auto control = [&](const std::string& lines) {
+    std::vector<std::byte> block(512);
+    std::memcpy(block.data(), lines.data(), lines.size());
+    return do_write(l.status, 0, block);
+  };
+  // Unknown keys, bad values and reset-rounds on an async shard are refused, and nothing of the write applies.
+  for (const char* bad : {"bogus=1\n", "lr=0.5\nlr=-1\n", "reset-rounds\n", "", "checkpoint=now\n"}) {
+    const LuOutcome w = control(bad);
+    EXPECT_EQ(w.sense_key, kIllegalRequest) << bad;
+    EXPECT_EQ(w.asc, kAscInvalidFieldInParameterList) << bad;
+  }
+  EXPECT_FLOAT_EQ(l.shard->config().optimizer.lr, 0.25f);
+  ASSERT_EQ(control("# new rate\nlr=0.5\ncheckpoint\n").status, kGood);
+  EXPECT_FLOAT_EQ(l.shard->config().optimizer.lr, 0.5f);
+  EXPECT_FLOAT_EQ(l.shard->model().params().lr, 0.5f);
+  EXPECT_FALSE(l.shard->dirty());  // the checkpoint line wrote one, after the new lr
 }
 
 TEST(ServedLu, VerifyComparesWithTheWeights) {

@@ -1,0 +1,319 @@
+// mode=sync in a real tgtd over iSCSI: every worker is its own libiscsi session (its own I_T nexus). Rounds
+// average the workers' gradients; a worker's READ after its push is parked by the module (tgt's asynchronous
+// completion) until the round is applied; workers that die, sessions that end and a tgtd killed mid-training
+// are survived as docs/OPTIONS.md "Synchronous rounds" says. Every wait is bounded: a hang fails the test.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <future>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include "aggregator/model_shard.h"
+#include "client/iscsi_lun.h"
+#include "tests/support/blockps_shard.h"
+#include "tests/support/process.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/tgtd_instance.h"
+
+namespace blockps::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr std::uint64_t kBytes = 256 * 1024;  // f32, 4 blocks of 64K
+constexpr const char* kTarget = "iqn.2026-11.io.blockps:sync";
+constexpr int kNotReady = 0x02, kAscManualIntervention = 0x0403;
+
+std::string worker_iqn(const std::string& name) { return "iqn.2026-11.io.blockps:sync-worker-" + name; }
+
+std::vector<float> values(std::uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_real_distribution<float> dist(-1, 1);
+  std::vector<float> v(kBytes / 4);
+  for (float& x : v) x = dist(gen);
+  return v;
+}
+
+std::span<const std::byte> bytes_of(const std::vector<float>& v) { return std::as_bytes(std::span(v)); }
+
+std::vector<float> floats_of(const std::vector<std::byte>& b) {
+  std::vector<float> v(b.size() / 4);
+  std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+// The averaged SGD step the shard must take for one round: w -= lr * (sum in IQN order) / n.
+void reference_round(std::vector<float>& w, const std::vector<std::vector<float>>& grads_in_iqn_order, float lr) {
+  ModelShard ref({kBytes, WireDtype::f32, 64 * 1024}, [&] {
+    OptimizerParams p;
+    p.kind = OptimizerKind::sgd;
+    p.lr = lr;
+    return p;
+  }(), nullptr);
+  ref.assign_weights(0, bytes_of(w));
+  std::vector<float> avg = grads_in_iqn_order.front();
+  for (std::size_t k = 1; k < grads_in_iqn_order.size(); ++k)
+    for (std::size_t i = 0; i < avg.size(); ++i) avg[i] += grads_in_iqn_order[k][i];
+  for (float& x : avg) x *= 1.0f / static_cast<float>(grads_in_iqn_order.size());
+  for (std::uint64_t b = 0; b < 4; ++b)
+    ref.apply_block_gradient(b, std::span(avg).subspan(b * 16384, 16384));
+  std::vector<std::byte> out(kBytes);
+  ref.read_weights(0, out);
+  w = floats_of(out);
+}
+
+class SyncModeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
+    ASSERT_EQ(blockps_module_missing_reason(), "");
+    ASSERT_TRUE(dir_.create("blockps-sync-").ok());
+  }
+  void TearDown() override {
+    if (HasFailure() && tgtd_.running()) std::cerr << "---- tgtd log ----\n" << tail_of(tgtd_.log_text(), 6000) << "\n";
+  }
+
+  void start_shard(const std::string& sync_options) {
+    options_ = "size=256K;block=64K;opt=sgd;lr=0.5;mode=sync;" + sync_options;
+    const Status s = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"), options_);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  void connect(IscsiLun& lun, const std::string& who, int lu = 1) {
+    const Status s = lun.connect(tgtd_.url(kTarget, lu), worker_iqn(who));
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+
+  nlohmann::json status_page() {
+    IscsiLun status;
+    if (!status.connect(tgtd_.url(kTarget, 3), worker_iqn("status-reader")).ok()) return {};
+    std::vector<std::byte> page(1 << 20);
+    if (!status.read(0, page).ok()) return {};
+    return nlohmann::json::parse(reinterpret_cast<const char*>(page.data()));
+  }
+
+  // One round for every (worker, gradient) pair, each on its own thread: push, then pull. Returns what each
+  // worker read back and how long each pull took; fails the test when a round takes over `limit`.
+  struct Pulled {
+    ScsiResult result;
+    std::vector<float> weights;
+  };
+  std::vector<Pulled> round(std::vector<IscsiLun*> workers, const std::vector<std::vector<float>>& grads,
+                            std::chrono::milliseconds limit = 15s) {
+    std::vector<std::future<Pulled>> futures;
+    for (std::size_t k = 0; k < workers.size(); ++k) {
+      futures.push_back(std::async(std::launch::async, [lun = workers[k], &g = grads[k]] {
+        Pulled p;
+        p.result = lun->write(0, bytes_of(g));
+        if (!p.result.ok()) return p;
+        std::vector<std::byte> back(kBytes);
+        p.result = lun->read(0, back);
+        p.weights = floats_of(back);
+        return p;
+      }));
+    }
+    std::vector<Pulled> out;
+    const auto deadline = Clock::now() + limit;
+    for (auto& f : futures) {
+      if (f.wait_until(deadline) != std::future_status::ready) {
+        ADD_FAILURE() << "a worker's round did not finish within " << limit.count() << " ms";
+        std::abort();  // a hung libiscsi call cannot be cancelled; dying is the bounded outcome
+      }
+      out.push_back(f.get());
+    }
+    return out;
+  }
+
+  TempDir dir_;
+  TgtdInstance tgtd_;
+  std::string options_;
+};
+
+TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=3;straggler_ms=60000"));
+  IscsiLun a, b, c;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+  ASSERT_NO_FATAL_FAILURE(connect(c, "c"));
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    const auto ga = values(10 * r + 1), gb = values(10 * r + 2), gc = values(10 * r + 3);
+    reference_round(expected, {ga, gb, gc}, 0.5f);
+    // a and b push and pull at once; c pushes 400 ms later: a's and b's pulls must wait for it.
+    const auto t0 = Clock::now();
+    auto early = std::async(std::launch::async, [&] { return round({&a, &b}, {ga, gb}); });
+    std::this_thread::sleep_for(400ms);
+    ASSERT_EQ(early.wait_for(0s), std::future_status::timeout) << "a pull came back before the round closed";
+    const auto late = round({&c}, {gc});
+    const auto first = early.get();
+    EXPECT_GE(Clock::now() - t0, 400ms);
+    for (const Pulled& p : {first[0], first[1], late[0]}) {
+      ASSERT_TRUE(p.result.ok()) << p.result.describe();
+      EXPECT_EQ(p.weights, expected) << "a worker read something other than the averaged step";
+    }
+  }
+  const auto s = status_page();
+  EXPECT_EQ(s["rounds"]["rounds_min"], 3);
+  EXPECT_EQ(s["rounds"]["live_workers"].size(), 3u);
+  EXPECT_EQ(s["rounds"]["parked_commands"], 0);
+  EXPECT_EQ(s["rounds"]["round_latency"]["count"], 12) << "4 blocks x 3 rounds";
+
+  // `blockps status` shows the rounds and the live workers.
+  const std::string cluster = dir_.path("cluster.toml");
+  std::ofstream(cluster) << "[model]\nsize = \"256K\"\nblock = \"64K\"\n[[shard]]\nname = \"s0\"\ngrad = \""
+                         << tgtd_.url(kTarget, 1) << "\"\nweights = \"" << tgtd_.url(kTarget, 2)
+                         << "\"\nstatus = \"" << tgtd_.url(kTarget, 3) << "\"\n";
+  const CommandResult cli = run_command({BLOCKPS_CLI_PATH, "--cluster", cluster, "status"});
+  ASSERT_TRUE(cli.ok()) << cli.describe();
+  EXPECT_NE(cli.output.find("sync rounds"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find("3/3"), std::string::npos) << cli.output;
+  EXPECT_NE(cli.output.find(worker_iqn("c")), std::string::npos) << cli.output;
+}
+
+TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=2;straggler_ms=1000;worker_timeout_ms=5000"));
+  // Worker c is a separate process: it pushes, its READ parks (a and b have not pushed), and it is killed -9.
+  const std::string pid_file = dir_.path("c.pid");
+  auto c = std::async(std::launch::async, [&] {
+    RunOptions limit;
+    limit.timeout = 30s;
+    return run_command({"bash", "-c",
+                        "echo $$ > " + pid_file + "; BLOCKPS_INITIATOR_IQN=" + worker_iqn("c") + " exec " +
+                            BLOCKPS_LU_IO + " " + tgtd_.url(kTarget, 1) + " pushpull 0 256K 7"},
+                       limit);
+  });
+  const auto joined_by = Clock::now() + 10s;
+  for (;;) {
+    const auto s = status_page();
+    if (!s.is_null() && s["rounds"]["live_workers"].size() == 1 && s["rounds"]["parked_commands"] == 1) break;
+    ASSERT_LT(Clock::now(), joined_by) << "worker c never pushed and parked its READ: " << s.dump();
+    std::this_thread::sleep_for(50ms);
+  }
+  pid_t pid = 0;
+  ASSERT_TRUE(std::istringstream(read_text_file(pid_file)) >> pid);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  const CommandResult killed = c.get();
+  EXPECT_EQ(killed.exit_code, 128 + SIGKILL) << killed.describe();
+
+  IscsiLun a, b;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+  for (std::uint32_t r = 0; r < 4; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    const auto t0 = Clock::now();
+    const auto pulled = round({&a, &b}, {values(2 * r + 20), values(2 * r + 21)});
+    // Round 0 holds c's gradient and closes as soon as a and b pushed; later rounds may wait straggler_ms
+    // once, until tgt has torn c's session down and the poll drops it.
+    EXPECT_LT(Clock::now() - t0, 1000ms + 1500ms) << "a round took longer than straggler_ms plus a margin";
+    for (const Pulled& p : pulled) ASSERT_TRUE(p.result.ok()) << p.result.describe();
+    EXPECT_EQ(pulled[0].weights, pulled[1].weights);
+  }
+  const auto s = status_page();
+  EXPECT_EQ(s["rounds"]["rounds_min"], 4);
+  EXPECT_EQ(s["rounds"]["live_workers"].size(), 2u) << s["rounds"].dump();
+  EXPECT_GE(s["rounds"]["workers_dropped"], 1);
+}
+
+TEST_F(SyncModeTest, BelowMinWorkersPullsFailWithNotReadyAndRecoverWhenAWorkerReturns) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=500;worker_timeout_ms=5000"));
+  IscsiLun a, b;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  const auto g1a = values(1), g1b = values(2);
+  reference_round(expected, {g1a, g1b}, 0.5f);
+  for (const Pulled& p : round({&a, &b}, {g1a, g1b})) ASSERT_TRUE(p.result.ok()) << p.result.describe();
+
+  b.disconnect();  // b's session ends (logout)
+  const auto g2a = values(3), g2b = values(4);
+  ASSERT_TRUE(a.write(0, bytes_of(g2a)).ok()) << "pushes are still taken while degraded";
+  std::vector<std::byte> back(kBytes);
+  const auto t0 = Clock::now();
+  const ScsiResult refused = a.read(0, back);
+  EXPECT_LT(Clock::now() - t0, 3s) << "the refusal must come promptly, not at a timeout";
+  EXPECT_TRUE(refused.check_condition(kNotReady, kAscManualIntervention)) << refused.describe();
+  const auto s = status_page();
+  EXPECT_TRUE(s["rounds"]["degraded"].get<bool>()) << s["rounds"].dump();
+  EXPECT_NE(s["rounds"]["degraded_reason"].get<std::string>().find("live workers 1 < min_workers=2"), std::string::npos);
+
+  // b comes back (a new session) and pushes round 2: the round closes with a's and b's gradients.
+  IscsiLun b2;
+  ASSERT_NO_FATAL_FAILURE(connect(b2, "b"));
+  reference_round(expected, {g2a, g2b}, 0.5f);
+  const auto pulled = round({&b2}, {g2b});
+  ASSERT_TRUE(pulled[0].result.ok()) << pulled[0].result.describe();
+  EXPECT_EQ(pulled[0].weights, expected);
+  ASSERT_TRUE(a.read(0, back).ok());
+  EXPECT_EQ(floats_of(back), expected);
+  EXPECT_FALSE(status_page()["rounds"]["degraded"].get<bool>());
+}
+
+TEST_F(SyncModeTest, AKilledTgtdRestartsFromTheLastCheckpointAndRoundsResume) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000"));
+  std::vector<float> at_checkpoint;
+  {
+    IscsiLun a, b;
+    ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+    ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+    for (std::uint32_t r = 0; r < 2; ++r)
+      for (const Pulled& p : round({&a, &b}, {values(r + 40), values(r + 50)})) ASSERT_TRUE(p.result.ok());
+    ASSERT_TRUE(a.synchronize_cache().ok());  // fsync: a checkpoint after round 2
+    std::vector<std::byte> w(kBytes);
+    ASSERT_TRUE(a.read(0, w).ok());
+    at_checkpoint = floats_of(w);
+    const auto lost = round({&a, &b}, {values(60), values(61)});  // round 3: not checkpointed
+    ASSERT_TRUE(lost[0].result.ok());
+    ASSERT_NE(lost[0].weights, at_checkpoint);
+  }
+  ASSERT_TRUE(tgtd_.kill9().ok());
+  ASSERT_TRUE(tgtd_.restart().ok());
+  const Status s = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"), options_);
+  ASSERT_TRUE(s.ok()) << s.message();
+  const auto page = status_page();
+  EXPECT_EQ(page["rounds"]["rounds_min"], 2) << "rounds resume from the checkpoint";
+  IscsiLun a, b;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+  std::vector<std::byte> w(kBytes);
+  ASSERT_TRUE(a.read(0, w).ok());
+  EXPECT_EQ(floats_of(w), at_checkpoint) << "exactly the checkpointed weights; only round 3 is lost";
+  std::vector<float> expected = at_checkpoint;
+  reference_round(expected, {values(70), values(71)}, 0.5f);
+  for (const Pulled& p : round({&a, &b}, {values(70), values(71)})) {
+    ASSERT_TRUE(p.result.ok()) << p.result.describe();
+    EXPECT_EQ(p.weights, expected);
+  }
+  EXPECT_EQ(status_page()["rounds"]["rounds_min"], 3);
+}
+
+TEST_F(SyncModeTest, StatusLuControlLinesSetLrResetRoundsAndRefuseUnknownKeys) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=1"));
+  IscsiLun a, status;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(status, "a", 3));
+  for (const Pulled& p : round({&a}, {values(1)})) ASSERT_TRUE(p.result.ok());
+  const auto control = [&](const std::string& text) {
+    std::vector<std::byte> block(512);
+    std::memcpy(block.data(), text.data(), text.size());
+    return status.write(0, block);
+  };
+  const ScsiResult bad = control("learning_rate=0.1\n");
+  EXPECT_TRUE(bad.check_condition(0x05, 0x2600)) << bad.describe();
+  EXPECT_NE(tgtd_.log_text().find("refused control 'learning_rate=0.1': unknown"), std::string::npos);
+  ASSERT_TRUE(control("lr=0.125\nreset-rounds\n").ok());
+  const auto s = status_page();
+  EXPECT_EQ(s["shard"]["lr"], 0.125);
+  EXPECT_EQ(s["rounds"]["rounds_max"], 0);
+}
+
+}  // namespace
+}  // namespace blockps::testing
