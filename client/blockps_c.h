@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 1
+#define BLOCKPS_API_VERSION 2
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -199,6 +199,64 @@ BLOCKPS_EXPORT blockps_result blockps_op_on_done(blockps_op* op, blockps_done_fn
 /* Frees the handle. If the operation is still running, waits for it first, so its buffer may be released once
  * this returns. A callback set on it still runs (before this returns). NULL: no-op. */
 BLOCKPS_EXPORT void blockps_op_free(blockps_op* op);
+
+/* ---- Double buffering and adaptive pull (API version 2) ------------------------------------------------ */
+/* Two model buffers, each a weights + gradients pair: compute uses one while a communication thread pushes the
+ * other's gradients and pulls fresh weights into it; blockps_double_buffer_step swaps them without a copy and
+ * never hands compute a buffer whose pull has not completed on every shard. Adaptive pull sleeps a "bubble"
+ * before each pull so the weights land just before compute ends (moving averages of compute, push and pull
+ * time). docs/OPTIONS.md ("Double buffering") explains every field. */
+
+typedef struct blockps_double_buffer blockps_double_buffer;
+
+typedef enum blockps_pipeline_mode {
+  BLOCKPS_PIPELINE_SEQUENTIAL = 0,   /* one buffer: step pushes then pulls it, blocking (no overlap) */
+  BLOCKPS_PIPELINE_DOUBLE_BUFFER = 1 /* two buffers, exchange overlapped with compute */
+} blockps_pipeline_mode;
+
+/* Fill with blockps_double_buffer_options_init, then change fields. */
+typedef struct blockps_double_buffer_options {
+  blockps_pipeline_mode mode;   /* default BLOCKPS_PIPELINE_DOUBLE_BUFFER */
+  int adaptive_pull;            /* 0/1, default 1 */
+  int concurrent_push_pull;     /* 0/1, default 0: push and pull at once when compute < push + pull (a second
+                                   session per shard: shards in mode=async only) */
+  double smoothing;             /* weight of the newest sample in the moving averages, (0, 1], default 0.2 */
+  double safety;                /* the pull aims to end this fraction of compute early, [0, 1), default 0.05 */
+  int warmup_steps;             /* steps measured before the first bubble, >= 1, default 3 */
+} blockps_double_buffer_options;
+
+/* One step as compute saw it; times in seconds (StepMetrics in client/double_buffer.h). */
+typedef struct blockps_step_metrics {
+  uint64_t step;        /* 1 for the first step */
+  double compute_s;     /* previous step's return (or open) to this call */
+  double stall_s;       /* this call waiting for communication */
+  double bubble_s;      /* sleep before the pull of the buffer handed back */
+  double push_s;        /* its push latency */
+  double pull_s;        /* its pull latency */
+  double weight_age_s;  /* its pull's completion to this call's return */
+  int concurrent;       /* 1 when its push and pull ran at once */
+} blockps_step_metrics;
+
+/* The defaults. NULL: no-op. */
+BLOCKPS_EXPORT void blockps_double_buffer_options_init(blockps_double_buffer_options* options);
+
+/* Allocates the buffers (model_bytes each, 4 KiB aligned), pulls the current weights into them and starts the
+ * communication thread. `options` NULL: the defaults. The cluster must stay open until the double buffer is
+ * closed. Errors: INVALID_ARGUMENT (NULL cluster or out, an option out of range: the message names it),
+ * IO, CONNECT (concurrent push/pull's second sessions), NO_MEMORY. */
+BLOCKPS_EXPORT blockps_result blockps_double_buffer_open(blockps_cluster* cluster,
+                                                         const blockps_double_buffer_options* options,
+                                                         blockps_double_buffer** out);
+/* The compute buffer's weights and gradients (model_bytes each, wire format), valid until the next step.
+ * NULL for a NULL handle. */
+BLOCKPS_EXPORT void* blockps_double_buffer_weights(blockps_double_buffer* db);
+BLOCKPS_EXPORT void* blockps_double_buffer_grads(blockps_double_buffer* db);
+/* Ends compute on the current buffer (its gradients are pushed as they are) and makes the other buffer the
+ * compute buffer. `metrics` may be NULL. Errors: INVALID_ARGUMENT (NULL db), IO (a push or pull failed: the
+ * double buffer is then failed and every later step returns the same error). */
+BLOCKPS_EXPORT blockps_result blockps_double_buffer_step(blockps_double_buffer* db, blockps_step_metrics* metrics);
+/* Waits for the exchange in flight, stops the thread, frees the buffers. NULL: no-op. */
+BLOCKPS_EXPORT void blockps_double_buffer_close(blockps_double_buffer* db);
 
 #ifdef __cplusplus
 } /* extern "C" */

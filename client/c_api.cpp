@@ -13,6 +13,7 @@
 
 #include "client/blockps.h"
 #include "client/blockps_c.h"
+#include "client/double_buffer.h"
 
 struct blockps_cluster {
   std::unique_ptr<blockps::Cluster> cluster;
@@ -30,6 +31,10 @@ struct blockps_op {
   };
   blockps::Operation operation;
   std::shared_ptr<Completion> completion = std::make_shared<Completion>();
+};
+
+struct blockps_double_buffer {
+  std::unique_ptr<blockps::DoubleBuffer> db;
 };
 
 namespace {
@@ -407,3 +412,70 @@ void blockps_op_free(blockps_op* op) {
 }
 
 }  // extern "C"
+
+void blockps_double_buffer_options_init(blockps_double_buffer_options* options) {
+  if (options == nullptr) return;
+  const blockps::PipelineOptions d;
+  options->mode = d.mode == blockps::PipelineMode::sequential ? BLOCKPS_PIPELINE_SEQUENTIAL
+                                                              : BLOCKPS_PIPELINE_DOUBLE_BUFFER;
+  options->adaptive_pull = d.adaptive_pull ? 1 : 0;
+  options->concurrent_push_pull = d.concurrent_push_pull ? 1 : 0;
+  options->smoothing = d.smoothing;
+  options->safety = d.safety;
+  options->warmup_steps = d.warmup_steps;
+}
+
+blockps_result blockps_double_buffer_open(blockps_cluster* cluster, const blockps_double_buffer_options* options,
+                                          blockps_double_buffer** out) {
+  constexpr const char* what = "blockps_double_buffer_open";
+  return guarded(what, [&] {
+    if (out != nullptr) *out = nullptr;
+    if (cluster == nullptr) return null_argument(what, "cluster");
+    if (out == nullptr) return null_argument(what, "out");
+    blockps::PipelineOptions o;
+    if (options != nullptr) {
+      if (options->mode != BLOCKPS_PIPELINE_SEQUENTIAL && options->mode != BLOCKPS_PIPELINE_DOUBLE_BUFFER)
+        return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "mode = " + std::to_string(static_cast<int>(options->mode)),
+                    ": must be BLOCKPS_PIPELINE_SEQUENTIAL (0) or BLOCKPS_PIPELINE_DOUBLE_BUFFER (1)");
+      o.mode = options->mode == BLOCKPS_PIPELINE_SEQUENTIAL ? blockps::PipelineMode::sequential
+                                                            : blockps::PipelineMode::double_buffer;
+      o.adaptive_pull = options->adaptive_pull != 0;
+      o.concurrent_push_pull = options->concurrent_push_pull != 0;
+      o.smoothing = options->smoothing;
+      o.safety = options->safety;
+      o.warmup_steps = options->warmup_steps;
+    }
+    auto db = blockps::DoubleBuffer::create(*cluster->cluster, o);
+    if (!db.ok()) return finish(db.status());
+    *out = new blockps_double_buffer{std::move(db.value())};
+    return finish(Status::Ok());
+  });
+}
+
+void* blockps_double_buffer_weights(blockps_double_buffer* db) {
+  return db == nullptr ? nullptr : db->db->weights().data();
+}
+
+void* blockps_double_buffer_grads(blockps_double_buffer* db) { return db == nullptr ? nullptr : db->db->grads().data(); }
+
+blockps_result blockps_double_buffer_step(blockps_double_buffer* db, blockps_step_metrics* metrics) {
+  constexpr const char* what = "blockps_double_buffer_step";
+  return guarded(what, [&] {
+    if (db == nullptr) return null_argument(what, "db");
+    auto m = db->db->step();
+    if (!m.ok()) return finish(m.status());
+    if (metrics != nullptr) {
+      metrics->step = m->step;
+      metrics->compute_s = m->compute_s;
+      metrics->stall_s = m->stall_s;
+      metrics->bubble_s = m->bubble_s;
+      metrics->push_s = m->push_s;
+      metrics->pull_s = m->pull_s;
+      metrics->weight_age_s = m->weight_age_s;
+      metrics->concurrent = m->concurrent ? 1 : 0;
+    }
+    return finish(Status::Ok());
+  });
+}
+
+void blockps_double_buffer_close(blockps_double_buffer* db) { delete db; }

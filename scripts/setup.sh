@@ -30,6 +30,8 @@ packages=(
   shellcheck
   # bench/client_pushpull compares against PyTorch's gloo allreduce (bench/gloo_allreduce.py, /usr/bin/python3)
   python3-torch
+  # the Python binding (client/python) and the main job (scripts/demo.sh): Fashion-MNIST with PyTorch, its plot
+  pybind11-dev python3-dev python3-numpy python3-matplotlib dataset-fashion-mnist
 )
 
 missing=()

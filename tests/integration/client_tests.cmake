@@ -9,3 +9,14 @@ target_link_libraries(blockps_client_posix_tests PRIVATE blockps)
 # Shards and workers as separate hosts (network namespaces, veth links to a bridge).
 blockps_integration_test(blockps_client_netns_tests test_client_netns.cpp)
 target_link_libraries(blockps_client_netns_tests PRIVATE blockps)
+
+# Double buffering and adaptive pull (client/double_buffer.h) against 2 real shards: the swap never exposes a
+# half-pulled buffer, the bubble converges under a controlled compute time, errors, the C API, Python.
+blockps_integration_test(blockps_double_buffer_tests test_double_buffer.cpp)
+# It also drives the C API and, where the Python package is built, runs python_binding_check.py.
+target_link_libraries(blockps_double_buffer_tests PRIVATE blockps_test_cluster blockps::blockps)
+if(TARGET blockps_python)
+  add_dependencies(blockps_double_buffer_tests blockps_python)
+  target_compile_definitions(blockps_double_buffer_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_PYTHON_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/python_binding_check.py")
+endif()

@@ -246,7 +246,7 @@ TEST_F(SyncModeTest, ALunResetOfAParkedReadIsAnsweredPromptly) {
   EXPECT_TRUE(reset.ok()) << reset.describe();
   EXPECT_LT(Clock::now() - t0, 2s) << "the LUN RESET waited for the parked READ instead of aborting it";
   EXPECT_EQ(status_page()["rounds"]["parked_commands"], 0);
-  EXPECT_TRUE(kill_spawned("c"));
+  kill_spawned("c");  // it may have ended already: tgt answers the aborted READ to its session
   (void)c.wait_for(40s);
 }
 

@@ -1,0 +1,216 @@
+// DoubleBuffer (double_buffer.h): the communication thread and the adaptive-pull plan.
+#include "client/double_buffer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <new>
+#include <string>
+
+namespace blockps {
+namespace {
+
+constexpr std::size_t kBufferAlignment = 4096;  // O_DIRECT (posix transport) wants page-aligned buffers
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+void blend(double& average, double sample, double smoothing, std::uint64_t samples_before) {
+  average = samples_before == 0 ? sample : average + smoothing * (sample - average);
+}
+
+}  // namespace
+
+std::string check_pipeline_options(const PipelineOptions& o) {
+  if (!(o.smoothing > 0 && o.smoothing <= 1))
+    return "smoothing = " + std::to_string(o.smoothing) + ": must be in (0, 1]";
+  if (!(o.safety >= 0 && o.safety < 1)) return "safety = " + std::to_string(o.safety) + ": must be in [0, 1)";
+  if (o.warmup_steps < 1) return "warmup_steps = " + std::to_string(o.warmup_steps) + ": must be >= 1";
+  if (o.mode == PipelineMode::sequential && o.concurrent_push_pull)
+    return "concurrent_push_pull needs mode double_buffer (sequential mode pulls after its push, by definition)";
+  return "";
+}
+
+void DoubleBuffer::FreeDeleter::operator()(std::byte* p) const noexcept { std::free(p); }
+
+DoubleBuffer::DoubleBuffer(Cluster& cluster, const PipelineOptions& options)
+    : cluster_(cluster), options_(options), bytes_(cluster.model_bytes()) {}
+
+Result<std::unique_ptr<DoubleBuffer>> DoubleBuffer::create(Cluster& cluster, const PipelineOptions& options) {
+  if (std::string why = check_pipeline_options(options); !why.empty())
+    return Status::Error(StatusCode::invalid_argument, "double buffer options: " + why);
+  std::unique_ptr<DoubleBuffer> db(new DoubleBuffer(cluster, options));
+  const std::size_t rounded = (db->bytes_ + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
+  const int buffers = options.mode == PipelineMode::double_buffer ? 2 : 1;
+  for (int i = 0; i < buffers; ++i) {
+    ModelBuffer& b = db->buffers_[i];
+    for (auto* slot : {&b.weights, &b.grads}) {
+      slot->reset(static_cast<std::byte*>(std::aligned_alloc(kBufferAlignment, rounded)));
+      if (!*slot) throw std::bad_alloc();
+      std::memset(slot->get(), 0, rounded);
+    }
+    if (Status s = cluster.pull(std::span(b.weights.get(), db->bytes_)); !s.ok())
+      return Status::Error(s.code(), "double buffer: initial pull: " + s.message());
+    b.pulled_at = Clock::now();
+  }
+  if (options.concurrent_push_pull) {
+    auto second = Cluster::open(cluster.config());
+    if (!second.ok())
+      return Status::Error(second.status().code(),
+                           "double buffer: the pull sessions of concurrent push/pull: " + second.message());
+    db->pull_cluster_ = std::move(second.value());
+  }
+  if (buffers == 2) db->thread_ = std::thread([p = db.get()] { p->communicate(); });
+  db->compute_started_ = Clock::now();
+  return db;
+}
+
+DoubleBuffer::~DoubleBuffer() {
+  {
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return in_flight_ == nullptr; });
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+PipelineAverages DoubleBuffer::averages() const {
+  std::lock_guard lock(mutex_);
+  return averages_;
+}
+
+Status DoubleBuffer::exchange(ModelBuffer& buffer, Clock::time_point submitted) {
+  PipelineAverages plan;
+  bool planned = false;
+  {
+    std::lock_guard lock(mutex_);
+    plan = averages_;
+    planned = options_.mode == PipelineMode::double_buffer &&
+              std::min(measured_exchanges_, measured_computes_) >= static_cast<std::uint64_t>(options_.warmup_steps);
+  }
+  const bool concurrent =
+      planned && pull_cluster_ != nullptr && plan.compute_s < plan.push_s + plan.pull_s;
+  const std::span<const std::byte> grads(buffer.grads.get(), bytes_);
+  const std::span<std::byte> weights(buffer.weights.get(), bytes_);
+  // The pull should end (1 - safety) x compute after compute started on the other buffer.
+  const auto pull_start_target =
+      submitted + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
+                      (1 - options_.safety) * plan.compute_s - plan.pull_s));
+  auto sleep_bubble = [&] {
+    const auto now = Clock::now();
+    if (!planned || !options_.adaptive_pull || pull_start_target <= now) return 0.0;
+    std::this_thread::sleep_until(pull_start_target);
+    return seconds(Clock::now() - now);
+  };
+
+  const auto t0 = Clock::now();
+  double push_s = 0, pull_s = 0, bubble_s = 0;
+  if (concurrent) {
+    // The callback runs once, also when the push is refused, so the future is always set.
+    std::promise<Clock::time_point> push_end;
+    auto push_ended = push_end.get_future();
+    const Operation push = cluster_.push_async(grads, [&push_end](const Status&) { push_end.set_value(Clock::now()); });
+    bubble_s = sleep_bubble();
+    const auto pull_t0 = Clock::now();
+    const Status pulled = pull_cluster_->pull(weights);
+    pull_s = seconds(Clock::now() - pull_t0);
+    const Status pushed = push.wait();
+    push_s = seconds(push_ended.get() - t0);
+    if (!pushed.ok()) return Status::Error(pushed.code(), "double buffer: push: " + pushed.message());
+    if (!pulled.ok()) return Status::Error(pulled.code(), "double buffer: pull: " + pulled.message());
+  } else {
+    if (Status s = cluster_.push(grads); !s.ok())
+      return Status::Error(s.code(), "double buffer: push: " + s.message());
+    push_s = seconds(Clock::now() - t0);
+    bubble_s = sleep_bubble();
+    const auto pull_t0 = Clock::now();
+    if (Status s = cluster_.pull(weights); !s.ok())
+      return Status::Error(s.code(), "double buffer: pull: " + s.message());
+    pull_s = seconds(Clock::now() - pull_t0);
+  }
+  buffer.pulled_at = Clock::now();
+  buffer.push_s = push_s;
+  buffer.pull_s = pull_s;
+  buffer.bubble_s = bubble_s;
+  buffer.concurrent = concurrent;
+  std::lock_guard lock(mutex_);
+  blend(averages_.push_s, push_s, options_.smoothing, measured_exchanges_);
+  blend(averages_.pull_s, pull_s, options_.smoothing, measured_exchanges_);
+  ++measured_exchanges_;
+  return Status::Ok();
+}
+
+void DoubleBuffer::communicate() {
+  for (;;) {
+    ModelBuffer* buffer = nullptr;
+    Clock::time_point submitted;
+    {
+      std::unique_lock lock(mutex_);
+      cv_.wait(lock, [&] { return stopping_ || submitted_ != nullptr; });
+      if (submitted_ == nullptr) return;
+      buffer = std::exchange(submitted_, nullptr);
+      submitted = submitted_at_;
+    }
+    Status s = Status::Ok();
+    try {
+      s = exchange(*buffer, submitted);
+    } catch (const std::exception& e) {  // e.g. bad_alloc: an error value, never an escape
+      s = Status::Error(std::string("double buffer: exchange: ") + e.what());
+    }
+    {
+      std::lock_guard lock(mutex_);
+      if (!s.ok() && !exchange_error_) exchange_error_ = std::move(s);
+      in_flight_ = nullptr;
+    }
+    cv_.notify_all();
+  }
+}
+
+Result<StepMetrics> DoubleBuffer::step() {
+  if (failure_) return *failure_;
+  const auto called = Clock::now();
+  StepMetrics m;
+  m.step = ++steps_;
+  m.compute_s = seconds(called - compute_started_);
+  {
+    std::lock_guard lock(mutex_);
+    blend(averages_.compute_s, m.compute_s, options_.smoothing, measured_computes_);
+    ++measured_computes_;
+  }
+  ModelBuffer* next = compute_;
+  if (options_.mode == PipelineMode::sequential) {
+    if (Status s = exchange(*compute_, called); !s.ok()) {
+      failure_ = s;
+      return s;
+    }
+  } else {
+    // The other buffer's exchange (started by the previous step) must be over before anything else is
+    // submitted: the communication thread holds one buffer at a time.
+    ModelBuffer* other = compute_ == &buffers_[0] ? &buffers_[1] : &buffers_[0];
+    std::unique_lock lock(mutex_);
+    cv_.wait(lock, [&] { return in_flight_ == nullptr; });
+    if (exchange_error_) {
+      failure_ = *exchange_error_;
+      return *failure_;
+    }
+    submitted_ = in_flight_ = compute_;
+    submitted_at_ = called;
+    lock.unlock();
+    cv_.notify_all();
+    next = other;
+  }
+  const auto now = Clock::now();
+  m.stall_s = seconds(now - called);
+  m.bubble_s = next->bubble_s;
+  m.push_s = next->push_s;
+  m.pull_s = next->pull_s;
+  m.weight_age_s = seconds(now - next->pulled_at);
+  m.concurrent = next->concurrent;
+  compute_ = next;
+  compute_started_ = Clock::now();
+  return m;
+}
+
+}  // namespace blockps

@@ -1,0 +1,16 @@
+"""blockps: train through a blockps parameter server (Python binding of libblockps).
+
+    import blockps
+    cluster = blockps.Cluster("cluster.toml")
+    db = blockps.DoubleBuffer(cluster)            # pulls the weights into both buffers
+    while training:
+        compute(db.weights, db.grads)               # numpy views of the library's buffers (no copy)
+        metrics = db.step()                         # push grads, pull fresh weights, swap (dict of times)
+
+push/pull/write_weights/read_weights take any C-contiguous buffer of model_bytes (numpy arrays; torch tensors
+through .numpy()). Errors raise blockps.Error with the library's message. blockps.torch gives a PyTorch model
+flat parameter/gradient views on the double buffer.
+"""
+from ._blockps import Cluster, DoubleBuffer, Error  # noqa: F401
+
+__all__ = ["Cluster", "DoubleBuffer", "Error"]

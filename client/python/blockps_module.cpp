@@ -1,0 +1,177 @@
+// The Python binding (module blockps._blockps; the package blockps re-exports it): Cluster and DoubleBuffer of
+// the C++ API. Buffers cross without copies: push/pull take any contiguous writable buffer (numpy arrays,
+// torch tensors through .numpy()), and DoubleBuffer.weights / .grads are numpy views of the library's own
+// buffers. Errors raise blockps.Error with the library's message. The GIL is released while I/O runs.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "client/blockps.h"
+#include "client/double_buffer.h"
+
+namespace py = pybind11;
+using blockps::Cluster;
+using blockps::DoubleBuffer;
+
+namespace {
+
+struct BlockpsError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(const blockps::Status& s) {
+  if (!s.ok()) throw BlockpsError(s.message());
+}
+
+// The bytes of a C-contiguous buffer, checked against the model's size.
+std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writable, const char* what) {
+  py::buffer_info info = b.request(writable);
+  const auto bytes = static_cast<std::uint64_t>(info.size) * static_cast<std::uint64_t>(info.itemsize);
+  if (bytes != c.model_bytes())
+    throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes) +
+                          " bytes, the model has " + std::to_string(c.model_bytes()));
+  py::ssize_t expect = info.itemsize;  // C-contiguous: strides from the last axis up
+  for (auto i = info.ndim; i-- > 0;) {
+    if (info.shape[static_cast<std::size_t>(i)] > 1 && info.strides[static_cast<std::size_t>(i)] != expect)
+      throw py::value_error(std::string(what) + ": the buffer must be C-contiguous (no copy is made)");
+    expect *= info.shape[static_cast<std::size_t>(i)];
+  }
+  return {static_cast<std::byte*>(info.ptr), static_cast<std::size_t>(bytes)};
+}
+
+// A numpy view of model wire bytes in the wire dtype (bf16 has no numpy type: its raw uint16 bits).
+py::array model_view(const Cluster& c, std::span<std::byte> bytes, py::handle owner) {
+  switch (c.config().model.dtype) {
+    case blockps::ModelDtype::f32:
+      return py::array(py::dtype("float32"), {static_cast<py::ssize_t>(bytes.size() / 4)}, {}, bytes.data(), owner);
+    case blockps::ModelDtype::f16:
+      return py::array(py::dtype("float16"), {static_cast<py::ssize_t>(bytes.size() / 2)}, {}, bytes.data(), owner);
+    case blockps::ModelDtype::bf16:
+      break;
+  }
+  return py::array(py::dtype("uint16"), {static_cast<py::ssize_t>(bytes.size() / 2)}, {}, bytes.data(), owner);
+}
+
+// A blocking whole-model transfer of Cluster as a Python method: checks the buffer, releases the GIL.
+template <auto method>
+auto transfer(const char* what) {
+  // A method that accepts read-only bytes (push, write_weights) only reads the buffer.
+  constexpr bool writable = !std::is_invocable_v<decltype(method), Cluster&, std::span<const std::byte>>;
+  using Span = std::conditional_t<writable, std::span<std::byte>, std::span<const std::byte>>;
+  return [what](Cluster& c, const py::buffer& buffer) {
+    const Span bytes = model_span(c, buffer, writable, what);
+    py::gil_scoped_release release;
+    check((c.*method)(bytes));
+  };
+}
+
+// A numpy view of one of the DoubleBuffer's compute buffers; the view keeps the DoubleBuffer alive.
+template <auto buffer>
+auto buffer_view() {
+  return [](const py::object& self) {
+    auto& db = self.cast<DoubleBuffer&>();
+    return model_view(db.cluster(), (db.*buffer)(), self);
+  };
+}
+
+py::dict metrics_dict(const blockps::StepMetrics& m) {
+  py::dict d;
+  d["step"] = m.step;
+  d["compute_s"] = m.compute_s;
+  d["stall_s"] = m.stall_s;
+  d["bubble_s"] = m.bubble_s;
+  d["push_s"] = m.push_s;
+  d["pull_s"] = m.pull_s;
+  d["weight_age_s"] = m.weight_age_s;
+  d["concurrent"] = m.concurrent;
+  return d;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_blockps, m) {
+  m.doc() = "blockps: push gradients to and pull weights from a blockps parameter server";
+  py::register_exception<BlockpsError>(m, "Error");
+
+  py::class_<Cluster>(m, "Cluster")
+      .def(py::init([](const std::string& cluster_file) {
+             auto c = Cluster::open(cluster_file);
+             if (!c.ok()) throw BlockpsError(c.message());
+             return std::move(c.value());
+           }),
+           py::arg("cluster_file"), "Open a cluster file (TOML) and connect every shard.")
+      .def_property_readonly("model_bytes", &Cluster::model_bytes)
+      .def_property_readonly("dtype", [](const Cluster& c) { return std::string(to_string(c.config().model.dtype)); })
+      .def_property_readonly("elements",
+                             [](const Cluster& c) { return c.model_bytes() / element_bytes(c.config().model.dtype); })
+      .def_property_readonly("shard_count", [](const Cluster& c) { return c.config().shards.size(); })
+      .def("push", transfer<&Cluster::push>("push"), py::arg("grads"),
+           "Push gradients (model_bytes, wire format): each shard runs its optimizer.")
+      .def("pull", transfer<&Cluster::pull>("pull"), py::arg("weights"),
+           "Pull the current weights into a writable buffer of model_bytes.")
+      .def("write_weights", transfer<&Cluster::write_weights>("write_weights"), py::arg("weights"),
+           "Assign the weights (weights LUs; no optimizer runs).")
+      .def("read_weights", transfer<&Cluster::read_weights>("read_weights"), py::arg("weights"),
+           "Read the weights (weights LUs) into a writable buffer of model_bytes.")
+      .def("status_pages", [](Cluster& c) {
+        auto pages = c.status_pages();
+        check(pages.status());
+        py::list out;
+        for (const auto& p : pages.value()) out.append(py::make_tuple(p.shard, p.json));
+        return out;
+      });
+
+  py::class_<DoubleBuffer>(m, "DoubleBuffer")
+      .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, bool concurrent_push_pull,
+                       double smoothing, double safety, int warmup_steps) {
+             blockps::PipelineOptions o;
+             if (mode == "double")
+               o.mode = blockps::PipelineMode::double_buffer;
+             else if (mode == "sequential")
+               o.mode = blockps::PipelineMode::sequential;
+             else
+               throw py::value_error("mode = '" + mode + "': must be 'double' or 'sequential'");
+             o.adaptive_pull = adaptive_pull;
+             o.concurrent_push_pull = concurrent_push_pull;
+             o.smoothing = smoothing;
+             o.safety = safety;
+             o.warmup_steps = warmup_steps;
+             py::gil_scoped_release release;
+             auto db = DoubleBuffer::create(c, o);
+             if (!db.ok()) throw BlockpsError(db.message());
+             return std::move(db.value());
+           }),
+           py::arg("cluster"), py::arg("mode") = "double", py::arg("adaptive_pull") = true,
+           py::arg("concurrent_push_pull") = false, py::arg("smoothing") = 0.2, py::arg("safety") = 0.05,
+           py::arg("warmup_steps") = 3, py::keep_alive<1, 2>(),
+           "Two weights+gradients buffers over the cluster (it is kept alive). Pulls the weights into both.")
+      .def_property_readonly("weights", buffer_view<&DoubleBuffer::weights>(),
+                             "numpy view of the compute buffer's weights (no copy); another buffer after step()")
+      .def_property_readonly("grads", buffer_view<&DoubleBuffer::grads>(),
+                             "numpy view of the compute buffer's gradients (pushed as they are at step(); "
+                             "zero them yourself)")
+      .def(
+          "step",
+          [](DoubleBuffer& db) {
+            blockps::Result<blockps::StepMetrics> r = blockps::Status::Error("not run");
+            {
+              py::gil_scoped_release release;
+              r = db.step();
+            }
+            if (!r.ok()) throw BlockpsError(r.message());
+            return metrics_dict(r.value());
+          },
+          "Push this buffer's gradients, pull fresh weights into it, swap. Returns the step's metrics (dict).")
+      .def("averages", [](const DoubleBuffer& db) {
+        const auto a = db.averages();
+        py::dict d;
+        d["compute_s"] = a.compute_s;
+        d["push_s"] = a.push_s;
+        d["pull_s"] = a.pull_s;
+        return d;
+      });
+}

@@ -1,0 +1,86 @@
+#!/usr/bin/python3
+"""The Python package blockps against a running cluster (opt=sum shards, so every value is exact); run by
+test_double_buffer.cpp as: python_binding_check.py CLUSTER_FILE. Exit 0 when every check passed; otherwise the
+first failed check's message and exit 1."""
+import sys
+
+import numpy as np
+import torch
+
+import blockps
+import blockps.torch
+
+
+def check(cond, message):
+    if not cond:
+        print(f"FAILED: {message}", file=sys.stderr)
+        sys.exit(1)
+
+
+def raises(exc, fn, text):
+    try:
+        fn()
+    except exc as e:
+        check(text in str(e), f"{exc.__name__} says '{e}', expected it to contain '{text}'")
+        return
+    check(False, f"expected {exc.__name__} ('{text}')")
+
+
+c = blockps.Cluster(sys.argv[1])
+n = c.elements
+check(c.dtype == "f32" and c.model_bytes == 4 * n, f"model {c.model_bytes} bytes, {n} elements, {c.dtype}")
+
+# push/pull with numpy and torch buffers, no copies: pull writes into the caller's array in place.
+w = np.empty(n, np.float32)
+address = w.ctypes.data
+c.pull(w)
+base = w.copy()
+ones = np.ones(n, np.float32)
+ones.setflags(write=False)  # a push only reads its buffer
+c.push(ones)
+c.pull(w)
+check(w.ctypes.data == address and np.array_equal(w, base + 1), "push of ones then pull gives base + 1")
+t = torch.full((n,), 2.0)
+c.push(t.numpy())
+t2 = torch.empty(n)
+c.pull(t2.numpy())
+check(torch.equal(t2, torch.from_numpy(base + 3)), "torch tensors through .numpy(): base + 3")
+raises(ValueError, lambda: c.push(np.ones(n + 1, np.float32)), "the model has")
+raises(ValueError, lambda: c.pull(np.empty((n, 2), np.float32)[:, 0]), "C-contiguous")
+raises(blockps.Error, lambda: blockps.Cluster("/nonexistent.toml"), "/nonexistent.toml")
+
+# DoubleBuffer: numpy views of its two buffers; step swaps them (two addresses, alternating) with no copy, and
+# hands back exactly the weights its pull read (one-step staleness: step k gives base + 3 + (k - 1)).
+db = blockps.DoubleBuffer(c, adaptive_pull=True, warmup_steps=1)
+addresses = []
+for k in range(1, 7):
+    db.grads[:] = 1
+    db.weights[:] = np.nan
+    m = db.step()
+    check(set(m) >= {"compute_s", "stall_s", "bubble_s", "push_s", "pull_s", "weight_age_s", "concurrent"},
+          f"metrics keys {sorted(m)}")
+    check(np.all(db.weights == base + 3 + max(0, k - 1)), f"step {k}: weights {db.weights[:4]}")
+    addresses.append(db.weights.ctypes.data)
+check(len(set(addresses)) == 2 and addresses[0] != addresses[1] and addresses[0] == addresses[2],
+      f"the compute buffer alternates between two buffers: {addresses}")
+del db
+raises(ValueError, lambda: blockps.DoubleBuffer(c, mode="triple"), "must be 'double' or 'sequential'")
+raises(blockps.Error, lambda: blockps.DoubleBuffer(c, smoothing=0), "smoothing")
+
+# blockps.torch: parameters and gradients are views of the PS buffers; the gradient autograd computes is what
+# reaches the shards (sequential mode: weights after step = before + grad, as opt=sum does).
+model = torch.nn.Linear(4, 2, bias=False)
+ps = blockps.torch.ParameterServerStep(model, c, mode="sequential")
+before = model.weight.detach().clone()
+lo = ps.db.weights.ctypes.data
+check(lo <= model.weight.data_ptr() < lo + c.model_bytes, "the parameter lives in the PS buffer")
+x = torch.tensor([[1.0, 2.0, 3.0, 4.0]])
+model(x).sum().backward()
+check(ps.flat_grads()[:8].tolist() == [1, 2, 3, 4, 1, 2, 3, 4], f"grads in the buffer: {ps.flat_grads()[:8]}")
+ps.step()
+check(torch.equal(model.weight.detach(), before + torch.tensor([[1.0, 2, 3, 4], [1, 2, 3, 4]])),
+      f"weights after the step: {model.weight}")
+check(ps.grad_copies == 0, f"autograd accumulated in place (grad_copies {ps.grad_copies})")
+check(float(ps.flat_grads().abs().sum()) == 0, "the next step starts with zero gradients")
+raises(ValueError, lambda: blockps.torch.ParameterServerStep(torch.nn.Linear(n, 2), c), "parameters")
+print("python binding: every check passed")

@@ -1,0 +1,42 @@
+// A whole blockps cluster on this host for tests and benchmarks of the worker side: one private tgtd per shard
+// (as on separate hosts) with grad/weights/status blockps LUs sized by the layout, and the cluster file that
+// reaches them through libiscsi.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "client/layout.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/tgtd_instance.h"
+
+namespace blockps::testing {
+
+struct LocalClusterShape {
+  std::uint64_t model_bytes = 0;
+  std::uint64_t block_bytes = 256 * 1024;
+  int shards = 2;
+  LayoutKind layout = LayoutKind::stripe;
+  std::string shard_options = "dtype=f32;opt=sum";  // bsopts after role= and size= (block= is added)
+};
+
+class LocalCluster {
+ public:
+  // Starts the shards' tgtds in a fresh scratch directory and writes the cluster file. The first failure,
+  // with the tgtd log.
+  Status start(const LocalClusterShape& shape, const std::string& name_prefix = "blockps-cluster-");
+  const std::string& cluster_file() const { return cluster_file_; }
+  TgtdInstance& tgtd(int shard) { return *tgtds_[static_cast<std::size_t>(shard)]; }
+  int shard_count() const { return static_cast<int>(tgtds_.size()); }
+  // Every shard's tgtd log, for a failed test's output.
+  std::string logs() const;
+
+ private:
+  TempDir dir_;
+  std::vector<std::unique_ptr<TgtdInstance>> tgtds_;
+  std::string cluster_file_;
+};
+
+}  // namespace blockps::testing
