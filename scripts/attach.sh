@@ -8,10 +8,13 @@
 #
 # SHARDS, in shard order (the order is the stripe order of the model: keep it the same on every worker):
 #   --conf FILE          a shard config (configs/shardN.conf): portal from its `blockps-portal` line (plus
-#                        BLOCKPS_PORT_OFFSET, as ps-up.sh does), IQN from its <target ...>, and the LUN of each
-#                        role from its bsopts role=grad/weights/status. Shard name: the file name without .conf.
+#                        BLOCKPS_PORT_OFFSET, and with its address replaced by BLOCKPS_PORTAL_ADDR when set,
+#                        as ps-up.sh does), IQN from its <target ...> (over iSER: IQN-iser, the target ps-up.sh
+#                        adds for `blockps-iser`), and the LUN of each role from its bsopts
+#                        role=grad/weights/status. Shard name: the file name without .conf.
 #   --portal HOST:PORT   a shard's portal; its target is found by discovery (exactly one target must be
-#                        listed there) unless --target IQN follows. LUNs 1 grad, 2 weights, 3 status (our
+#                        listed there; over TCP the IQN-iser targets of ps-up.sh are not counted) unless
+#                        --target IQN follows. LUNs 1 grad, 2 weights, 3 status (our
 #                        configs' numbering). Shard name: the IQN's part after its last ':'.
 #   --target IQN         the IQN of the shard named by the --portal just before it (needed with --dry-run).
 # OPTIONS
@@ -19,7 +22,8 @@
 #                        iSER to tgt needs BOTH an address ACL and an initiator-name ACL on the target
 #                        (`initiator-address` and `initiator-name` in the conf); TCP needs one.
 #   --out FILE           the cluster file to write (TOML; overwritten). Required unless --logout.
-#   --logout             log out of the shards' targets instead (their /dev devices go away); no cluster file.
+#   --logout             log out of the shards' targets instead (their /dev devices go away) and delete their
+#                        node records (a later attach starts clean); no cluster file.
 #   --dry-run            run nothing: print every command it would run (`+ CMD`) and the cluster file it would
 #                        write. Needs each shard's IQN (--conf, or --target) and its status page (--status-json).
 #   --status-json FILE   a shard's status page (what its status LU reads as, JSON) instead of reading the
@@ -41,7 +45,8 @@
 #   [[shard]] name, grad, weights, status = /dev/disk/by-path/... (one per shard, in order)
 # Open the devices with O_DIRECT only: through the page cache a read after a push returns your own gradient.
 # Exit status: 0, or 2 with `attach: ERROR: reason` (nothing is logged out on a failure: run --logout).
-# Environment: BLOCKPS_PORT_OFFSET (default 0) is added to the port of --conf files (as ps-up.sh does).
+# Environment: BLOCKPS_PORT_OFFSET (default 0) is added to the port of --conf files (as ps-up.sh does);
+# BLOCKPS_PORTAL_ADDR (IPv4) replaces their address (as ps-up.sh does: iSER needs an RDMA device's address).
 set -euo pipefail
 
 prog=attach
@@ -56,13 +61,19 @@ usage() {
 }
 PORT_OFFSET=${BLOCKPS_PORT_OFFSET:-0}
 [[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "BLOCKPS_PORT_OFFSET=$PORT_OFFSET is not a number"
+PORTAL_ADDR=${BLOCKPS_PORTAL_ADDR:-}
+if [ -n "$PORTAL_ADDR" ] && ! [[ $PORTAL_ADDR =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
+  die "BLOCKPS_PORTAL_ADDR=$PORTAL_ADDR is not an IPv4 address"
+fi
+# The IQN suffix of the iSER copy of a shard's target (scripts/lib/blockps-tgt.sh, BLOCKPS_ISER_SUFFIX).
+ISER_SUFFIX=-iser
 
 transport=tcp
 out=''
 logout=''
 dry=''
 timeout_s=60
-names=() hosts=() ports=() iqns=() lgrad=() lweights=() lstatus=() status_files=()
+names=() hosts=() ports=() iqns=() lgrad=() lweights=() lstatus=() status_files=() conf_iqn=()
 
 # conf_fields FILE: prints "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of a shard config.
 conf_fields() {
@@ -93,6 +104,7 @@ add_portal() { # HOST:PORT
   local port=${BASH_REMATCH[2]}
   if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "--portal '$1': port out of range 1..65535"; fi
   hosts+=("${BASH_REMATCH[1]}") ports+=("$port") iqns+=("") names+=("")
+  conf_iqn+=(0)
   lgrad+=(1) lweights+=(2) lstatus+=(3)
 }
 add_conf() { # FILE
@@ -104,7 +116,8 @@ add_conf() { # FILE
   [[ $portal =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]] || die "--conf $1: blockps-portal '$portal' is not HOST:PORT"
   local port=$((BASH_REMATCH[2] + PORT_OFFSET))
   if [ "$port" -gt 65535 ]; then die "--conf $1: port $port (with BLOCKPS_PORT_OFFSET) out of range"; fi
-  hosts+=("${BASH_REMATCH[1]}") ports+=("$port") iqns+=("$iqn") names+=("$(basename "$1" .conf)")
+  hosts+=("${PORTAL_ADDR:-${BASH_REMATCH[1]}}") ports+=("$port") iqns+=("$iqn") names+=("$(basename "$1" .conf)")
+  conf_iqn+=(1)
   lgrad+=("$g") lweights+=("$w") lstatus+=("$s")
 }
 
@@ -170,6 +183,12 @@ for i in "${!hosts[@]}"; do
 done
 iface=default
 [ "$transport" = tcp ] || iface=iser
+# Over iSER a --conf shard is reached through the iSER copy of its target.
+if [ "$transport" = iser ]; then
+  for i in "${!iqns[@]}"; do
+    [ "${conf_iqn[$i]}" = 0 ] || iqns[i]=${iqns[$i]}$ISER_SUFFIX
+  done
+fi
 
 # run CMD...: runs it, or prints it in a dry run.
 run() {
@@ -221,6 +240,8 @@ for i in "${!hosts[@]}"; do
     else
       run iscsiadm -m node -T "${iqns[$i]}" -p "$portal" -I "$iface" --logout ||
         say "warning: logout of ${iqns[$i]} at $portal failed (not logged in?)"
+      run iscsiadm -m node -T "${iqns[$i]}" -p "$portal" -I "$iface" -o delete ||
+        say "warning: no node record of ${iqns[$i]} at $portal to delete"
     fi
     continue
   fi
@@ -229,8 +250,17 @@ for i in "${!hosts[@]}"; do
   else
     disc=$(iscsiadm -m discovery -t st -p "$portal" -I "$iface" -o new 2>&1) ||
       die "discovery at $portal over $transport failed: $disc"
+    # A TCP discovery also records the iSER copies of the targets (for the TCP iface, where tgt refuses them):
+    # drop those records, or they outlive the logout.
+    if [ "$transport" = tcp ]; then
+      while read -r t; do
+        iscsiadm -m node -T "$t" -p "$portal" -I "$iface" -o delete >/dev/null 2>&1 || true
+      done < <(awk -v sfx="$ISER_SUFFIX" 'substr($2, length($2) - length(sfx) + 1) == sfx { print $2 }' <<<"$disc" | sort -u)
+    fi
     if [ -z "${iqns[$i]}" ]; then
-      mapfile -t found < <(awk '{ print $2 }' <<<"$disc" | sort -u)
+      # A TCP discovery also lists the iSER copies of the targets (tgt does not filter by transport).
+      mapfile -t found < <(awk -v t="$transport" -v sfx="$ISER_SUFFIX" '
+        t == "tcp" && substr($2, length($2) - length(sfx) + 1) == sfx { next } { print $2 }' <<<"$disc" | sort -u)
       [ "${#found[@]}" -eq 1 ] || die "discovery at $portal lists ${#found[@]} targets (${found[*]}): name one with --target IQN"
       iqns[i]=${found[0]}
     elif ! awk '{ print $2 }' <<<"$disc" | grep -qxF "${iqns[$i]}"; then

@@ -7,6 +7,11 @@
 #   control-port N             the shard's tgtd control number (tgtd -C N, tgtadm -C N)
 #   blockps-portal IP:PORT     where the shard's tgtd listens (tgt-admin ignores this key)
 #   blockps-nop-in SECONDS N   optional: NOP-In every SECONDS, session dropped after N unanswered (tgtadm)
+#   blockps-iser yes|no|auto   optional (default no): also serve the shard over iSER (iSCSI over RDMA), as a
+#                              second target IQN-iser over the same LUs, listening on the same port number on
+#                              every RDMA address (tgtd --iser port=PORT). auto: when the host has an RDMA
+#                              device (/sys/class/infiniband), else TCP only (said). iSER logins need both an
+#                              initiator-address and an initiator-name ACL in the target.
 # For each file it: checks everything first (the file, the module, free control numbers and ports), creates
 # missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
 # an empty file means "no checkpoint yet"), starts `tgtd -f -C N --iscsi portal=IP:PORT` (log in the state
@@ -14,7 +19,8 @@
 # the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name without .conf). It prints one line per shard.
 # On any failure it stops every tgtd it started and exits non-zero. Stop shards with scripts/ps-down.sh.
 # Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
-# BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES).
+# BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES,
+# BLOCKPS_PORTAL_ADDR, BLOCKPS_ISER, BLOCKPS_ISER_POOL_MB).
 set -euo pipefail
 
 blockps_prog=ps-up
@@ -36,9 +42,16 @@ TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.
 TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
 is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
 is_uint "$BLOCKPS_PORT_OFFSET" || die "BLOCKPS_PORT_OFFSET=$BLOCKPS_PORT_OFFSET is not a number"
+case "$BLOCKPS_ISER" in "" | yes | no | auto) ;; *) die "BLOCKPS_ISER=$BLOCKPS_ISER: must be yes, no or auto" ;; esac
+if [ -n "$BLOCKPS_ISER_POOL_MB" ] && { ! is_uint "$BLOCKPS_ISER_POOL_MB" || [ "$BLOCKPS_ISER_POOL_MB" -lt 128 ]; }; then
+  die "BLOCKPS_ISER_POOL_MB=$BLOCKPS_ISER_POOL_MB: must be a number of MiB >= 128 (tgt's minimum)"
+fi
+if [ -n "$BLOCKPS_PORTAL_ADDR" ] && ! [[ $BLOCKPS_PORTAL_ADDR =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
+  die "BLOCKPS_PORTAL_ADDR=$BLOCKPS_PORTAL_ADDR is not an IPv4 address"
+fi
 
 # --- check every file before starting anything -----------------------------------------------------------------
-names=() confs=() controls=() addrs=() ports=()
+names=() confs=() controls=() addrs=() ports=() isers=()
 needs_module=
 for conf in "$@"; do
   if [ ! -f "$conf" ] || [ ! -r "$conf" ]; then die "$conf: no such file (or not readable)"; fi
@@ -65,9 +78,29 @@ for conf in "$@"; do
     die "$conf: needs exactly one top-level 'blockps-portal IP:PORT' line (found ${#portal_lines[@]})"
   portal=${portal_lines[0]}
   [[ $portal =~ ^([0-9.]+):([0-9]+)$ ]] || die "$conf: blockps-portal '$portal' is not IPv4-ADDRESS:PORT"
-  addr=${BASH_REMATCH[1]}
+  addr=${BLOCKPS_PORTAL_ADDR:-${BASH_REMATCH[1]}}
   port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))
   if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "$conf: port $port out of range 1..65535"; fi
+
+  mapfile -t iser_lines < <(conf_value "$conf" blockps-iser)
+  [ "${#iser_lines[@]}" -le 1 ] || die "$conf: more than one 'blockps-iser' line"
+  iser=${BLOCKPS_ISER:-${iser_lines[0]:-no}}
+  case "$iser" in
+    yes) have_rdma_device || die "$conf: iSER wanted (blockps-iser yes / BLOCKPS_ISER=yes) but this host has no" \
+      "RDMA device (/sys/class/infiniband is empty; Soft-RoCE: rdma link add rxe0 type rxe netdev DEV)" ;;
+    no) ;;
+    auto)
+      if have_rdma_device; then iser=yes; else
+        iser=no
+        say "$name: no RDMA device on this host: TCP only (blockps-iser auto)"
+      fi
+      ;;
+    *) die "$conf: blockps-iser '$iser': must be yes, no or auto" ;;
+  esac
+  if [ "$iser" = yes ]; then
+    iser_port_fix >/dev/null || die "$conf: iSER on port $port needs $(dirname "$BLOCKPS_BACKING_STORE_DIR")/blockps-preload/libblockps-tgtd-iser-port.so" \
+      "(built with the module: cmake --build build; installed with cmake --install build --component tgt_module)"
+  fi
 
   for i in "${!names[@]}"; do
     [ "${controls[$i]}" != "$control" ] || die "$conf and ${confs[$i]} use the same control number $control"
@@ -99,7 +132,7 @@ for conf in "$@"; do
   if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
     die "$conf: port $port is in use (ss -ltn shows a listener); tgtd would fall back to 0.0.0.0:3260"
   fi
-  names+=("$name") confs+=("$conf") controls+=("$control") addrs+=("$addr") ports+=("$port")
+  names+=("$name") confs+=("$conf") controls+=("$control") addrs+=("$addr") ports+=("$port") isers+=("$iser")
 done
 
 if [ -n "$needs_module" ] && [ ! -f "$BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME" ]; then
@@ -132,7 +165,7 @@ trap cleanup_on_failure EXIT
 
 mkdir -p "$BLOCKPS_STATE_DIR"
 for i in "${!names[@]}"; do
-  name=${names[$i]} conf=${confs[$i]} control=${controls[$i]} addr=${addrs[$i]} port=${ports[$i]}
+  name=${names[$i]} conf=${confs[$i]} control=${controls[$i]} addr=${addrs[$i]} port=${ports[$i]} iser=${isers[$i]}
   state=$BLOCKPS_STATE_DIR/$name
   rm -rf "$state"
   mkdir -p "$state"
@@ -146,24 +179,38 @@ for i in "${!names[@]}"; do
     [ -e "$path" ] || : >"$path" || die "$name: cannot create the checkpoint file $path"
   done < <(conf_lus "$conf")
 
-  conf_without_control_port "$conf" >"$state/targets.conf"
+  if [ "$iser" = yes ]; then
+    conf_without_control_port "$conf" >"$state/targets.tcp.conf"
+    conf_with_iser_targets "$state/targets.tcp.conf" >"$state/targets.conf"
+    rm -f "$state/targets.tcp.conf"
+    echo "$port" >"$state/iser-port"
+  else
+    conf_without_control_port "$conf" >"$state/targets.conf"
+  fi
   echo "$conf" >"$state/conf"
   echo "$control" >"$state/control"
   echo "$addr:$port" >"$state/portal"
 
   tunables=()
   [ -z "$BLOCKPS_TGTD_GLIBC_TUNABLES" ] || tunables=("GLIBC_TUNABLES=$BLOCKPS_TGTD_GLIBC_TUNABLES")
-  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$addr:$port" >>"$log"
+  iser_args=()
+  if [ "$iser" = yes ]; then
+    tunables+=("LD_PRELOAD=$(iser_port_fix)")
+    iser_args=(--iser "port=$port${BLOCKPS_ISER_POOL_MB:+,pool_sz_mb=$BLOCKPS_ISER_POOL_MB}")
+  fi
+  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$addr:$port${iser_args[*]+ ${iser_args[*]}}" >>"$log"
   # setsid: the shard must not die with this shell's session. -f keeps tgtd in the foreground so that its
   # log goes to our file (daemonised, tgtd logs to syslog, which these machines may not have).
   module_mount=()
   if [ "$BLOCKPS_BACKING_STORE_DIR" != "$TGTD_MODULE_DIR" ]; then
+    # The mount point: Debian's tgt does not ship tgtd's module directory (a fresh machine or VM lacks it).
+    mkdir -p "$TGTD_MODULE_DIR" || die "cannot create $TGTD_MODULE_DIR (the mount point of $BLOCKPS_BACKING_STORE_DIR)"
     # shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
     module_mount=(unshare --mount --propagation private -- sh -c 'mount --bind "$0" '"$TGTD_MODULE_DIR"' && exec "$@"'
       "$BLOCKPS_BACKING_STORE_DIR")
   fi
   env "${tunables[@]+"${tunables[@]}"}" setsid "${module_mount[@]+"${module_mount[@]}"}" "$TGTD" -f -C "$control" \
-    --iscsi "portal=$addr:$port" </dev/null >>"$log" 2>&1 &
+    --iscsi "portal=$addr:$port" "${iser_args[@]+"${iser_args[@]}"}" </dev/null >>"$log" 2>&1 &
   pid=$!
   echo "$pid" >"$state/pid"
   started+=("$i")
@@ -194,6 +241,11 @@ for i in "${!names[@]}"; do
   if ! "$TGTADM" -C "$control" --op show --mode portal | grep -q "^Portal: $addr:$port,"; then
     die "$name: tgtd could not listen on $addr:$port (port in use?); it has: $("$TGTADM" -C "$control" --op show --mode portal | tr '\n' ' ')"
   fi
+  # tgtd carries on without iSER when its RDMA set-up fails (no device, port taken); the iSER targets would
+  # then fail to load with a bare "invalid request".
+  if [ "$iser" = yes ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+iser: ready'; then
+    die "$name: tgtd's iSER driver is not ready (RDMA device? iSER port $port taken by another tgtd?): $(grep -i 'iser\|rdma' "$log" | tail -n 3 | tr '\n' ' ')"
+  fi
   if [ -n "$needs_module" ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+blockps([[:space:]]|$)'; then
     die "$name: tgtd did not load $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME (see the log: undefined symbol?)"
   fi
@@ -215,7 +267,7 @@ for i in "${!names[@]}"; do
       END { print ok ? "yes" : "no" }' <<<"$show")
     [ "$found" = yes ] || die "$name: LUN $lun ($path) of $iqn did not come up (log: $log)"
     luns_of+=("$iqn/$lun")
-  done < <(conf_lus "$conf")
+  done < <(conf_lus "$state/targets.conf")
 
   # NOP-In (tgt-admin has no key for it): tgtd pings idle initiators and ends sessions that stop answering,
   # so a dead worker of a sync shard is seen in seconds, not after TCP keepalive's 30 minutes.
@@ -234,6 +286,6 @@ for i in "${!names[@]}"; do
   fi
 
   failed_log=
-  say "$name: tgtd pid $pid, control $control, portal $addr:$port, LUs ${luns_of[*]} (state $state)"
+  say "$name: tgtd pid $pid, control $control, portal $addr:$port${iser_args[*]+ (TCP and iSER)}, LUs ${luns_of[*]} (state $state)"
 done
 trap - EXIT

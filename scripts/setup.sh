@@ -28,6 +28,8 @@ packages=(
   iproute2 procps psmisc
   # lint of the shell scripts (a test)
   shellcheck
+  # the kernel-path test in a VM (tests/vm/run.sh): the Debian image and QEMU's TCG emulator
+  debootstrap qemu-system-x86 e2fsprogs
   # bench/client_pushpull compares against PyTorch's gloo allreduce (bench/gloo_allreduce.py, /usr/bin/python3)
   python3-torch
   # the Python binding (client/python) and the main job (scripts/demo.sh): Fashion-MNIST with PyTorch, its plot

@@ -19,6 +19,12 @@
 #                              is fresh memory and tgtd spends its time in page faults (1 MiB QD16 writes ~1.8
 #                              GB/s, with these ~3.2 GB/s on the 2-core machines; bench/pushpull measures it).
 #                              Same value as kTgtdGlibcTunables in tests/support/tgtd_instance.h.
+#   BLOCKPS_PORTAL_ADDR        replaces the address of every file's blockps-portal (default: the file's). iSER
+#                              needs an address of an RDMA device (not 127.0.0.1): the same configs serve a VM
+#                              or a host with RoCE this way (tests/vm does). scripts/attach.sh honours it too.
+#   BLOCKPS_ISER               yes, no or auto: overrides every file's blockps-iser line (see below)
+#   BLOCKPS_ISER_POOL_MB       tgtd's iSER buffer pool in MiB (tgtd --iser pool_sz_mb=N, at least 128; default
+#                              tgt's 1024). Each tgtd with iSER registers that much memory.
 
 BLOCKPS_STATE_DIR=${BLOCKPS_STATE_DIR:-/run/blockps}
 BLOCKPS_CONTROL_OFFSET=${BLOCKPS_CONTROL_OFFSET:-0}
@@ -27,6 +33,9 @@ TGTD_MODULE_DIR=/usr/lib/tgt/backing-store
 BLOCKPS_BACKING_STORE_DIR=${BLOCKPS_BACKING_STORE_DIR:-$TGTD_MODULE_DIR}
 BLOCKPS_START_TIMEOUT_S=${BLOCKPS_START_TIMEOUT_S:-15}
 BLOCKPS_STOP_TIMEOUT_S=${BLOCKPS_STOP_TIMEOUT_S:-10}
+BLOCKPS_PORTAL_ADDR=${BLOCKPS_PORTAL_ADDR:-}
+BLOCKPS_ISER=${BLOCKPS_ISER:-}
+BLOCKPS_ISER_POOL_MB=${BLOCKPS_ISER_POOL_MB:-}
 BLOCKPS_TGTD_GLIBC_TUNABLES=${BLOCKPS_TGTD_GLIBC_TUNABLES-glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=268435456}
 # shellcheck disable=SC2034 # used by the scripts that source this file
 BLOCKPS_MODULE_NAME=bs_blockps.so
@@ -84,6 +93,7 @@ tgtd_alive() {
 #   control-port N            (top level; required)  tgtd -C N
 #   blockps-portal IP:PORT    (top level; required)  tgtd --iscsi portal=IP:PORT. tgt-admin ignores unknown
 #                                                    top-level keys, so this one is ours.
+#   blockps-iser yes|no|auto  (top level; default no) also serve the shard over iSER (below)
 #   <target IQN> ... </target> with <backing-store PATH> blocks (lun N, bs-type T) or backing-store PATH lines
 
 conf_value() { # FILE KEY -> the value of a top-level KEY (outside any <block>), one line per occurrence
@@ -134,6 +144,58 @@ conf_without_control_port() {
     depth == 0 && s ~ /^control-port([ \t]|$)/ { print "# (control-port given to tgt-admin as -C by ps-up.sh)"; next }
     { print raw }
   ' "$1"
+}
+
+# --- iSER ------------------------------------------------------------------------------------------------------
+# tgt (1.0.85) serves a target over TCP or over iSER, never both (a target created with --lld iser refuses TCP
+# logins and the other way round), so a shard with iSER gets a second target, IQN-iser, over the same three
+# checkpoint paths (the module resolves them to the same in-memory shard): `driver iser`, the same ACLs and LUs.
+# Its iSER listener takes the port of the shard's blockps-portal on every RDMA address of the host (tgtd has
+# no iSER address option; RDMA CM ports are not TCP ports, so the two portals do not collide).
+BLOCKPS_ISER_SUFFIX=-iser
+
+# FILE (the effective targets.conf) -> the same text plus an iSER copy of every <target IQN> block as
+# <target IQN-iser> with `driver iser`. InitialR2T and ImmediateData lines are left out of the copy: tgt's iSER
+# supports neither (its target_create forces InitialR2T=Yes, ImmediateData=No) and tgt-admin would undo that.
+conf_with_iser_targets() {
+  awk -v suffix="$BLOCKPS_ISER_SUFFIX" '
+    { raw = $0; s = $0; sub(/#.*/, "", s); sub(/^[ \t]+/, "", s); sub(/[ \t\r]+$/, "", s) }
+    { print raw }
+    s ~ /^<target[ \t]/ {
+      intarget = 1; n = 0; iqn = s; sub(/^<target[ \t]+/, "", iqn); sub(/[ \t]*>$/, "", iqn)
+      copy[++n] = "<target " iqn suffix ">"; copy[++n] = "    driver iser"; next
+    }
+    intarget && s ~ /^<\/target>/ {
+      intarget = 0; copy[++n] = raw
+      print ""; print "# iSER copy of " iqn " (ps-up.sh, blockps-iser)"
+      for (i = 1; i <= n; i++) print copy[i]
+      next
+    }
+    intarget && (s ~ /^(InitialR2T|ImmediateData|driver)([ \t]|$)/) { next }
+    intarget { copy[++n] = raw }
+  ' "$1"
+}
+
+# True when the host has an RDMA device (a RoCE NIC, Soft-RoCE rxe, ...): iSER can work.
+have_rdma_device() {
+  local d
+  for d in /sys/class/infiniband/*; do
+    [ -e "$d" ] && return 0
+  done
+  return 1
+}
+
+# The LD_PRELOAD fix for `tgtd --iser port=N` (ps_backend/tgtd_iser_port.c): tgt 1.0.85 checks errno after
+# strtol without clearing it first, and errno is already ENOENT when main() starts (the dynamic loader's and
+# libnl's failed opens), so every port= is "invalid port supplied". Without port= every tgtd listens for iSER
+# on 3260 and only the first of several shards on a host gets it. Prints the path, or fails.
+# Looked up next to the module directory: BUILD/blockps-preload for BUILD/tgt-modules, and
+# /usr/lib/tgt/blockps-preload for the installed /usr/lib/tgt/backing-store.
+iser_port_fix() {
+  local f
+  f=$(dirname "$BLOCKPS_BACKING_STORE_DIR")/blockps-preload/libblockps-tgtd-iser-port.so
+  [ -f "$f" ] || return 1
+  echo "$f"
 }
 
 # --- tgtd processes ------------------------------------------------------------------------------------------

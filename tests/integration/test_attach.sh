@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Test of scripts/attach.sh without a kernel initiator: its --dry-run (the iscsiadm/udevadm/partx commands it
 # would run for --transport iser and tcp, and the cluster file it would write from --status-json pages), its
-# --logout commands, and its argument errors. The real login runs in the VM (a later issue).
+# --logout commands, and its argument errors. The real logins run in the VM (tests/vm/run.sh).
 #   test_attach.sh --repo REPO
 # Exit 0: pass; 77: skipped (/usr/bin/python3 missing: it checks the TOML with tomllib); else: fail.
 set -euo pipefail
@@ -75,7 +75,7 @@ if [ "$(id -u)" != 0 ]; then
 fi
 [ ! -e "$tmp/c.toml" ] || fail "a failed run wrote the cluster file"
 
-step "iser: the commands and the cluster file (--conf, 2 shards)"
+step "iser: the commands and the cluster file (--conf, 2 shards: the IQN-iser targets ps-up.sh adds)"
 out=$("$attach" --transport iser --conf "$c0" --conf "$c1" --out "$tmp/c.toml" --dry-run "${S[@]}") ||
   fail "dry run failed: $out"
 while IFS= read -r l; do echo "    $l"; done <<<"$out"
@@ -83,16 +83,16 @@ while IFS= read -r l; do echo "    $l"; done <<<"$out"
 want_cmds=(
   "+ mkdir -p /run/lock/iscsi"
   "+ iscsiadm -m discovery -t st -p 127.0.0.1:3261 -I iser -o new"
-  "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard0 -p 127.0.0.1:3261 -I iser --login"
+  "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard0-iser -p 127.0.0.1:3261 -I iser --login"
   "+ iscsiadm -m discovery -t st -p 127.0.0.1:3262 -I iser -o new"
-  "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard1 -p 127.0.0.1:3262 -I iser --login"
+  "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard1-iser -p 127.0.0.1:3262 -I iser --login"
   "+ udevadm settle -t 30"
 )
 for c in "${want_cmds[@]}"; do grep -qxF "$c" <<<"$out" || fail "missing command: $c"; done
 for s in "3261 shard0" "3262 shard1"; do
   read -r port name <<<"$s"
   for lun in 1 2 3; do
-    grep -qxF "+ partx -d /dev/disk/by-path/ip-127.0.0.1:$port-iscsi-iqn.2026-11.io.blockps:$name-lun-$lun" <<<"$out" ||
+    grep -qxF "+ partx -d /dev/disk/by-path/ip-127.0.0.1:$port-iscsi-iqn.2026-11.io.blockps:$name-iser-lun-$lun" <<<"$out" ||
       fail "no partx -d for $name LUN $lun"
   done
 done
@@ -105,7 +105,7 @@ import sys, tomllib
 doc = tomllib.load(open(sys.argv[1], "rb"))
 assert doc["model"] == {"size": "32M", "dtype": "f32", "block": "256K"}, doc["model"]
 assert doc["layout"] == {"kind": "stripe"}, doc["layout"]
-p = "/dev/disk/by-path/ip-127.0.0.1:{}-iscsi-iqn.2026-11.io.blockps:{}-lun-{}"
+p = "/dev/disk/by-path/ip-127.0.0.1:{}-iscsi-iqn.2026-11.io.blockps:{}-iser-lun-{}"
 want = [{"name": n, "grad": p.format(port, n, 1), "weights": p.format(port, n, 2), "status": p.format(port, n, 3)}
         for n, port in (("shard0", 3261), ("shard1", 3262))]
 assert doc["shard"] == want, doc["shard"]
@@ -144,9 +144,11 @@ grep -qx 'dtype = "bf16"' <<<"$out" || fail "dtype bf16 not taken: $out"
 
 step "--logout"
 out=$("$attach" --transport iser --conf "$c0" --conf "$c1" --logout --dry-run) || fail "logout dry run failed: $out"
-grep -qxF "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard0 -p 127.0.0.1:3261 -I iser --logout" <<<"$out" ||
+grep -qxF "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard0-iser -p 127.0.0.1:3261 -I iser --logout" <<<"$out" ||
   fail "no logout of shard0: $out"
-grep -qxF "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard1 -p 127.0.0.1:3262 -I iser --logout" <<<"$out" ||
+grep -qxF "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard1-iser -p 127.0.0.1:3262 -I iser --logout" <<<"$out" ||
   fail "no logout of shard1: $out"
+grep -qxF "+ iscsiadm -m node -T iqn.2026-11.io.blockps:shard1-iser -p 127.0.0.1:3262 -I iser -o delete" <<<"$out" ||
+  fail "no node record deletion of shard1: $out"
 ! grep -q -- "--login\|would write" <<<"$out" || fail "logout logs in or writes a file: $out"
 echo "PASS"

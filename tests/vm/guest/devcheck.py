@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""Checks of the /dev path inside the VM with plain POSIX I/O (os.pwrite/os.preadv, O_DIRECT, page-aligned
+buffers): what a worker of any framework does. Exit 0 when the check holds, 1 with the reason otherwise.
+
+  devcheck.py grad PUSH_DEV PULL_DEV --lr LR --momentum MU [--offset BYTES] [--bytes BYTES]
+      A gradient push through PUSH_DEV (a grad LU) must update the weights the way the shard's momentum SGD
+      does, as read through PULL_DEV (the grad LU of the same shard over the same or another transport). The
+      velocity left by earlier pushes is unknown, so: pull w0, push g1, pull w1 (every element must move;
+      v1 = (w0 - w1) / lr), push g2, pull w2, and w2 must equal w1 - lr * (mu * v1 + g2).
+  devcheck.py weights WRITE_DEV READ_DEV... [--offset BYTES] [--bytes BYTES]
+      Weights written to WRITE_DEV (a weights LU: plain disk semantics) read back bit for bit from every
+      READ_DEV (the weights and grad LUs of that shard, over any transport).
+  devcheck.py fsync GRAD_DEV CHECKPOINT_FILE
+      fsync() of a grad device (SYNCHRONIZE CACHE) after a push writes the shard's checkpoint file.
+"""
+import argparse
+import mmap
+import os
+import sys
+import time
+
+import numpy as np
+
+
+def fail(msg):
+    print(f"devcheck: FAIL: {msg}", flush=True)
+    sys.exit(1)
+
+
+class Dev:
+    def __init__(self, path, write):
+        self.path = path
+        # O_DIRECT: through the page cache a read after a push would return our own gradient.
+        self.fd = os.open(path, (os.O_RDWR if write else os.O_RDONLY) | os.O_DIRECT)
+
+    def read(self, off, n):
+        buf = mmap.mmap(-1, n)  # page-aligned, as O_DIRECT needs
+        got = os.preadv(self.fd, [buf], off)
+        if got != n:
+            fail(f"short read from {self.path} at {off}: {got} of {n} bytes")
+        return np.frombuffer(buf, dtype=np.float32).copy()
+
+    def write(self, off, arr):
+        data = arr.astype(np.float32).tobytes()
+        buf = mmap.mmap(-1, len(data))
+        buf.write(data)
+        got = os.pwritev(self.fd, [buf], off)
+        if got != len(data):
+            fail(f"short write to {self.path} at {off}: {got} of {len(data)} bytes")
+
+    def close(self):
+        os.close(self.fd)
+
+
+def check_grad(a):
+    push, pull = Dev(a.push, True), Dev(a.pull, False)
+    n = a.bytes // 4
+    rng = np.random.default_rng(7)
+    lr, mu = np.float32(a.lr), np.float32(a.momentum)
+    w0 = pull.read(a.offset, a.bytes)
+    g1 = rng.uniform(0.5e-2, 1e-2, n).astype(np.float32) * rng.choice([-1, 1], n).astype(np.float32)
+    push.write(a.offset, g1)
+    w1 = pull.read(a.offset, a.bytes)
+    moved = np.count_nonzero(w1 != w0)
+    if moved != n:
+        fail(f"push of g1 via {a.push}: only {moved} of {n} weights changed as read via {a.pull}")
+    v1 = (w0.astype(np.float64) - w1.astype(np.float64)) / float(lr)
+    g2 = rng.uniform(0.5e-2, 1e-2, n).astype(np.float32)
+    push.write(a.offset, g2)
+    w2 = pull.read(a.offset, a.bytes)
+    want = w1.astype(np.float64) - float(lr) * (float(mu) * v1 + g2.astype(np.float64))
+    err = np.abs(w2 - want)
+    # The update moves each weight by lr*|...| >= 2.5e-4; float rounding of w (~1e-2) and of the derived
+    # velocity stays below 1e-6.
+    bad = np.count_nonzero(err > 1e-6)
+    if bad:
+        i = int(np.argmax(err))
+        fail(f"push of g2 via {a.push}: {bad} of {n} weights off the momentum update (worst element {i}: got "
+             f"{w2[i]!r}, want {want[i]!r}; w1 {w1[i]!r}, v1 {v1[i]!r}, g2 {g2[i]!r})")
+    print(f"devcheck: grad ok: {n} elements at byte {a.offset}, push {a.push}, pull {a.pull}; "
+          f"max error {err.max():.2e}, mean step {np.abs(w2 - w1).mean():.2e}")
+
+
+def check_weights(a):
+    w = Dev(a.write, True)
+    n = a.bytes // 4
+    vals = np.random.default_rng(11).normal(0, 0.02, n).astype(np.float32)
+    w.write(a.offset, vals)
+    for path in a.read:
+        got = Dev(path, False).read(a.offset, a.bytes)
+        if not np.array_equal(got.view(np.uint32), vals.view(np.uint32)):
+            bad = np.count_nonzero(got.view(np.uint32) != vals.view(np.uint32))
+            fail(f"weights written to {a.write} read back from {path}: {bad} of {n} elements differ")
+        print(f"devcheck: weights ok: {n} elements at byte {a.offset} written via {a.write}, read via {path}")
+
+
+def check_fsync(a):
+    before = os.stat(a.checkpoint)
+    time.sleep(1.1)  # mtime granularity of the checkpoint file's filesystem
+    dev = Dev(a.grad, True)
+    dev.write(0, np.full(1024, 1e-3, dtype=np.float32))
+    t0 = time.monotonic()
+    os.fsync(dev.fd)
+    took = time.monotonic() - t0
+    after = os.stat(a.checkpoint)
+    # The module writes a temp file and renames it over the checkpoint: a new inode (or at least a new mtime).
+    if after.st_ino == before.st_ino and after.st_mtime_ns <= before.st_mtime_ns:
+        fail(f"fsync of {a.grad} did not rewrite {a.checkpoint} (size {before.st_size} -> {after.st_size}, "
+             f"mtime unchanged)")
+    if after.st_size == 0:
+        fail(f"{a.checkpoint} is empty after the fsync of {a.grad}")
+    print(f"devcheck: fsync ok: {a.checkpoint} rewritten ({before.st_size} -> {after.st_size} bytes, "
+          f"inode {before.st_ino} -> {after.st_ino}) in {took:.2f}s")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grad")
+    g.add_argument("push")
+    g.add_argument("pull")
+    g.add_argument("--lr", type=float, required=True)
+    g.add_argument("--momentum", type=float, required=True)
+    g.add_argument("--offset", type=int, default=0)
+    g.add_argument("--bytes", type=int, default=256 * 1024)
+    w = sub.add_parser("weights")
+    w.add_argument("write")
+    w.add_argument("read", nargs="+")
+    w.add_argument("--offset", type=int, default=0)
+    w.add_argument("--bytes", type=int, default=512 * 1024)
+    f = sub.add_parser("fsync")
+    f.add_argument("grad")
+    f.add_argument("checkpoint")
+    a = p.parse_args()
+    {"grad": check_grad, "weights": check_weights, "fsync": check_fsync}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()

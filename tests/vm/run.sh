@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# The real kernel path, end to end: a Debian bookworm VM (stock kernel, QEMU TCG) runs Soft-RoCE, two shards
+# from configs/ through scripts/ps-up.sh (tgtd with our module, iSER and TCP portals), open-iscsi logins
+# through scripts/attach.sh (iSER and TCP), and checks the /dev/sdX path: POSIX pwrite/pread of gradients and
+# weights, libblockps (posix/libaio over the devices, libiscsi over iser://), fio jobs, fsync checkpoints,
+# logout and ps-down. Steps and what they check: tests/vm/guest/main.sh and tests/vm/README.md. Run as root:
+#
+#   tests/vm/run.sh [--build-dir DIR] [--cache-dir DIR] [--results DIR] [--timeout S] [--steps "a b ..."]
+#
+#   --build-dir DIR   the CMake build to test (default ./build; built already: module, client, CLI)
+#   --cache-dir DIR   where VM images are cached, keyed by a hash of their inputs (default
+#                     /var/cache/blockps-vm); an image is rebuilt when tests/vm/build-image.sh or the package
+#                     list changes, older entries are removed
+#   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
+#                     console.log, tgtd logs, dmesg, RESULT
+#   --timeout S       limit for the VM run, boot to power-off (default 900)
+#   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
+# Exit: 0 all steps passed (SKIPPED steps are listed loudly), 1 a step failed or the VM did not finish,
+# 77 QEMU or debootstrap missing (scripts/setup.sh installs them). Every phase has a time limit.
+set -euo pipefail
+
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=$repo/build
+cache=/var/cache/blockps-vm
+results=''
+vm_timeout=900
+steps=''
+T0=$SECONDS
+say() { echo "vm: [+$((SECONDS - T0))s] $*"; }
+die() {
+  echo "vm: ERROR: $*" >&2
+  exit 1
+}
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --build-dir) build=$(realpath "$2"); shift 2 ;;
+    --cache-dir) cache=$2; shift 2 ;;
+    --results) results=$2; shift 2 ;;
+    --timeout) vm_timeout=$2; shift 2 ;;
+    --steps) steps=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown argument '$1' (--help)" ;;
+  esac
+done
+results=${results:-$build/vm-results}
+[[ $vm_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout '$vm_timeout' is not a number of seconds"
+[ "$(id -u)" = 0 ] || die "run as root (debootstrap, and the guest's files on the 9p share)"
+export PATH=$PATH:/usr/sbin:/sbin
+for tool in qemu-system-x86_64 debootstrap; do
+  if ! command -v "$tool" >/dev/null; then
+    echo "vm: TEST SKIPPED: $tool not found (apt-get install qemu-system-x86 debootstrap; scripts/setup.sh does)"
+    exit 77
+  fi
+done
+
+# --- what goes into the VM -----------------------------------------------------------------------------------
+module=$build/tgt-modules/bs_blockps.so
+shim=$build/blockps-preload/libblockps-tgtd-iser-port.so
+cli=$build/client/cli/blockps
+for f in "$module" "$shim" "$cli" "$build/client/libblockps.so"; do
+  [ -e "$f" ] || die "$f is missing: build first (cmake --build $build)"
+done
+work=$(mktemp -d /var/tmp/blockps-vm-run-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+share=$work/share
+pay=$share/payload
+mkdir -p "$pay/repo/tests" "$pay/build/client/cli" "$pay/bin" "$share/results"
+cp -a "$repo/scripts" "$repo/configs" "$repo/fio_jobs" "$pay/repo/"
+cp -a "$repo/tests/vm" "$pay/repo/tests/"
+cp -a "$build/tgt-modules" "$build/blockps-preload" "$pay/build/"
+cp -a "$build"/client/libblockps*.so* "$pay/build/client/"
+cp -a "$cli" "$pay/build/client/cli/"
+# Debug info is most of the bytes; the 9p copy into the guest is slow under TCG.
+find "$pay/build" -type f \( -name '*.so*' -o -name blockps \) -exec strip --strip-debug {} +
+cc -O2 -Wall -Wextra -Werror -std=c11 -I"$repo/client" -o "$pay/bin/client_check" "$repo/tests/vm/guest/client_check.c" \
+  -L"$build/client" -lblockps -lm || die "cannot build tests/vm/guest/client_check.c"
+cp "$repo/tests/vm/guest/main.sh" "$share/guest-entry"
+chmod 755 "$share/guest-entry"
+{
+  echo "STEPS_FILTER='$steps'"
+} >"$share/params"
+
+# The guest needs the shared libraries of our binaries: their Debian packages join the image's package list.
+runtime_pkgs=$(for f in "$module" "$cli" "$pay/bin/client_check" "$build"/client/libblockps.so; do
+  ldd "$f" | awk '/=> \// { print $3 }'
+done | sort -u | xargs -r realpath | while read -r lib; do
+  # By file name: dpkg knows /lib/... or /usr/lib/... (usrmerge), ldd says either.
+  dpkg -S "*/$(basename "$lib")" 2>/dev/null |
+    awk -F': ' -v a="$lib" -v b="${lib#/usr}" '$2 == a || $2 == b { sub(/:.*/, "", $1); print $1 }'
+done | sort -u | grep -vxE 'libc6|libgcc-s1' | tr '\n' ' ')
+say "runtime packages for the guest: $runtime_pkgs"
+
+# --- the image (cached) ----------------------------------------------------------------------------------------
+# shellcheck disable=SC2086 # a word list
+key=$( { cat "$repo/tests/vm/build-image.sh"; echo $runtime_pkgs; } | sha256sum | cut -c1-16)
+img=$cache/$key
+mkdir -p "$cache"
+exec 9>"$cache/.lock"
+flock -w 1200 9 || die "another run holds $cache/.lock for more than 20 minutes"
+if [ -f "$img/ok" ]; then
+  say "image $img (cached)"
+else
+  for old in "$cache"/*/; do
+    [ -d "$old" ] && [ "${old%/}" != "$img" ] && rm -rf "$old"
+  done
+  say "building image $img (key: hash of tests/vm/build-image.sh and the package list)"
+  t=$SECONDS
+  # shellcheck disable=SC2086 # a word list
+  timeout 1200 bash "$repo/tests/vm/build-image.sh" "$img" $runtime_pkgs || die "image build failed or took over 20 minutes"
+  say "image built in $((SECONDS - t))s"
+fi
+flock -u 9
+
+# --- boot --------------------------------------------------------------------------------------------------------
+say "booting the VM (QEMU TCG, 2 vCPUs; limit ${vm_timeout}s); the guest's console follows"
+t=$SECONDS
+rc=0
+# snapshot=on: the cached image stays as built (the guest's writes go to a temporary overlay).
+TMPDIR=$work timeout -k 10 "$vm_timeout" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -M q35 -m 3072 -smp 2 \
+  -kernel "$img/vmlinuz" -initrd "$img/initrd.img" \
+  -append "root=/dev/vda rw console=ttyS0 panic=-1 quiet loglevel=3 init=/usr/local/sbin/blockps-vm-init" \
+  -drive "file=$img/rootfs.img,format=raw,if=virtio,snapshot=on" \
+  -virtfs "local,path=$share,mount_tag=blockps,security_model=passthrough,id=blockps" \
+  -nodefaults -vga none -nic none -display none -monitor none -serial stdio -no-reboot </dev/null || rc=$?
+say "VM ran $((SECONDS - t))s (qemu exit $rc)"
+
+rm -rf "$results"
+mkdir -p "$results"
+cp -a "$share/results/." "$results/"
+if [ -s "$results/steps.tsv" ]; then
+  echo "vm: steps (results in $results):"
+  awk -F'\t' '{ printf "vm:   %-22s %-8s %4ss  %s\n", $1, $2, $3, $4 }' "$results/steps.tsv"
+  if grep -q $'\tSKIPPED\t' "$results/steps.tsv"; then
+    echo "vm: WARNING: SKIPPED steps (not tested in this run):"
+    awk -F'\t' '$2 == "SKIPPED" { printf "vm:   SKIPPED %s: %s\n", $1, $4 }' "$results/steps.tsv"
+  fi
+fi
+if [ "$rc" = 124 ] || [ "$rc" = 137 ]; then die "the VM did not finish within ${vm_timeout}s"; fi
+result=$(cat "$results/RESULT" 2>/dev/null || echo "none (the guest test did not finish)")
+[ "$result" = PASS ] || die "kernel-path test result: $result (see $results)"
+say "kernel-path test PASSED"
