@@ -20,6 +20,13 @@ void blend(double& average, double sample, double smoothing, std::uint64_t sampl
   average = samples_before == 0 ? sample : average + smoothing * (sample - average);
 }
 
+// The mean deviation of a sample from its moving average, updated before the average (RFC 6298's RTTVAR; the
+// first sample starts it at half the sample).
+void blend_deviation(double& deviation, double average, double sample, double smoothing,
+                     std::uint64_t samples_before) {
+  deviation = samples_before == 0 ? sample / 2 : deviation + smoothing * (std::abs(sample - average) - deviation);
+}
+
 }  // namespace
 
 std::string check_pipeline_options(const PipelineOptions& o) {
@@ -94,10 +101,12 @@ Status DoubleBuffer::exchange(ModelBuffer& buffer, Clock::time_point submitted) 
       planned && pull_cluster_ != nullptr && plan.compute_s < plan.push_s + plan.pull_s;
   const std::span<const std::byte> grads(buffer.grads.get(), bytes_);
   const std::span<std::byte> weights(buffer.weights.get(), bytes_);
-  // The pull should end (1 - safety) x compute after compute started on the other buffer.
+  // The pull should end (1 - safety) x compute after compute started on the other buffer, also when it is
+  // slower than average: plan it at mean + 2 x mean deviation.
+  const double planned_pull_s = plan.pull_s + 2 * plan.pull_deviation_s;
   const auto pull_start_target =
       submitted + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                      (1 - options_.safety) * plan.compute_s - plan.pull_s));
+                      (1 - options_.safety) * plan.compute_s - planned_pull_s));
   auto sleep_bubble = [&] {
     const auto now = Clock::now();
     if (!planned || !options_.adaptive_pull || pull_start_target <= now) return 0.0;
@@ -137,6 +146,7 @@ Status DoubleBuffer::exchange(ModelBuffer& buffer, Clock::time_point submitted) 
   buffer.concurrent = concurrent;
   std::lock_guard lock(mutex_);
   blend(averages_.push_s, push_s, options_.smoothing, measured_exchanges_);
+  blend_deviation(averages_.pull_deviation_s, averages_.pull_s, pull_s, options_.smoothing, measured_exchanges_);
   blend(averages_.pull_s, pull_s, options_.smoothing, measured_exchanges_);
   ++measured_exchanges_;
   return Status::Ok();

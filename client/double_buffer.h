@@ -18,9 +18,11 @@
 // Adaptive pull: moving averages of compute time, push and pull latency. Pulling right after the push
 // delivers weights that then wait for compute to finish (their age grows with the slack); the exchange
 // instead sleeps a "bubble" before the pull so that the pull ends just before compute does:
-//     bubble = submit time + (1 - safety) x compute - pull - (time the push ended)
+//     bubble = submit time + (1 - safety) x compute - planned pull - (time the push ended)
+// where planned pull = mean pull + 2 x its mean deviation (as TCP plans a retransmit timeout from RTT and RTTVAR,
+// RFC 6298): planning from the mean alone stalls compute on every pull slower than average.
 // When compute is shorter than push + pull and concurrent_push_pull is on, the push and the pull run at once
-// (the pull through a second set of sessions, one per shard), with bubble = (1 - safety) x compute - pull.
+// (the pull through a second set of sessions, one per shard), with bubble = (1 - safety) x compute - planned pull.
 //
 // Errors: an exchange that fails (I/O on a shard) is returned by the step() that would have handed its buffer
 // back; the DoubleBuffer is then failed and every later step() returns the same error.
@@ -77,6 +79,7 @@ struct PipelineAverages {
   double compute_s = 0;
   double push_s = 0;
   double pull_s = 0;
+  double pull_deviation_s = 0;  // moving mean of |pull - pull_s|
 };
 
 // Checks the options: an empty string when they are valid, else what is wrong (key, value seen, allowed).

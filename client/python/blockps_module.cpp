@@ -172,6 +172,7 @@ PYBIND11_MODULE(_blockps, m) {
         d["compute_s"] = a.compute_s;
         d["push_s"] = a.push_s;
         d["pull_s"] = a.pull_s;
+        d["pull_deviation_s"] = a.pull_deviation_s;
         return d;
       });
 }
