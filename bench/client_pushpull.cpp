@@ -16,6 +16,9 @@
 // shard, both shards in parallel, on the null LUs. What the ceiling leaves out is exactly what the client adds:
 // Cluster's per-shard I/O threads and operation bookkeeping, and the module's work behind each command.
 //
+// "rdwr" (diagnostic): the ceiling's code on a stock tgt `rdwr` LU over a tmpfs file (/dev/shm) in each shard's
+// tgtd: a backing store that, like ours, copies every byte (no math). client ~ rdwr means the module costs no
+// more than the copies any real store makes; the rest of the gap to null is the data moving at all.
 // "direct" (diagnostic): the ceiling's code on the blockps grad LUs; client ~ direct means libblockps adds
 // nothing and any gap to the ceiling is in the shards (module + tgtd).
 // Figures: time per push+pull of the whole model (push() then pull(), blocking, as a worker does in a step), throughput
@@ -82,6 +85,7 @@ std::string format_byte_size(std::uint64_t b) {
 
 std::string shard_iqn(int s) { return "iqn.2026-11.io.blockps:bench-shard" + std::to_string(s); }
 std::string null_iqn(int s) { return "iqn.2026-11.io.blockps:bench-null" + std::to_string(s); }
+std::string rdwr_iqn(int s) { return "iqn.2026-11.io.blockps:bench-rdwr" + std::to_string(s); }
 std::string initiator_iqn(const std::string& who, int w) {
   return "iqn.2026-11.io.blockps:bench-" + who + std::to_string(w);
 }
@@ -180,11 +184,15 @@ Timed repeat(const Step& step, double seconds) {
 // push (WRITEs) and pull (READs) from the same layout, into its own model buffers.
 class NullWorker {
  public:
-  // on_blockps: the shards' grad LUs instead of the null LUs (the "direct" diagnostic figure).
-  Status connect(const TgtdInstance* tgtds, int worker, bool on_blockps = false) {
+  // Which LUs: the null LUs (the ceiling), the shards' grad LUs ("direct"), or the rdwr LUs on tmpfs ("rdwr").
+  enum class Target { null, direct, rdwr };
+  Status connect(const TgtdInstance* tgtds, int worker, Target target = Target::null) {
+    static constexpr const char* kNames[] = {"null", "direct", "rdwr"};
     for (int s = 0; s < kShards; ++s) {
-      const std::string url = tgtds[s].url(on_blockps ? shard_iqn(s) : null_iqn(s), 1);
-      if (Status st = luns_[s].connect(url, initiator_iqn(on_blockps ? "direct" : "null", worker)); !st.ok()) return st;
+      const std::string iqn = target == Target::null ? null_iqn(s) : target == Target::direct ? shard_iqn(s) : rdwr_iqn(s);
+      if (Status st = luns_[s].connect(tgtds[s].url(iqn, 1), initiator_iqn(kNames[static_cast<int>(target)], worker));
+          !st.ok())
+        return st;
     }
     return Status::Ok();
   }
@@ -320,6 +328,7 @@ int main(int argc, char** argv) {
     std::uint64_t model = 0;
     double null1 = 0, client1 = 0, ratio1 = 0;  // 1 worker: MB/s medians, median ratio
     double direct1 = 0;                         // 1 worker: ceiling's code on the blockps LUs, MB/s median
+    double rdwr1 = 0;                           // 1 worker: ceiling's code on rdwr LUs over tmpfs, MB/s median
     double push_ratio = 0, pull_ratio = 0;      // 1 worker: push / null write, pull / null read (all rounds)
     double client2_s = 0, null2_s = 0;          // 2 workers: seconds per push+pull per worker
     double gloo_s = -1;
@@ -333,6 +342,8 @@ int main(int argc, char** argv) {
     const std::uint64_t shard_bytes = model / kShards;
     TempDir dir;
     if (Status s = dir.create("blockps-client-pushpull-"); !s.ok()) return fail(s.message());
+    TempDir shm;  // the rdwr LUs' files: in memory, like the shards
+    if (Status s = shm.create("blockps-client-pushpull-", "/dev/shm"); !s.ok()) return fail(s.message());
     TgtdInstance tgtds[kShards];
     TgtdOptions tgtd_options;
     tgtd_options.environment.push_back(std::string("GLIBC_TUNABLES=") + kTgtdGlibcTunables);
@@ -345,6 +356,10 @@ int main(int argc, char** argv) {
           !st.ok())
         return fail(st.message(), tgtds);
       for (auto r : {tgtds[s].add_target(2, null_iqn(s)), tgtds[s].add_lu(2, 1, "null", "null")})
+        if (!r.ok()) return fail(r.describe(), tgtds);
+      const std::string rdwr_file = shm.path("rdwr" + std::to_string(s) + ".img");
+      if (Status st = make_file(rdwr_file, shard_bytes); !st.ok()) return fail(st.message(), tgtds);
+      for (auto r : {tgtds[s].add_target(3, rdwr_iqn(s)), tgtds[s].add_lu(3, 1, rdwr_file, "rdwr")})
         if (!r.ok()) return fail(r.describe(), tgtds);
     }
     auto cluster_text = [&](int worker) {
@@ -381,8 +396,11 @@ int main(int argc, char** argv) {
       weights[w].assign(model, std::byte{0});
       nulls[w].build(clusters[w]->layout(), opt.max_request, grads[w], weights[w]);
     }
-    if (Status st = direct.connect(tgtds, 0, true); !st.ok()) return fail(st.message(), tgtds);
+    if (Status st = direct.connect(tgtds, 0, NullWorker::Target::direct); !st.ok()) return fail(st.message(), tgtds);
     direct.build(clusters[0]->layout(), opt.max_request, grads[0], weights[0]);
+    NullWorker rdwr;  // diagnostic: the ceiling's code on stock rdwr LUs over tmpfs (a store that copies)
+    if (Status st = rdwr.connect(tgtds, 0, NullWorker::Target::rdwr); !st.ok()) return fail(st.message(), tgtds);
+    rdwr.build(clusters[0]->layout(), opt.max_request, grads[0], weights[0]);
     {  // The null LUs and the shards' weights must be real memory before timing; null LU capacity check.
       std::vector<std::byte> zeros(model);
       if (Status s = clusters[0]->write_weights(zeros); !s.ok()) return fail("write_weights: " + s.message(), tgtds);
@@ -400,7 +418,7 @@ int main(int argc, char** argv) {
         if (std::string e = (*steps)[static_cast<std::size_t>(w)](); !e.empty()) return fail("warm-up: " + e, tgtds);
     }
     const double mb = 2.0 * static_cast<double>(model) / 1e6;  // per step
-    std::vector<double> n1, c1, r1, direct_mbps;
+    std::vector<double> n1, c1, r1, direct_mbps, rdwr_mbps;
     nulls[0].push_seconds = nulls[0].pull_seconds = client_push_s[0] = client_pull_s[0] = 0;
     std::uint64_t null_steps1 = 0, client_steps1 = 0;
     for (int round = 0; round < opt.rounds; ++round) {
@@ -414,6 +432,9 @@ int main(int argc, char** argv) {
       Timed d = repeat([&] { return direct.step(opt.queue_depth); }, opt.seconds);
       if (!d.error.empty()) return fail("direct: " + d.error, tgtds);
       direct_mbps.push_back(mb / d.seconds_per_step());
+      Timed t = repeat([&] { return rdwr.step(opt.queue_depth); }, opt.seconds);
+      if (!t.error.empty()) return fail("rdwr: " + t.error, tgtds);
+      rdwr_mbps.push_back(mb / t.seconds_per_step());
       const double null_mbps = mb / (null_first ? a : b).seconds_per_step();
       const double client_mbps = mb / (null_first ? b : a).seconds_per_step();
       n1.push_back(null_mbps);
@@ -421,9 +442,9 @@ int main(int argc, char** argv) {
       r1.push_back(client_mbps / null_mbps);
       std::printf(
           "  %s, 1 worker, round %d: null %.0f MB/s, client %.0f MB/s (%.3f), %.1f ms per push+pull; "
-          "direct %.0f MB/s (%.3f)\n",
+          "direct %.0f MB/s (%.3f); rdwr on tmpfs %.0f MB/s (%.3f)\n",
           format_byte_size(model).c_str(), round + 1, null_mbps, client_mbps, r1.back(), 1e3 * mb / client_mbps,
-          direct_mbps.back(), direct_mbps.back() / null_mbps);
+          direct_mbps.back(), direct_mbps.back() / null_mbps, rdwr_mbps.back(), rdwr_mbps.back() / null_mbps);
     }
     {  // Where the time goes: push and pull separately, over all rounds (MB/s = model bytes / time).
       const double m = static_cast<double>(model) / 1e6;
@@ -439,6 +460,7 @@ int main(int argc, char** argv) {
       row.pull_ratio = cr / nr;
     }
     row.direct1 = bench::median(direct_mbps);
+    row.rdwr1 = bench::median(rdwr_mbps);
     row.null1 = bench::median(n1);
     row.client1 = bench::median(c1);
     row.ratio1 = bench::median(r1);
@@ -482,13 +504,16 @@ int main(int argc, char** argv) {
       "\n1 worker (libiscsi transport, queue depth %d, max_request %s, 2 shards), MB/s = 2 x model / time "
       "per push+pull:\n",
       opt.queue_depth, format_byte_size(opt.max_request).c_str());
-  std::printf("%-8s %10s %12s %16s %14s %14s %12s\n", "model", "null MB/s", "client MB/s", "client/null",
-              "push/null-wr", "pull/null-rd", "direct MB/s");
+  std::printf("%-8s %10s %12s %16s %14s %14s %12s %12s %12s\n", "model", "null MB/s", "client MB/s",
+              "client/null", "push/null-wr", "pull/null-rd", "direct MB/s", "rdwr MB/s", "client/rdwr");
   for (const Row& r : rows) {
-    std::printf("%-8s %10.0f %12.0f %10.3f %-5s %14.3f %14.3f %12.0f\n", format_byte_size(r.model).c_str(), r.null1,
-                r.client1, r.ratio1, r.ratio1 >= kCeilingTarget ? "ok" : "MISSED", r.push_ratio, r.pull_ratio,
-                r.direct1);
+    std::printf("%-8s %10.0f %12.0f %10.3f %-5s %14.3f %14.3f %12.0f %12.0f %12.3f\n", format_byte_size(r.model).c_str(),
+                r.null1, r.client1, r.ratio1, r.ratio1 >= kCeilingTarget ? "ok" : "MISSED", r.push_ratio,
+                r.pull_ratio, r.direct1, r.rdwr1, r.client1 / r.rdwr1);
   }
+  std::printf(
+      "rdwr = the ceiling's code on stock tgt rdwr LUs over tmpfs (a store that copies every byte and does no "
+      "math): client/rdwr ~ 1 means the module costs what any copying store costs\n");
   std::printf(
       "direct = the ceiling's code (no Cluster) on the blockps grad LUs: client ~ direct puts the gap in the "
       "shards (module + tgtd), not in libblockps\n");

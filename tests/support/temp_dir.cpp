@@ -26,10 +26,10 @@ TempDir& TempDir::operator=(TempDir&& other) noexcept {
   return *this;
 }
 
-Status TempDir::create(const std::string& prefix) {
+Status TempDir::create(const std::string& prefix, const std::string& parent) {
   remove_now();
   const char* tmp = std::getenv("TMPDIR");
-  std::string base = (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
+  std::string base = !parent.empty() ? parent : (tmp != nullptr && *tmp != '\0') ? tmp : "/tmp";
   std::string templ = base + "/" + prefix + "XXXXXX";
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');

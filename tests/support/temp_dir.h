@@ -17,8 +17,8 @@ class TempDir {
   TempDir(TempDir&& other) noexcept;
   TempDir& operator=(TempDir&& other) noexcept;
 
-  // Creates ${TMPDIR:-/tmp}/<prefix>XXXXXX (mode 0700).
-  Status create(const std::string& prefix = "blockps-");
+  // Creates ${TMPDIR:-/tmp}/<prefix>XXXXXX (mode 0700), or <parent>/<prefix>XXXXXX when parent is given.
+  Status create(const std::string& prefix = "blockps-", const std::string& parent = "");
   // The directory (empty before create()); path("x") is "<dir>/x".
   const std::string& path() const { return path_; }
   std::string path(const std::string& name) const { return path_ + "/" + name; }
