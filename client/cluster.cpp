@@ -162,6 +162,8 @@ Result<std::string> read_status_page(ShardWorker& shard) {
   LuTransport& lu = shard.lu(LuRole::status);
   constexpr std::uint64_t kPageBytes = std::uint64_t{1024} * 1024;
   std::uint64_t bytes = std::min(lu.capacity_bytes(), kPageBytes);
+  // The JSON is a few KiB: a transport with a per-command limit (libiscsi iSER) reads only what one command can.
+  if (lu.max_command_bytes() != 0) bytes = std::min(bytes, lu.max_command_bytes());
   bytes -= bytes % lu.block_size();
   if (bytes == 0)
     return Status::Error(StatusCode::mismatch, shard.lu_name(LuRole::status) + ": capacity 0: not a blockps status LU");
@@ -259,6 +261,23 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
     }
     for (const auto& s : outcome)
       if (!s->ok()) return *s;
+    // A transport that carries at most N bytes per command (libiscsi over iser://: kLibiscsiIserMaxCommandBytes)
+    // caps the requests; a model block cannot be split (a push of part of a block is a step of the whole block).
+    for (const auto& shard : cluster->shards_) {
+      for (LuRole role : {LuRole::grad, LuRole::weights}) {
+        const std::uint64_t limit = shard->lu(role).max_command_bytes();
+        if (limit == 0) continue;
+        if (config.model.block_bytes > limit) {
+          return Status::Error(StatusCode::config,
+                               config.source + ": shard '" + shard->spec().name + "': " + shard->lu_name(role) +
+                                   " carries at most " + std::to_string(limit) +
+                                   " bytes per command (libiscsi 1.19's iSER transport), less than [model] block = " +
+                                   std::to_string(config.model.block_bytes) +
+                                   ": use block <= 256K, iscsi:// URLs, or the kernel initiator's devices");
+        }
+        cluster->config_.client.max_request_bytes = std::min(cluster->config_.client.max_request_bytes, limit);
+      }
+    }
     for (auto& shard : cluster->shards_) shard->start();
     return cluster;
   } catch (const std::exception& e) {

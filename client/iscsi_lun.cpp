@@ -116,7 +116,8 @@ IscsiLun::IscsiLun(IscsiLun&& other) noexcept
       url_(std::move(other.url_)),
       options_(other.options_),
       capacity_bytes_(other.capacity_bytes_),
-      block_size_(other.block_size_) {
+      block_size_(other.block_size_),
+      max_command_bytes_(other.max_command_bytes_) {
   other.ctx_ = nullptr;
 }
 
@@ -129,6 +130,7 @@ IscsiLun& IscsiLun::operator=(IscsiLun&& other) noexcept {
     options_ = other.options_;
     capacity_bytes_ = other.capacity_bytes_;
     block_size_ = other.block_size_;
+    max_command_bytes_ = other.max_command_bytes_;
     other.ctx_ = nullptr;
   }
   return *this;
@@ -179,6 +181,7 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
   ctx_ = ctx;
   lun_ = lun;
   url_ = url;
+  max_command_bytes_ = iser ? kLibiscsiIserMaxCommandBytes : 0;
   if (ScsiResult r = read_capacity(); !r.ok()) {
     disconnect();
     return Status::Error("READ CAPACITY 16 on " + url + " failed: " + r.describe());
@@ -194,6 +197,7 @@ void IscsiLun::disconnect() {
   iscsi_destroy_context(ctx);
   capacity_bytes_ = 0;
   block_size_ = 0;
+  max_command_bytes_ = 0;
 }
 
 void IscsiLun::on_command_done(iscsi_context* ctx, int status, void* command_data, void* private_data) {
@@ -292,6 +296,11 @@ ScsiResult IscsiLun::check_range(std::uint64_t offset, std::uint64_t bytes) cons
   }
   if (bytes == 0 || bytes > 0xffffffffull) {
     return usage_error("length " + std::to_string(bytes) + " out of range 1..4294967295");
+  }
+  if (max_command_bytes_ != 0 && bytes > max_command_bytes_) {
+    return usage_error("length " + std::to_string(bytes) + " is more than the " + std::to_string(max_command_bytes_) +
+                       " bytes libiscsi 1.19's iSER transport carries per command (fixed 256 KiB RDMA buffers; "
+                       "a larger command crashes libiscsi): split it, or use iscsi:// or the kernel initiator");
   }
   // No check against the capacity: tests send out-of-range commands on purpose, the target answers them.
   return {};

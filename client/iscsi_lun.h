@@ -108,6 +108,14 @@ struct PipelineResult {
   double megabytes_per_second() const { return seconds > 0 ? static_cast<double>(bytes) / seconds / 1e6 : 0; }
 };
 
+// libiscsi 1.19's iSER transport (lib/iser.c) gives every command one fixed, pre-registered 256 KiB data
+// buffer (DATA_BUFFER_SIZE 0x40000). A READ or WRITE above that fails in iser_send_command ("Libiscsi-iSER
+// supports messages smaller than 512k") after the PDU was put on the session's wait list; the failed queueing
+// then frees that PDU while it is still listed, and the next completion or logout walks the freed PDU:
+// SIGSEGV (seen in tests/vm with 1 MiB requests and the 1 MiB status page read). So iser:// sessions carry at
+// most this many bytes per command; callers split requests (libblockps caps [client] max_request).
+inline constexpr std::uint64_t kLibiscsiIserMaxCommandBytes = std::uint64_t{256} * 1024;
+
 class IscsiLun {
  public:
   IscsiLun() = default;
@@ -129,6 +137,9 @@ class IscsiLun {
 
   std::uint64_t capacity_bytes() const { return capacity_bytes_; }
   std::uint32_t block_size() const { return block_size_; }
+  // The most bytes one READ/WRITE may carry on this session, 0 = no limit of ours. iser:// sessions:
+  // kLibiscsiIserMaxCommandBytes (see there); commands above it are refused before they reach libiscsi.
+  std::uint64_t max_command_bytes() const { return max_command_bytes_; }
   // Re-reads capacity and block size (READ CAPACITY 16).
   ScsiResult read_capacity();
 
@@ -165,6 +176,7 @@ class IscsiLun {
   ConnectOptions options_;
   std::uint64_t capacity_bytes_ = 0;
   std::uint32_t block_size_ = 0;
+  std::uint64_t max_command_bytes_ = 0;
 };
 
 }  // namespace blockps

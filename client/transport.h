@@ -34,6 +34,8 @@ class LuTransport {
   virtual std::uint32_t block_size() const = 0;
   // Runs every command, at most queue_depth in flight. Nothing more is issued after the first failure.
   virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) = 0;
+  // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).
+  virtual std::uint64_t max_command_bytes() const { return 0; }
 };
 
 struct TransportOptions {

@@ -57,7 +57,7 @@ done
 module=$build/tgt-modules/bs_blockps.so
 shim=$build/blockps-preload/libblockps-tgtd-iser-port.so
 cli=$build/client/cli/blockps
-for f in "$module" "$shim" "$cli" "$build/client/libblockps.so"; do
+for f in "$module" "$shim" "$cli" "$build/client/libblockps.so" "$build/client/blockps-sync-train"; do
   [ -e "$f" ] || die "$f is missing: build first (cmake --build $build)"
 done
 work=$(mktemp -d /var/tmp/blockps-vm-run-XXXXXX)
@@ -70,8 +70,20 @@ cp -a "$repo/tests/vm" "$pay/repo/tests/"
 cp -a "$build/tgt-modules" "$build/blockps-preload" "$pay/build/"
 cp -a "$build"/client/libblockps*.so* "$pay/build/client/"
 cp -a "$cli" "$pay/build/client/cli/"
+# Hooks' programs (tests/vm/guest/hooks/): the sync worker (C API) and the plain file-I/O numpy worker with its
+# data set (Fashion-MNIST, Debian's dataset-fashion-mnist; without it the numpy-worker step is SKIPPED, loudly).
+cp -a "$build/client/blockps-sync-train" "$pay/build/client/"
+mkdir -p "$pay/repo/client/examples"
+cp -a "$repo/client/examples/numpy_direct_worker.py" "$pay/repo/client/examples/"
+fmnist=/usr/share/datasets/fashion-mnist
+if [ -f "$fmnist/train-images-idx3-ubyte.gz" ]; then
+  mkdir -p "$pay/data/fashion-mnist"
+  cp -a "$fmnist"/*-ubyte.gz "$pay/data/fashion-mnist/"
+else
+  say "WARNING: no $fmnist (apt-get install dataset-fashion-mnist): the numpy-worker step will be SKIPPED"
+fi
 # Debug info is most of the bytes; the 9p copy into the guest is slow under TCG.
-find "$pay/build" -type f \( -name '*.so*' -o -name blockps \) -exec strip --strip-debug {} +
+find "$pay/build" -type f \( -name '*.so*' -o -name blockps -o -name blockps-sync-train \) -exec strip --strip-debug {} +
 cc -O2 -Wall -Wextra -Werror -std=c11 -I"$repo/client" -o "$pay/bin/client_check" "$repo/tests/vm/guest/client_check.c" \
   -L"$build/client" -lblockps -lm || die "cannot build tests/vm/guest/client_check.c"
 cp "$repo/tests/vm/guest/main.sh" "$share/guest-entry"
