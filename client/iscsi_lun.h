@@ -110,9 +110,10 @@ struct PipelineResult {
 
 // libiscsi 1.19's iSER transport (lib/iser.c) gives every command one fixed, pre-registered 256 KiB data
 // buffer (DATA_BUFFER_SIZE 0x40000). A READ or WRITE above that fails in iser_send_command ("Libiscsi-iSER
-// supports messages smaller than 512k") after the PDU was put on the session's wait list; the failed queueing
-// then frees that PDU while it is still listed, and the next completion or logout walks the freed PDU:
-// SIGSEGV (seen in tests/vm with 1 MiB requests and the 1 MiB status page read). So iser:// sessions carry at
+// supports messages smaller than 512k", checked in the installed binary: cmp $0x40000 on the transfer length),
+// and the process then dies of SIGSEGV (seen in tests/vm with 1 MiB requests and the 1 MiB status page read;
+// gone with commands <= 256 KiB; the exact fault site is not traced, likely the failed PDU left queued on the
+// session and freed). So iser:// sessions carry at
 // most this many bytes per command; callers split requests (libblockps caps [client] max_request).
 inline constexpr std::uint64_t kLibiscsiIserMaxCommandBytes = std::uint64_t{256} * 1024;
 
