@@ -49,24 +49,10 @@
 # BLOCKPS_PORTAL_ADDR (IPv4) replaces their address (as ps-up.sh does: iSER needs an RDMA device's address).
 set -euo pipefail
 
-prog=attach
-die() {
-  echo "$prog: ERROR: $*" >&2
-  exit 2
-}
-say() { echo "$prog: $*" >&2; }
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-  exit "${1:-0}"
-}
-PORT_OFFSET=${BLOCKPS_PORT_OFFSET:-0}
-[[ $PORT_OFFSET =~ ^[0-9]+$ ]] || die "BLOCKPS_PORT_OFFSET=$PORT_OFFSET is not a number"
-PORTAL_ADDR=${BLOCKPS_PORTAL_ADDR:-}
-if [ -n "$PORTAL_ADDR" ] && ! [[ $PORTAL_ADDR =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
-  die "BLOCKPS_PORTAL_ADDR=$PORTAL_ADDR is not an IPv4 address"
-fi
-# The IQN suffix of the iSER copy of a shard's target (scripts/lib/blockps-tgt.sh, BLOCKPS_ISER_SUFFIX).
-ISER_SUFFIX=-iser
+blockps_prog=attach blockps_die_status=2 blockps_say_stderr=1
+# shellcheck source=scripts/lib/blockps-tgt.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/blockps-tgt.sh"
+check_portal_environment
 
 transport=tcp
 out=''
@@ -114,9 +100,9 @@ add_conf() { # FILE
   [ "${f#ERR }" = "$f" ] || die "--conf $1: ${f#ERR }"
   read -r portal iqn g w s <<<"$f"
   [[ $portal =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]] || die "--conf $1: blockps-portal '$portal' is not HOST:PORT"
-  local port=$((BASH_REMATCH[2] + PORT_OFFSET))
+  local port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))
   if [ "$port" -gt 65535 ]; then die "--conf $1: port $port (with BLOCKPS_PORT_OFFSET) out of range"; fi
-  hosts+=("${PORTAL_ADDR:-${BASH_REMATCH[1]}}") ports+=("$port") iqns+=("$iqn") names+=("$(basename "$1" .conf)")
+  hosts+=("${BLOCKPS_PORTAL_ADDR:-${BASH_REMATCH[1]}}") ports+=("$port") iqns+=("$iqn") names+=("$(basename "$1" .conf)")
   conf_iqn+=(1)
   lgrad+=("$g") lweights+=("$w") lstatus+=("$s")
 }
@@ -186,7 +172,7 @@ iface=default
 # Over iSER a --conf shard is reached through the iSER copy of its target.
 if [ "$transport" = iser ]; then
   for i in "${!iqns[@]}"; do
-    [ "${conf_iqn[$i]}" = 0 ] || iqns[i]=${iqns[$i]}$ISER_SUFFIX
+    [ "${conf_iqn[$i]}" = 0 ] || iqns[i]=${iqns[$i]}$BLOCKPS_ISER_SUFFIX
   done
 fi
 
@@ -255,11 +241,11 @@ for i in "${!hosts[@]}"; do
     if [ "$transport" = tcp ]; then
       while read -r t; do
         iscsiadm -m node -T "$t" -p "$portal" -I "$iface" -o delete >/dev/null 2>&1 || true
-      done < <(awk -v sfx="$ISER_SUFFIX" 'substr($2, length($2) - length(sfx) + 1) == sfx { print $2 }' <<<"$disc" | sort -u)
+      done < <(awk -v sfx="$BLOCKPS_ISER_SUFFIX" 'substr($2, length($2) - length(sfx) + 1) == sfx { print $2 }' <<<"$disc" | sort -u)
     fi
     if [ -z "${iqns[$i]}" ]; then
       # A TCP discovery also lists the iSER copies of the targets (tgt does not filter by transport).
-      mapfile -t found < <(awk -v t="$transport" -v sfx="$ISER_SUFFIX" '
+      mapfile -t found < <(awk -v t="$transport" -v sfx="$BLOCKPS_ISER_SUFFIX" '
         t == "tcp" && substr($2, length($2) - length(sfx) + 1) == sfx { next } { print $2 }' <<<"$disc" | sort -u)
       [ "${#found[@]}" -eq 1 ] || die "discovery at $portal lists ${#found[@]} targets (${found[*]}): name one with --target IQN"
       iqns[i]=${found[0]}

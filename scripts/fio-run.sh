@@ -43,16 +43,9 @@
 #   TMPDIR               where the sockets, the rewritten job file and qemu-nbd logs live (removed at exit)
 set -euo pipefail
 
-prog=fio-run
-die() {
-  echo "$prog: ERROR: $*" >&2
-  exit 2
-}
-say() { echo "$prog: $*" >&2; }
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-  exit "${1:-0}"
-}
+blockps_prog=fio-run blockps_die_status=2 blockps_say_stderr=1
+# shellcheck source=scripts/lib/messages.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/messages.sh"
 
 FIO=${BLOCKPS_FIO:-fio}
 QEMU_NBD=${BLOCKPS_QEMU_NBD:-qemu-nbd}

@@ -27,10 +27,6 @@ blockps_prog=ps-up
 # shellcheck source=scripts/lib/blockps-tgt.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/blockps-tgt.sh"
 
-usage() {
-  sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
-  exit "${1:-0}"
-}
 case "${1:-}" in
   -h | --help) usage 0 ;;
   "") echo "usage: scripts/ps-up.sh CONF... (--help for details)" >&2; exit 2 ;;
@@ -41,13 +37,10 @@ TGTD=$(find_tool tgtd) || die "tgtd not found: install tgt (scripts/setup.sh)"
 TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.sh)"
 TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
 is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
-is_uint "$BLOCKPS_PORT_OFFSET" || die "BLOCKPS_PORT_OFFSET=$BLOCKPS_PORT_OFFSET is not a number"
+check_portal_environment
 case "$BLOCKPS_ISER" in "" | yes | no | auto) ;; *) die "BLOCKPS_ISER=$BLOCKPS_ISER: must be yes, no or auto" ;; esac
 if [ -n "$BLOCKPS_ISER_POOL_MB" ] && { ! is_uint "$BLOCKPS_ISER_POOL_MB" || [ "$BLOCKPS_ISER_POOL_MB" -lt 128 ]; }; then
   die "BLOCKPS_ISER_POOL_MB=$BLOCKPS_ISER_POOL_MB: must be a number of MiB >= 128 (tgt's minimum)"
-fi
-if [ -n "$BLOCKPS_PORTAL_ADDR" ] && ! [[ $BLOCKPS_PORTAL_ADDR =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
-  die "BLOCKPS_PORTAL_ADDR=$BLOCKPS_PORTAL_ADDR is not an IPv4 address"
 fi
 
 # --- check every file before starting anything -----------------------------------------------------------------

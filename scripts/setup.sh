@@ -8,8 +8,9 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=$(realpath -m "${1:-$repo/build}")
 tgt_src_dir="$build_dir/tgt-src"
-say() { echo "setup: $*"; }
-die() { echo "setup: ERROR: $*" >&2; exit 1; }
+blockps_prog=setup
+# shellcheck source=scripts/lib/messages.sh
+. "$repo/scripts/lib/messages.sh"
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs Debian packages and creates /usr/lib/tgt/backing-store)"
 command -v apt-get >/dev/null || die "this needs Debian (apt-get not found)"

@@ -40,16 +40,18 @@ BLOCKPS_TGTD_GLIBC_TUNABLES=${BLOCKPS_TGTD_GLIBC_TUNABLES-glibc.malloc.mmap_thre
 # shellcheck disable=SC2034 # used by the scripts that source this file
 BLOCKPS_MODULE_NAME=bs_blockps.so
 
-# Messages: every line says which script said it.
-blockps_prog=${blockps_prog:-blockps}
-say() { echo "$blockps_prog: $*"; }
-warn() { echo "$blockps_prog: WARNING: $*" >&2; }
-die() {
-  echo "$blockps_prog: ERROR: $*" >&2
-  exit 1
-}
+# shellcheck source=scripts/lib/messages.sh
+. "$(dirname "${BASH_SOURCE[0]}")/messages.sh"
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
+
+# The environment that places a conf file's portal (ps-up.sh and attach.sh): dies on a bad value.
+check_portal_environment() {
+  is_uint "$BLOCKPS_PORT_OFFSET" || die "BLOCKPS_PORT_OFFSET=$BLOCKPS_PORT_OFFSET is not a number"
+  if [ -n "$BLOCKPS_PORTAL_ADDR" ] && ! [[ $BLOCKPS_PORTAL_ADDR =~ ^[0-9]+(\.[0-9]+){3}$ ]]; then
+    die "BLOCKPS_PORTAL_ADDR=$BLOCKPS_PORTAL_ADDR is not an IPv4 address"
+  fi
+}
 
 # tgt lives in /usr/sbin, which a non-root PATH may lack.
 find_tool() {
