@@ -1,5 +1,8 @@
 #include "bench/bench_report.h"
 
+#include "tests/support/blockps_shard.h"
+#include "tests/support/process.h"
+
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -53,6 +56,21 @@ std::vector<std::byte> finite_f32_gradients(std::size_t bytes, unsigned seed) {
     std::memcpy(out.data() + i, &f, sizeof f);
   }
   return out;
+}
+
+std::string preflight() {
+  if (std::string why = testing::TgtdInstance::unavailable_reason(); !why.empty()) return why;
+  return testing::blockps_module_missing_reason();
+}
+
+int fail(std::string_view prog, const std::string& message, std::span<const testing::TgtdInstance> tgtds) {
+  std::cerr << prog << ": ERROR: " << message << "\n";
+  for (std::size_t i = 0; i < tgtds.size(); ++i) {
+    if (tgtds[i].log_path().empty()) continue;
+    std::cerr << "tgtd " << i << " log (" << tgtds[i].log_path() << "):\n"
+              << testing::tail_of(tgtds[i].log_text(), 3000) << "\n";
+  }
+  return 1;
 }
 
 }  // namespace blockps::bench

@@ -3,10 +3,20 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "tests/support/tgtd_instance.h"
+
 namespace blockps::bench {
+
+/// Why a benchmark that starts tgtd with our module cannot run here ("" when it can): not root, tgt missing, or
+/// the module missing from its directory.
+std::string preflight();
+/// "PROG: ERROR: MESSAGE" and the tail of each started tgtd's log on stderr; returns 1 (main's exit status).
+int fail(std::string_view prog, const std::string& message, std::span<const testing::TgtdInstance> tgtds = {});
 
 /// "NAME benchmark, DATE" and "machine: N CPUs (nproc N), CPU MODEL, KERNEL" on stdout.
 void print_run_header(const std::string& name);

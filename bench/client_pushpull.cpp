@@ -144,15 +144,8 @@ std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
 }
 
 int fail(const std::string& msg, const TgtdInstance* tgtds = nullptr) {
-  std::cerr << "client_pushpull: ERROR: " << msg << "\n";
-  if (tgtds != nullptr) {
-    for (int s = 0; s < kShards; ++s) {
-      if (!tgtds[s].log_path().empty())
-        std::cerr << "tgtd " << s << " log (" << tgtds[s].log_path() << "):\n"
-                  << tail_of(tgtds[s].log_text(), 2000) << "\n";
-    }
-  }
-  return 1;
+  return bench::fail("client_pushpull", msg,
+                     tgtds == nullptr ? std::span<const TgtdInstance>{} : std::span(tgtds, kShards));
 }
 
 // One worker step (push then pull of the whole model); "" or an error.
@@ -288,8 +281,7 @@ int main(int argc, char** argv) {
   if (exit_now) return 0;
 
   bench::print_run_header("blockps client_pushpull");
-  if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
-  if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
+  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
 
   // Is gloo runnable? (checked once, up front)
   std::string gloo_skip;

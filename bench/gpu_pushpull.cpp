@@ -29,9 +29,7 @@ constexpr const char* kInitiator = "iqn.2026-11.io.blockps:gpu-bench";
 constexpr std::uint64_t kLuBytes = 256ull << 20;
 
 int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
-  std::cerr << "gpu_pushpull: ERROR: " << msg << "\n";
-  if (tgtd != nullptr) std::cerr << "tgtd log:\n" << tail_of(tgtd->log_text(), 3000) << "\n";
-  return 1;
+  return bench::fail("gpu_pushpull", msg, tgtd == nullptr ? std::span<const TgtdInstance>{} : std::span(tgtd, 1));
 }
 
 }  // namespace
@@ -68,8 +66,7 @@ int main(int argc, char** argv) {
         why.c_str());
     return 0;
   }
-  if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
-  if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
+  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
 
   TempDir dir;
   if (Status s = dir.create("blockps-gpu-bench-"); !s.ok()) return fail(s.message());

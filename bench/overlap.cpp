@@ -81,12 +81,8 @@ int run(const std::string& model_size, int steps, int warmup, int rounds, const 
                  model_size.c_str());
     return 2;
   }
-  if (std::string why = blockps::testing::tgtd_unavailable_reason(); !why.empty()) {
-    std::fprintf(stderr, "overlap: cannot run tgtd here: %s\n", why.c_str());
-    return 2;
-  }
-  if (std::string why = blockps::testing::blockps_module_missing_reason(); !why.empty()) {
-    std::fprintf(stderr, "overlap: %s\n", why.c_str());
+  if (std::string why = blockps::bench::preflight(); !why.empty()) {
+    std::fprintf(stderr, "overlap: cannot run here: %s\n", why.c_str());
     return 2;
   }
   blockps::bench::print_run_header("bench/overlap");

@@ -100,11 +100,7 @@ std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
 }
 
 int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
-  std::cerr << "pushpull: ERROR: " << msg << "\n";
-  if (tgtd != nullptr && !tgtd->log_path().empty()) {
-    std::cerr << "tgtd log (" << tgtd->log_path() << "):\n" << tail_of(tgtd->log_text(), 3000) << "\n";
-  }
-  return 1;
+  return bench::fail("pushpull", msg, tgtd == nullptr ? std::span<const TgtdInstance>{} : std::span(tgtd, 1));
 }
 
 }  // namespace
@@ -117,8 +113,7 @@ int main(int argc, char** argv) {
 
   bench::print_run_header("blockps pushpull");
 
-  if (std::string why = TgtdInstance::unavailable_reason(); !why.empty()) return fail(why);
-  if (std::string why = blockps_module_missing_reason(); !why.empty()) return fail(why);
+  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
 
   TempDir dir;
   if (Status s = dir.create("blockps-pushpull-"); !s.ok()) return fail(s.message());

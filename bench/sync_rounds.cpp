@@ -57,14 +57,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   bench::print_run_header("blockps sync rounds");
-  if (std::string why = tgtd_unavailable_reason(); !why.empty()) {
-    std::fprintf(stderr, "cannot run: %s\n", why.c_str());
-    return 1;
-  }
-  if (std::string why = blockps_module_missing_reason(); !why.empty()) {
-    std::fprintf(stderr, "cannot run: %s\n", why.c_str());
-    return 1;
-  }
+  if (std::string why = bench::preflight(); !why.empty()) return bench::fail("sync_rounds", why);
   TempDir dir;
   if (!dir.create("blockps-bench-sync-").ok()) return 1;
   TgtdInstance tgtd;
@@ -82,24 +75,21 @@ int main(int argc, char** argv) {
                                                   std::to_string(w) + ";straggler_ms=60000"
                                             : std::string("mode=async"));
       if (Status s = add_blockps_shard(tgtd, tid, iqn, dir.path("m" + std::to_string(tid) + ".ckpt"), opts); !s.ok()) {
-        std::fprintf(stderr, "shard: %s\n", s.message().c_str());
-        return 1;
+        return bench::fail("sync_rounds", "shard: " + s.message(), std::span(&tgtd, 1));
       }
       std::vector<IscsiLun> workers(static_cast<std::size_t>(w));
       for (int k = 0; k < w; ++k) {
         if (Status s = workers[static_cast<std::size_t>(k)].connect(
                 tgtd.url(iqn, 1), "iqn.2026-11.io.blockps:bench-worker" + std::to_string(k));
             !s.ok()) {
-          std::fprintf(stderr, "connect: %s\n", s.message().c_str());
-          return 1;
+          return bench::fail("sync_rounds", "connect: " + s.message(), std::span(&tgtd, 1));
         }
       }
       std::string error;
       median_step_seconds(workers, grad, 2, error);  // warm-up
       seconds[sync] = median_step_seconds(workers, grad, rounds, error);
       if (!error.empty()) {
-        std::fprintf(stderr, "%s: %s\n", sync ? "sync" : "async", error.c_str());
-        return 1;
+        return bench::fail("sync_rounds", std::string(sync ? "sync: " : "async: ") + error, std::span(&tgtd, 1));
       }
     }
     std::printf("%-8d %14.1f %14.1f %12.2f\n", w, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0]);

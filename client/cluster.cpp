@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "client/blockps.h"
+#include "client/aligned_buffer.h"
 #include "client/transport.h"
 
 namespace blockps {
@@ -167,14 +168,11 @@ Result<std::string> read_status_page(ShardWorker& shard) {
   bytes -= bytes % lu.block_size();
   if (bytes == 0)
     return Status::Error(StatusCode::mismatch, shard.lu_name(LuRole::status) + ": capacity 0: not a blockps status LU");
-  // O_DIRECT (posix transport) wants aligned memory: a vector of 4 KiB-aligned elements gives it.
-  struct alignas(4096) Page {
-    std::byte b[4096];
-  };
-  std::vector<Page> pages((bytes + 4095) / 4096);
-  std::vector<LuCommand> read{{IoDirection::read, 0, {{pages.front().b, static_cast<std::size_t>(bytes)}}}};
+  AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // O_DIRECT (posix transport)
+  if (!page) return Status::Error(StatusCode::unknown, "no memory for the status page");
+  std::vector<LuCommand> read{{IoDirection::read, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
   if (Status s = shard.run(LuRole::status, read, {}); !s.ok()) return s;
-  const char* text = reinterpret_cast<const char*>(pages.front().b);
+  const char* text = reinterpret_cast<const char*>(page.get());
   return std::string(text, strnlen(text, bytes));
 }
 
@@ -245,19 +243,26 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
     std::vector<std::optional<Status>> outcome(config.shards.size());
     {
       // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
-      std::vector<std::thread> openers;
       for (std::size_t i = 0; i < config.shards.size(); ++i) {
         cluster->shards_.push_back(std::make_unique<ShardWorker>(config.shards[i], config.client.queue_depth));
       }
+      // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
+      // may escape a thread's function (that would terminate the process too).
+      std::vector<std::jthread> openers;
+      openers.reserve(config.shards.size());
       for (std::size_t i = 0; i < config.shards.size(); ++i) {
         openers.emplace_back([&, i] {
-          ShardWorker& shard = *cluster->shards_[i];
-          Status s = shard.connect(options);
-          if (s.ok()) s = check_shard(shard, i, cluster->config_, *cluster->layout_);
-          outcome[i] = std::move(s);
+          try {
+            ShardWorker& shard = *cluster->shards_[i];
+            Status s = shard.connect(options);
+            if (s.ok()) s = check_shard(shard, i, cluster->config_, *cluster->layout_);
+            outcome[i] = std::move(s);
+          } catch (const std::exception& e) {
+            outcome[i] = Status::Error(StatusCode::unknown,
+                                       "shard " + cluster->config_.shards[i].name + ": opening it failed: " + e.what());
+          }
         });
       }
-      for (std::thread& t : openers) t.join();
     }
     for (const auto& s : outcome)
       if (!s->ok()) return *s;

@@ -12,7 +12,6 @@
 namespace blockps {
 namespace {
 
-constexpr std::size_t kBufferAlignment = 4096;  // O_DIRECT (posix transport) wants page-aligned buffers
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -39,8 +38,6 @@ std::string check_pipeline_options(const PipelineOptions& o) {
   return "";
 }
 
-void DoubleBuffer::FreeDeleter::operator()(std::byte* p) const noexcept { std::free(p); }
-
 DoubleBuffer::DoubleBuffer(Cluster& cluster, const PipelineOptions& options)
     : cluster_(cluster), options_(options), bytes_(cluster.model_bytes()) {}
 
@@ -48,14 +45,19 @@ Result<std::unique_ptr<DoubleBuffer>> DoubleBuffer::create(Cluster& cluster, con
   if (std::string why = check_pipeline_options(options); !why.empty())
     return Status::Error(StatusCode::invalid_argument, "double buffer options: " + why);
   std::unique_ptr<DoubleBuffer> db(new DoubleBuffer(cluster, options));
-  const std::size_t rounded = (db->bytes_ + kBufferAlignment - 1) / kBufferAlignment * kBufferAlignment;
   const int buffers = options.mode == PipelineMode::double_buffer ? 2 : 1;
   for (int i = 0; i < buffers; ++i) {
     ModelBuffer& b = db->buffers_[i];
     for (auto* slot : {&b.weights, &b.grads}) {
-      slot->reset(static_cast<std::byte*>(std::aligned_alloc(kBufferAlignment, rounded)));
-      if (!*slot) throw std::bad_alloc();
-      std::memset(slot->get(), 0, rounded);
+      *slot = make_aligned_buffer(db->bytes_);
+      if (!*slot)
+        return Status::Error(StatusCode::unknown,
+                             "double buffer: cannot allocate " + std::to_string(db->bytes_) + " bytes for a model buffer");
+    }
+    if (i > 0) {  // the same weights: one pull serves both buffers
+      std::memcpy(b.weights.get(), db->buffers_[0].weights.get(), db->bytes_);
+      b.pulled_at = db->buffers_[0].pulled_at;
+      continue;
     }
     if (Status s = cluster.pull(std::span(b.weights.get(), db->bytes_)); !s.ok())
       return Status::Error(s.code(), "double buffer: initial pull: " + s.message());
@@ -182,12 +184,11 @@ Result<StepMetrics> DoubleBuffer::step() {
   if (failure_) return *failure_;
   const auto called = Clock::now();
   StepMetrics m;
-  m.step = ++steps_;
   m.compute_s = seconds(called - compute_started_);
   {
     std::lock_guard lock(mutex_);
     blend(averages_.compute_s, m.compute_s, options_.smoothing, measured_computes_);
-    ++measured_computes_;
+    m.step = ++measured_computes_;  // every step measures one compute
   }
   ModelBuffer* next = compute_;
   if (options_.mode == PipelineMode::sequential) {

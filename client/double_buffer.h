@@ -38,6 +38,7 @@
 #include <span>
 #include <thread>
 
+#include "client/aligned_buffer.h"
 #include "client/blockps.h"
 
 namespace blockps {
@@ -111,11 +112,8 @@ class DoubleBuffer {
 
  private:
   using Clock = std::chrono::steady_clock;
-  struct FreeDeleter {
-    void operator()(std::byte* p) const noexcept;
-  };
   struct ModelBuffer {
-    std::unique_ptr<std::byte, FreeDeleter> weights, grads;
+    AlignedBuffer weights, grads;  // O_DIRECT-ready for the posix transport
     // The last exchange of this buffer.
     Clock::time_point pulled_at{};
     double push_s = 0, pull_s = 0, bubble_s = 0;
@@ -135,7 +133,6 @@ class DoubleBuffer {
   ModelBuffer buffers_[2];
   ModelBuffer* compute_ = &buffers_[0];
   Clock::time_point compute_started_{};
-  std::uint64_t steps_ = 0;
   std::optional<Status> failure_;
 
   mutable std::mutex mutex_;

@@ -1,5 +1,7 @@
 #include "client/iscsi_lun.h"
 
+#include "client/aligned_buffer.h"
+
 // libiscsi's headers are C; they declare everything extern "C" themselves.
 #include <iscsi/iscsi.h>
 #include <iscsi/scsi-lowlevel.h>
@@ -68,17 +70,6 @@ std::string without_trailing_space(std::string text) {
 
 ScsiResult usage_error(std::string message) { return ScsiResult{kScsiTransportError, 0, 0, std::move(message)}; }
 
-// Page-aligned buffers for the pipeline's reads (what an O_DIRECT reader would use).
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte[], FreeDeleter>;
-AlignedBuffer aligned_buffer(std::size_t bytes) {
-  void* p = nullptr;
-  if (::posix_memalign(&p, 4096, bytes) != 0) return nullptr;
-  std::memset(p, 0, bytes);
-  return AlignedBuffer(static_cast<std::byte*>(p));
-}
 
 }  // namespace
 
@@ -405,7 +396,7 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   std::vector<Completion> slots(static_cast<std::size_t>(spec.queue_depth));
   if (!writing) {
     for (auto& s : slots) {
-      s.buffer = aligned_buffer(req);
+      s.buffer = make_aligned_buffer(req);
       if (!s.buffer) {
         result.error = usage_error("out of memory for read buffers");
         return result;
@@ -439,8 +430,9 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
                                      0, 0, 0, 0, &IscsiLun::on_command_done, &s, &s.iov, 1);
     }
     if (s.task == nullptr) {
-      result.error =
-          usage_error(std::string(writing ? "WRITE 16" : "READ 16") + " not queued: " + iscsi_get_error(ctx_));
+      if (result.error.ok())
+        result.error =
+            usage_error(std::string(writing ? "WRITE 16" : "READ 16") + " not queued: " + iscsi_get_error(ctx_));
       return false;
     }
     s.busy = true;

@@ -17,19 +17,15 @@
 #include <vector>
 
 #include "client/transport.h"
+#include "client/aligned_buffer.h"
 
 namespace blockps {
 namespace {
 
-constexpr std::size_t kMemoryAlignment = 4096;
 constexpr std::uint32_t kFileBlockSize = 512;  // a regular file standing in for a device: 512-byte sectors
 
 std::string errno_text(int err) { return errno_message(err) + " (errno " + std::to_string(err) + ")"; }
 
-struct FreeDeleter {
-  void operator()(std::byte* p) const { std::free(p); }
-};
-using AlignedBuffer = std::unique_ptr<std::byte[], FreeDeleter>;
 
 // One command ready for the kernel: the iovecs it transfers, and a bounce buffer when the caller's memory
 // could not be used as it is.
@@ -98,7 +94,7 @@ class PosixTransport final : public LuTransport {
 
  private:
   static bool aligned(const IoSegment& s, std::uint32_t block) {
-    return reinterpret_cast<std::uintptr_t>(s.data) % kMemoryAlignment == 0 && s.bytes % block == 0;
+    return reinterpret_cast<std::uintptr_t>(s.data) % kDirectIoAlignment == 0 && s.bytes % block == 0;
   }
 
   // Builds the iovecs; a write through a bounce buffer is copied into it now.
@@ -114,10 +110,8 @@ class PosixTransport final : public LuTransport {
       for (const IoSegment& s : c.segments) p.iov.push_back(iovec{s.data, s.bytes});
       return std::nullopt;
     }
-    void* mem = nullptr;
-    if (::posix_memalign(&mem, kMemoryAlignment, p.bytes) != 0)
-      return LuFailure{index, "out of memory for a bounce buffer"};
-    p.bounce.reset(static_cast<std::byte*>(mem));
+    p.bounce = make_aligned_buffer(p.bytes, /*zeroed=*/false);  // filled below (write) or by the read
+    if (!p.bounce) return LuFailure{index, "out of memory for a bounce buffer"};
     if (c.direction == IoDirection::write) {
       std::size_t at = 0;
       for (const IoSegment& s : c.segments) {

@@ -79,16 +79,7 @@ pid_running() {
 }
 
 # True when PID is a live (not zombie) process whose command is tgtd.
-tgtd_alive() {
-  local pid=$1 stat comm
-  is_uint "$pid" || return 1
-  [ -r "/proc/$pid/stat" ] || return 1
-  comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-  [ "$comm" = tgtd ] || return 1
-  stat=$(cat "/proc/$pid/stat" 2>/dev/null) || return 1
-  stat=${stat##*) }
-  [ "${stat%% *}" != Z ]
-}
+tgtd_alive() { pid_running "$1" && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = tgtd ]; }
 
 # --- reading a conf file -------------------------------------------------------------------------------------
 # tgt-admin reads these files with Perl's Config::General; we read the few things we need with awk:

@@ -26,7 +26,8 @@ Status LocalCluster::start(const LocalClusterShape& shape, const std::string& na
             tgtd->url(iqn, 3) + "\"\n";
   }
   cluster_file_ = dir_.path("cluster.toml");
-  std::ofstream(cluster_file_) << text;
+  std::ofstream file(cluster_file_);
+  if (!(file << text) || !file.flush()) return Status::Error("cannot write " + cluster_file_);
   return Status::Ok();
 }
 
