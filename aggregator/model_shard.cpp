@@ -260,6 +260,13 @@ bool ModelShard::visit_block(std::uint64_t b, const std::function<void(const Blo
   return true;
 }
 
+std::uint64_t ModelShard::block_step(std::uint64_t b) const {
+  const Storage& s = *storage_;
+  if (b >= s.layout.blocks()) return 0;
+  std::shared_lock lock(s.blocks[b].lock);
+  return s.blocks[b].step;
+}
+
 bool ModelShard::restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,
                                std::span<const float> state0, std::span<const float> state1) {
   Storage& s = *storage_;

@@ -96,6 +96,8 @@ class ModelShard {
   /// Visit one block under its (shared) lock; false when there is no such block or the engine failed to read
   /// its state (engine_error() says why). On a GPU the view holds a copy of the device state.
   bool visit_block(std::uint64_t index, const std::function<void(const BlockView&)>& visit) const;
+  /// Optimizer steps applied to block `index` so far (0 for no such block); reads no weights or state.
+  std::uint64_t block_step(std::uint64_t index) const;
   /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
   /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
   /// or a span has the wrong size (or the engine failed: engine_error()).

@@ -82,7 +82,7 @@ static int blockps_cmd_submit(struct scsi_cmd *cmd)
 	struct blockps_worker worker;
 	char id[512];
 
-	if (priv->wake_fd >= 0) {
+	if (blockps_lu_may_park(priv->core, cmd->scb)) {
 		worker.tid = cmd->c_target->tid;
 		worker.itn_id = cmd->cmd_itn_id;
 		worker.iqn = initiator_name(cmd, id, sizeof(id));
@@ -181,8 +181,10 @@ static void bs_blockps_close(struct scsi_lu *lu)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
 
-	if (priv->wake_fd >= 0)
+	if (priv->wake_fd >= 0) {
+		blockps_lu_fail_parked(priv->core, &parked_ops);
 		tgt_event_del(priv->wake_fd);
+	}
 	priv->wake_fd = -1;
 	blockps_lu_detach(priv->core);
 }

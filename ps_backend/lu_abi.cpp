@@ -75,18 +75,19 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
                     " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
       return -1;
     }
-    if (lu->options.role == blockps::LuRole::grad && shard->rounds()) {
+    auto served = std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes);
+    // After everything that may throw: a subscribed eventfd must never outlive a failed attach.
+    if (lu->options.role == blockps::LuRole::grad && served->shard().rounds()) {
       lu->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
       if (lu->wake_fd < 0) {
         set_error(error, error_size, std::string("eventfd for parked commands: ") + std::strerror(errno));
         return -1;
       }
-      shard->rounds()->subscribe(lu, [fd = lu->wake_fd] {
+      served->shard().rounds()->subscribe(lu, [fd = lu->wake_fd] {
         const std::uint64_t one = 1;
         [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);  // EAGAIN: a wake is pending already
       });
     }
-    auto served = std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes);
     *capacity = served->capacity_bytes();
     lu->served.store(std::move(served));
     blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu->options.role)) +
@@ -178,6 +179,21 @@ void blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops) {
   } catch (...) {
     blockps::log_line_noexcept("parked commands: ", "unexpected exception");
   }
+}
+
+void blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* ops) {
+  try {
+    const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
+    if (!served || !served->shard().rounds()) return;
+    served->shard().rounds()->refuse_parked(lu, "its LU is closing");
+    blockps_lu_on_wake(lu, ops);
+  } catch (...) {
+    blockps::log_line_noexcept("parked commands: ", "unexpected exception at close");
+  }
+}
+
+int blockps_lu_may_park(const blockps_lu* lu, const uint8_t* cdb) {
+  return lu && lu->wake_fd >= 0 && cdb && (blockps::scsi::is_read(cdb[0]) || blockps::scsi::is_write(cdb[0]));
 }
 
 void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {

@@ -86,6 +86,14 @@ struct blockps_parked_ops {
 /* The wake fd's handler: drains it, drops workers whose session is gone, and hands parked commands back. */
 void blockps_lu_on_wake(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
 
+/* bs_close (main thread, before the LU detaches): fail every command still parked on it (NOT READY). tgt may
+ * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever. */
+void blockps_lu_fail_parked(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
+
+/* Whether a command with this CDB may have to wait on this LU (a READ or WRITE of a mode=sync/ssp grad LU):
+ * only those need blockps_lu_admit and the worker's identity. */
+int blockps_lu_may_park(const struct blockps_lu *lu, const uint8_t *cdb);
+
 /* Execute one command (called from tgt's I/O threads, several at once). */
 void blockps_lu_execute(struct blockps_lu *lu, const struct blockps_command *cmd, struct blockps_outcome *outcome);
 

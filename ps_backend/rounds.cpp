@@ -1,6 +1,7 @@
 #include "ps_backend/rounds.h"
 
 #include <algorithm>
+#include <mutex>
 #include <tuple>
 
 #include "aggregator/wire_dtype.h"
@@ -27,21 +28,14 @@ std::uint64_t ms_between(Clock::time_point a, Clock::time_point b) {
 }  // namespace
 
 void LatencyWindow::add(std::uint64_t ns) {
-  std::lock_guard lock(mutex_);
-  if (samples_.size() < kSamples) {
-    samples_.push_back(ns);
-  } else {
-    samples_[next_] = ns;
-    next_ = (next_ + 1) % kSamples;
-  }
+  samples_[added_.fetch_add(1, std::memory_order_relaxed) % kSamples].store(ns, std::memory_order_relaxed);
 }
 
 nlohmann::json LatencyWindow::percentiles() const {
-  std::vector<std::uint64_t> s;
-  {
-    std::lock_guard lock(mutex_);
-    s = samples_;
-  }
+  // A sample being written while the page is made may be the old or the new one: fine for percentiles.
+  const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(added_.load(), kSamples));
+  std::vector<std::uint64_t> s(n);
+  for (std::size_t i = 0; i < n; ++i) s[i] = samples_[i].load(std::memory_order_relaxed);
   std::sort(s.begin(), s.end());
   const auto at = [&](double q) { return s.empty() ? 0 : s[static_cast<std::size_t>(q * (s.size() - 1))]; };
   return {{"count", s.size()}, {"p50_ns", at(0.5)}, {"p90_ns", at(0.9)}, {"p99_ns", at(0.99)},
@@ -52,7 +46,9 @@ nlohmann::json LatencyWindow::percentiles() const {
 struct SyncRounds::Contribution {
   std::uint64_t block, round, itn;
   std::string iqn;
-  std::vector<float> grad;
+  std::uint64_t elements = 0;  // sync: grad's size once the first push of it lands
+  std::once_flag grad_allocated;
+  std::vector<float> grad;     // allocated by the first landing push (an I/O thread, not tgtd's main thread)
   std::vector<bool> claimed;  // per sector
   std::uint32_t sectors, claimed_n = 0, landed_n = 0;
   bool complete() const { return landed_n == sectors; }
@@ -63,7 +59,6 @@ struct SyncRounds::BlockRounds {
   std::uint64_t applied = 0;  // rounds applied (since the shard opened or the last reset)
   bool closing = false;       // a round's contributions were taken and are being applied
   Clock::time_point first_push{};
-  Clock::time_point first_push_of_closing{};
   std::map<std::uint64_t, std::shared_ptr<Contribution>> open;  // the open round's contributions, by worker
   std::unordered_map<std::uint64_t, std::uint64_t> last_pushed;  // worker -> the last round it pushed into
   std::unordered_map<std::uint64_t, std::uint64_t> clock;        // ssp: worker -> its completed pushes
@@ -72,9 +67,9 @@ struct SyncRounds::BlockRounds {
 
 SyncRounds::SyncRounds(ModelShard& model, const RoundPolicy& policy,
                        std::function<void(std::uint64_t ns)> on_applied)
-    : model_(model), on_applied_(std::move(on_applied)), geometry_(model.geometry()), sector_bytes_(kSectorBytes),
-      policy_(policy), blocks_(model.geometry().blocks()) {
-  model_.for_each_block([this](const BlockView& v) { blocks_[v.index].applied = v.step; });
+    : model_(model), on_applied_(std::move(on_applied)), geometry_(model.geometry()), policy_(policy),
+      blocks_(model.geometry().blocks()) {
+  for (std::uint64_t b = 0; b < blocks_.size(); ++b) blocks_[b].applied = model_.block_step(b);
   keeper_ = std::jthread([this](std::stop_token stop) { keep(stop); });
 }
 
@@ -87,17 +82,17 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
                                  std::uint64_t len) {
   const std::uint64_t end = offset + len;
   // Anything the data path would refuse anyway runs unclaimed and fails there with its own sense.
-  if (len == 0 || offset % sector_bytes_ || len % sector_bytes_ || end > geometry_.bytes || end < offset)
+  if (len == 0 || offset % kSectorBytes || len % kSectorBytes || end > geometry_.bytes || end < offset)
     return Admission::run;
   const auto now = Clock::now();
   std::lock_guard lock(mutex_);
   auto [it, joined] = members_.try_emplace(worker.itn);
   Member& m = it->second;
-  if (joined) {
+  if (joined) {  // tid, session and IQN of a session never change
+    m.ref = worker;
     m.joined = now;
     log_line("sync: worker " + worker.iqn + " (session " + std::to_string(worker.itn) + ") joined");
   }
-  m.ref = worker;
   m.last_push = now;
   if (members_.size() >= policy_.workers) formed_ = true;
 
@@ -116,7 +111,7 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
         const auto [begin, stop] = sector_span(b);
         const std::uint64_t base = b * geometry_.block_bytes;
         bool overlaps = false;
-        for (std::uint64_t s = (begin - base) / sector_bytes_; s < (stop - base) / sector_bytes_; ++s)
+        for (std::uint64_t s = (begin - base) / kSectorBytes; s < (stop - base) / kSectorBytes; ++s)
           overlaps = overlaps || found->second->claimed[s];
         if (overlaps && found->second->in_flight()) return Admission::park;
         if (overlaps) {
@@ -139,7 +134,7 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     if (found == blocks_[b].open.end()) continue;
     const auto [begin, stop] = sector_span(b);
     const std::uint64_t base = b * geometry_.block_bytes;
-    for (std::uint64_t s = (begin - base) / sector_bytes_; s < (stop - base) / sector_bytes_; ++s)
+    for (std::uint64_t s = (begin - base) / kSectorBytes; s < (stop - base) / kSectorBytes; ++s)
       if (found->second->claimed[s]) return Admission::park;
   }
   std::vector<TicketPiece> ticket;
@@ -152,13 +147,17 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
       if (br.open.size() == 1) br.first_push = now;
       const std::uint64_t block_len = std::min<std::uint64_t>(geometry_.bytes - base, geometry_.block_bytes);
       // ssp applies each push at once: the contribution only tracks which sectors the push covered.
-      c = std::make_shared<Contribution>(Contribution{b, br.open_round(), worker.itn, worker.iqn,
-                                                      std::vector<float>(ssp ? 0 : block_len / esize),
-                                                      std::vector<bool>(block_len / sector_bytes_),
-                                                      static_cast<std::uint32_t>(block_len / sector_bytes_)});
+      c = std::make_shared<Contribution>();
+      c->block = b;
+      c->round = br.open_round();
+      c->itn = worker.itn;
+      c->iqn = worker.iqn;
+      c->elements = ssp ? 0 : block_len / esize;
+      c->claimed.assign(block_len / kSectorBytes, false);
+      c->sectors = static_cast<std::uint32_t>(block_len / kSectorBytes);
     }
     const auto [begin, stop] = sector_span(b);
-    const auto first_sector = (begin - base) / sector_bytes_, sectors = (stop - begin) / sector_bytes_;
+    const auto first_sector = (begin - base) / kSectorBytes, sectors = (stop - begin) / kSectorBytes;
     for (std::uint64_t s = first_sector; s < first_sector + sectors; ++s) c->claimed[s] = true;
     c->claimed_n += static_cast<std::uint32_t>(sectors);
     br.last_pushed[worker.itn] = c->round;
@@ -182,18 +181,25 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
   // meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and is discarded after.
   const std::size_t esize = wire_size(geometry_.dtype);
   const bool ssp = policy_mode() == RoundPolicy::Mode::ssp;
-  for (const TicketPiece& p : ticket) {
-    const std::uint64_t have = data.size() > p.data_offset ? (data.size() - p.data_offset) / esize : 0;
-    const std::uint64_t n = std::min(have, p.elements);
-    if (ssp) {
-      const auto t0 = Clock::now();
-      const std::string err = model_.push_gradient(
-          p.contribution->block * geometry_.block_bytes + p.element_in_block * esize,
-          data.subspan(p.data_offset, n * esize));
-      if (!err.empty()) log_line("ssp: push not applied: " + err);
-      if (on_applied_) on_applied_(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
-    } else {
-      decode_wire(geometry_.dtype, data.data() + p.data_offset, p.contribution->grad.data() + p.element_in_block, n);
+  if (ssp) {
+    if (ticket.empty()) return true;
+    // One optimizer step over the whole contiguous request: the engine runs its blocks in parallel.
+    const TicketPiece& first = ticket.front();
+    std::uint64_t bytes = 0;
+    for (const TicketPiece& p : ticket) bytes += p.elements * esize;
+    const auto t0 = Clock::now();
+    const std::string err =
+        model_.push_gradient(first.contribution->block * geometry_.block_bytes + first.element_in_block * esize,
+                             data.first(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, data.size()))));
+    if (!err.empty()) log_line("ssp: push not applied: " + err);
+    if (on_applied_) on_applied_(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+  } else {
+    for (const TicketPiece& p : ticket) {
+      const std::uint64_t have = data.size() > p.data_offset ? (data.size() - p.data_offset) / esize : 0;
+      const std::uint64_t n = std::min(have, p.elements);
+      Contribution& c = *p.contribution;
+      std::call_once(c.grad_allocated, [&c] { c.grad.resize(c.elements); });
+      decode_wire(geometry_.dtype, data.data() + p.data_offset, c.grad.data() + p.element_in_block, n);
     }
   }
   std::vector<std::uint64_t> touched;
@@ -220,7 +226,7 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
     }
   }
   if (ssp) {
-    wake_all();  // a push waiting on this worker's clock may go on
+    wake_parked();  // a push waiting on this worker's clock may go on
   } else {
     close_ready_blocks(std::move(touched));
   }
@@ -291,8 +297,9 @@ void SyncRounds::process_parked(const void* owner, const std::function<bool(int,
       continue;
     }
     if (now >= p.deadline) {
+      const std::string degraded = degraded_reason();
       fail(p, false, "parked for worker_timeout_ms=" + std::to_string(timeout_ms) + " without its round closing" +
-                  (degraded_reason().empty() ? "" : " (" + degraded_reason() + ")"));
+                         (degraded.empty() ? "" : " (" + degraded + ")"));
       continue;
     }
     const Admission a = p.is_push ? admit_push(p.handle, p.worker, p.offset, p.len)
@@ -306,6 +313,12 @@ void SyncRounds::process_parked(const void* owner, const std::function<bool(int,
       parked_.emplace(owner, p);  // keeps its first deadline
     }
   }
+}
+
+void SyncRounds::refuse_parked(const void* owner, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  auto [first, last] = parked_.equal_range(owner);
+  for (auto it = first; it != last; ++it) it->second.refusal = why;
 }
 
 void SyncRounds::subscribe(const void* owner, std::function<void()> wake) {
@@ -331,13 +344,6 @@ void SyncRounds::reset() {
     log_line("sync: rounds reset (open rounds dropped, counters at 0)");
   }
   wake_all();
-}
-
-void SyncRounds::set_policy(const RoundPolicy& policy) {
-  std::lock_guard lock(mutex_);
-  policy_ = policy;
-  recheck_ = true;
-  keeper_cv_.notify_all();
 }
 
 std::string SyncRounds::degraded_reason() const {
@@ -419,7 +425,6 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
         log_line("sync: round of block " + std::to_string(b) + " not applied: " + err);
       const auto t1 = Clock::now();
       const auto apply_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(t1 - t0).count());
-      apply_latency_.add(apply_ns);
       if (on_applied_) on_applied_(apply_ns);
       round_latency_.add(static_cast<std::uint64_t>(std::chrono::nanoseconds(t1 - first_push).count()));
       std::lock_guard lock(mutex_);
@@ -430,7 +435,7 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
       closed_any = true;
     }
   }
-  if (closed_any) wake_all();
+  if (closed_any) wake_parked();
 }
 
 void SyncRounds::remove_member_locked(std::uint64_t itn, const std::string& why) {
@@ -449,6 +454,12 @@ void SyncRounds::remove_member_locked(std::uint64_t itn, const std::string& why)
     b.last_pushed.erase(itn);
     b.clock.erase(itn);  // a gone worker holds nobody back
   }
+}
+
+void SyncRounds::wake_parked() {
+  std::lock_guard lock(mutex_);
+  if (parked_.empty()) return;  // nothing waits: spare tgtd's main thread the wake-up
+  for (const auto& [owner, wake] : subscribers_) wake();
 }
 
 void SyncRounds::wake_all() {
@@ -538,8 +549,7 @@ nlohmann::json SyncRounds::status() const {
           {"parked_commands", parked_.size()},
           {"degraded", degraded_locked()},
           {"degraded_reason", degraded_reason_locked()},
-          {"round_latency", round_latency_.percentiles()},
-          {"apply_latency", apply_latency_.percentiles()}};
+          {"round_latency", round_latency_.percentiles()}};
 }
 
 }  // namespace blockps

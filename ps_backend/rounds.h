@@ -11,6 +11,8 @@
 // round (sum, average, optimizer step) never runs on the main thread.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
@@ -42,10 +44,11 @@ struct WorkerRef {
 enum class Admission {
   run,       // queue it to the I/O threads
   park,      // hold it (tgt's asynchronous completion); it comes back through process_parked
-  not_ready  // fail it: CHECK CONDITION, NOT READY, ASC/ASCQ 0x04/0x03 (see last_refusal())
+  not_ready  // fail it: CHECK CONDITION, NOT READY, ASC/ASCQ 0x04/0x03 (see degraded_reason())
 };
 
 /// Latency samples (ns) over a sliding window, for the status page's percentiles.
+/// Lock-free: every push adds a sample from tgt's I/O threads.
 class LatencyWindow {
  public:
   void add(std::uint64_t ns);
@@ -54,9 +57,8 @@ class LatencyWindow {
 
  private:
   static constexpr std::size_t kSamples = 4096;
-  mutable std::mutex mutex_;
-  std::vector<std::uint64_t> samples_;
-  std::size_t next_ = 0;
+  std::array<std::atomic<std::uint64_t>, kSamples> samples_{};
+  std::atomic<std::uint64_t> added_{0};
 };
 
 class SyncRounds {
@@ -100,13 +102,15 @@ class SyncRounds {
                       const std::function<void(const Parked&)>& resubmit,
                       const std::function<void(const Parked&, bool aborted, const std::string& why)>& fail);
 
+  /// Every command parked for `owner` fails (with `why`) at the glue's next process_parked: its LU is closing.
+  void refuse_parked(const void* owner, const std::string& why);
+
   /// `wake` is called (from any thread) when parked commands of `owner` may go on; it must only signal.
   void subscribe(const void* owner, std::function<void()> wake);
   void unsubscribe(const void* owner);
 
   /// Control: drop every open round (nothing of them is applied) and restart the round counters at 0.
   void reset();
-  void set_policy(const RoundPolicy& policy);
   /// Why commands are refused now ("" when they are not).
   std::string degraded_reason() const;
   nlohmann::json status() const;
@@ -136,12 +140,12 @@ class SyncRounds {
   void close_ready_blocks(std::vector<std::uint64_t> candidates);
   void remove_member_locked(std::uint64_t itn, const std::string& why);
   void wake_all();
+  void wake_parked();  // wake_all when a command is parked (the data path's wake-ups)
   void keep(std::stop_token stop);
 
   ModelShard& model_;
   const std::function<void(std::uint64_t)> on_applied_;
   const ShardGeometry geometry_;
-  const std::uint32_t sector_bytes_;
 
   mutable std::mutex mutex_;
   RoundPolicy policy_;
@@ -154,7 +158,6 @@ class SyncRounds {
   std::uint64_t rounds_closed_ = 0, stragglers_dropped_ = 0, workers_dropped_ = 0;
   std::vector<std::string> drop_log_;  // the last few "worker X dropped: why" lines
   LatencyWindow round_latency_;        // first push of a round -> applied
-  LatencyWindow apply_latency_;        // the sum + optimizer step of a round
 
   std::condition_variable_any keeper_cv_;
   bool recheck_ = false;

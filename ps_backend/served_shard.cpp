@@ -265,6 +265,8 @@ std::string ServedShard::status_json() const {
                       {"max_ns", rd(k.aggregation_max_ns)},
                       {"latency", aggregation_latency_.percentiles()}};
   j["rounds"] = rounds_ ? rounds_->status() : nlohmann::json{{"mode", "async"}};
+  // A round's sum + optimizer step is what note_aggregation() records for sync shards.
+  if (rounds_) j["rounds"]["apply_latency"] = j["aggregation"]["latency"];
   std::string last_error;
   {
     std::lock_guard e(error_mutex_);
@@ -281,6 +283,7 @@ std::string ServedShard::control(std::string_view text) {
   // The page is NUL-padded to whole blocks by whoever writes it.
   text = text.substr(0, std::min(text.size(), text.find('\0')));
   std::vector<std::pair<std::string, std::string>> actions;
+  float new_lr = 0;  // the last lr= line's value
   while (!text.empty()) {
     const auto nl = text.find('\n');
     std::string_view line = text.substr(0, nl);
@@ -292,8 +295,10 @@ std::string ServedShard::control(std::string_view text) {
     const std::string key(line.substr(0, eq));
     const std::string value = eq == std::string_view::npos ? "" : std::string(line.substr(eq + 1));
     if (key == "lr") {
+      // The bsopts table is the one definition of what lr accepts.
       const auto parsed = parse_lu_options("role=grad;lr=" + value, 512);
       if (const auto* e = std::get_if<OptionError>(&parsed)) return "control " + std::string(line) + ": " + e->message;
+      new_lr = std::get<LuOptions>(parsed).config.optimizer.lr;
     } else if ((key == "checkpoint" || key == "reset-rounds") && eq == std::string_view::npos) {
       if (key == "reset-rounds" && !rounds_) return "control reset-rounds: this shard is mode=async and has no rounds";
     } else {
@@ -304,9 +309,8 @@ std::string ServedShard::control(std::string_view text) {
   if (actions.empty()) return "control: no key=value line in the data written";
   for (const auto& [key, value] : actions) {
     if (key == "lr") {
-      const LuOptions parsed = std::get<LuOptions>(parse_lu_options("role=grad;lr=" + value, 512));
       std::lock_guard lk(config_mutex_);
-      config_.optimizer.lr = parsed.config.optimizer.lr;
+      config_.optimizer.lr = new_lr;
       model_.set_params(config_.optimizer);
       note_mutation();  // the next checkpoint records the new lr
       log_line(path_ + ": control: lr=" + value);
