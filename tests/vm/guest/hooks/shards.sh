@@ -5,19 +5,8 @@
 repo=$TOP/repo
 hook_confs=()
 hook_transports=()
-say() { echo "=== [$(cut -d' ' -f1 /proc/uptime)s] $*"; }
-die() {
-  echo "FAIL: $*"
-  exit 1
-}
-skip() {
-  echo "SKIPPED: $*"
-  exit 77
-}
-toml_get() { # FILE SHARD_INDEX KEY
-  awk -v want="$2" -v key="$3" '/^\[\[shard\]\]/ { i++ } i == want + 1 && $1 == key { gsub(/"/, "", $3); print $3 }' "$1"
-}
-dev_of() { readlink -f "$(toml_get "$1" "$2" "$3")"; }
+# shellcheck source=tests/vm/guest/common.sh
+. "$repo/tests/vm/guest/common.sh"
 
 hook_cleanup() {
   local t args=() c
