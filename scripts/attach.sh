@@ -31,10 +31,11 @@
 #   --timeout S          seconds to wait for the devices to appear (default 60).
 #   -h, --help           this text.
 #
-# What it does, per shard: `mkdir -p /run/lock/iscsi` (iscsiadm needs it without systemd), starts iscsid if
-# none runs, discovery `iscsiadm -m discovery -t st -p HOST:PORT -I IFACE -o new` (`-o new`: a discovery of
-# the same portal with another iface must not delete the first one's records), login `iscsiadm -m node -T IQN
-# -p HOST:PORT -I IFACE --login` (an existing session is fine), `udevadm settle`, then waits for
+# What it does: `mkdir -p /run/lock/iscsi` (iscsiadm needs it without systemd), starts iscsid if none runs;
+# discovery of every shard `iscsiadm -m discovery -t st -p HOST:PORT -I IFACE -o new` before any login (an
+# iSER discovery next to a live session can fail; a failed one is tried 3 times; `-o new`: a discovery of
+# the same portal with another iface must not delete the first one's records); then per shard login
+# `iscsiadm -m node -T IQN -p HOST:PORT -I IFACE --login` (an existing session is fine), `udevadm settle`, then waits for
 # /dev/disk/by-path/ip-HOST:PORT-iscsi-IQN-lun-N of each LU. When the kernel attaches a LU it reads its first
 # blocks to look for partition tables: the bytes of a weights LU can look like one (a bogus Atari/AHDI table
 # was seen), so it drops whatever partitions the kernel made with `partx -d` on each LU's device (those reads
@@ -217,10 +218,10 @@ elif ! pgrep -x iscsid >/dev/null; then
   sleep 1
 fi
 
-# --- log in (or out) ----------------------------------------------------------------------------------------
-for i in "${!hosts[@]}"; do
-  portal=${hosts[$i]}:${ports[$i]}
-  if [ -n "$logout" ]; then
+# --- log out -----------------------------------------------------------------------------------------------
+if [ -n "$logout" ]; then
+  for i in "${!hosts[@]}"; do
+    portal=${hosts[$i]}:${ports[$i]}
     if [ -z "${iqns[$i]}" ]; then
       run iscsiadm -m node -p "$portal" -I "$iface" --logout || say "warning: logout of $portal failed (not logged in?)"
     else
@@ -229,13 +230,33 @@ for i in "${!hosts[@]}"; do
       run iscsiadm -m node -T "${iqns[$i]}" -p "$portal" -I "$iface" -o delete ||
         say "warning: no node record of ${iqns[$i]} at $portal to delete"
     fi
-    continue
-  fi
+  done
+  exit 0
+fi
+
+# --- discovery: every portal before any login ------------------------------------------------------------------
+# Over iSER, iscsiadm runs SendTargets through the kernel's netlink interface, and events of a session that is
+# already logged in can cut into it ("recv's end state machine bug?" then "iSCSI PDU timed out", seen when a
+# second shard was discovered right after the first one's login). So all discoveries come first, and a failed
+# one is tried again: a discovery changes nothing on the target.
+discovery_attempts=3
+discover() { # PORTAL -> the SendTargets listing on stdout
+  local attempt out
+  for ((attempt = 1; ; attempt++)); do
+    out=$(iscsiadm -m discovery -t st -p "$1" -I "$iface" -o new 2>&1) && { printf '%s\n' "$out"; return 0; }
+    [ "$attempt" -lt "$discovery_attempts" ] ||
+      die "discovery at $1 over $transport failed $discovery_attempts times; the last said: $out"
+    say "warning: discovery at $1 over $transport failed (attempt $attempt of $discovery_attempts), trying again: $out"
+    sleep 2
+  done
+}
+
+for i in "${!hosts[@]}"; do
+  portal=${hosts[$i]}:${ports[$i]}
   if [ -n "$dry" ]; then
     run iscsiadm -m discovery -t st -p "$portal" -I "$iface" -o new
   else
-    disc=$(iscsiadm -m discovery -t st -p "$portal" -I "$iface" -o new 2>&1) ||
-      die "discovery at $portal over $transport failed: $disc"
+    disc=$(discover "$portal")
     # A TCP discovery also records the iSER copies of the targets (for the TCP iface, where tgt refuses them):
     # drop those records, or they outlive the logout.
     if [ "$transport" = tcp ]; then
@@ -254,12 +275,16 @@ for i in "${!hosts[@]}"; do
     fi
   fi
   [ -n "${names[$i]}" ] || names[i]=${iqns[$i]##*:}
+done
+
+# --- log in ----------------------------------------------------------------------------------------------------
+for i in "${!hosts[@]}"; do
+  portal=${hosts[$i]}:${ports[$i]}
   rc=0
   run iscsiadm -m node -T "${iqns[$i]}" -p "$portal" -I "$iface" --login || rc=$?
   # 15: a session exists already (attach.sh run twice): fine.
   [ "$rc" -eq 0 ] || [ "$rc" -eq 15 ] || die "login to ${iqns[$i]} at $portal over $transport failed (iscsiadm exit $rc)"
 done
-[ -z "$logout" ] || exit 0
 
 for i in "${!names[@]}"; do
   for ((j = 0; j < i; j++)); do

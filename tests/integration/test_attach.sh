@@ -96,9 +96,10 @@ for s in "3261 shard0" "3262 shard1"; do
       fail "no partx -d for $name LUN $lun"
   done
 done
-# Order: discovery of a shard before its login; all logins before udevadm settle.
-awk '/discovery/ { d++ } /--login/ { if (d <= l) bad = 1; l++ } /udevadm settle/ { if (l != 2) bad = 1 } END { exit bad }' <<<"$out" ||
-  fail "commands out of order"
+# Order: every discovery before any login (an iSER discovery next to a live session can fail); all logins
+# before udevadm settle.
+awk '/discovery/ { d++; if (l) bad = 1 } /--login/ { if (d != 2) bad = 1; l++ } /udevadm settle/ { if (l != 2) bad = 1 }
+  END { exit bad }' <<<"$out" || fail "commands out of order (want both discoveries, then both logins)"
 sed -n '/^# would write /,$p' <<<"$out" | sed 1d >"$tmp/iser.toml"
 "$PY" - "$tmp/iser.toml" <<'EOF' || fail "the cluster file is not what the shards need"
 import sys, tomllib
