@@ -51,8 +51,14 @@ struct SyncRounds::Contribution {
   std::vector<float> grad;     // allocated by the first landing push (an I/O thread, not tgtd's main thread)
   std::vector<bool> claimed;  // per sector
   std::uint32_t sectors, claimed_n = 0, landed_n = 0;
+  bool discarded = false;     // its round closed without it: what still lands is dropped, not decoded
   bool complete() const { return landed_n == sectors; }
   bool in_flight() const { return landed_n < claimed_n; }
+  bool claims_any(std::uint64_t first_sector, std::uint64_t n) const {
+    for (std::uint64_t s = first_sector; s < first_sector + n; ++s)
+      if (claimed[s]) return true;
+    return false;
+  }
 };
 
 struct SyncRounds::BlockRounds {
@@ -62,6 +68,10 @@ struct SyncRounds::BlockRounds {
   std::map<std::uint64_t, std::shared_ptr<Contribution>> open;  // the open round's contributions, by worker
   std::unordered_map<std::uint64_t, std::uint64_t> last_pushed;  // worker -> the last round it pushed into
   std::unordered_map<std::uint64_t, std::uint64_t> clock;        // ssp: worker -> its completed pushes
+  // A straggler's half-pushed gradient of a round that closed without it: the rest of that push (sectors it
+  // has not claimed yet) is dropped as it arrives, so it never starts the next round with the old round's
+  // data. A push of sectors it did claim is the worker's next round and ends the tombstone.
+  std::unordered_map<std::uint64_t, std::shared_ptr<Contribution>> dropped;
   std::uint64_t open_round() const { return applied + (closing ? 1 : 0); }
 };
 
@@ -97,10 +107,14 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
   if (members_.size() >= policy_.workers) formed_ = true;
 
   const std::uint64_t first_block = offset / geometry_.block_bytes, last_block = (end - 1) / geometry_.block_bytes;
-  const auto sector_span = [&](std::uint64_t b) {
+  const auto sector_span = [&](std::uint64_t b) {  // the push's bytes in block b
     const std::uint64_t begin = std::max<std::uint64_t>(offset, b * geometry_.block_bytes);
     const std::uint64_t stop = std::min<std::uint64_t>(end, (b + 1) * geometry_.block_bytes);
     return std::pair{begin, stop};
+  };
+  const auto sector_range = [&](std::uint64_t b) {  // the same as (first sector in the block, sectors)
+    const auto [begin, stop] = sector_span(b);
+    return std::pair{(begin - b * geometry_.block_bytes) / kSectorBytes, (stop - begin) / kSectorBytes};
   };
   const bool ssp = policy_.mode == RoundPolicy::Mode::ssp;
   if (ssp) {
@@ -108,11 +122,8 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
       BlockRounds& br = blocks_[b];
       // Pushing sectors again means the worker's previous push of this block is over (even a partial one).
       if (const auto found = br.open.find(worker.itn); found != br.open.end()) {
-        const auto [begin, stop] = sector_span(b);
-        const std::uint64_t base = b * geometry_.block_bytes;
-        bool overlaps = false;
-        for (std::uint64_t s = (begin - base) / kSectorBytes; s < (stop - base) / kSectorBytes; ++s)
-          overlaps = overlaps || found->second->claimed[s];
+        const auto [first_sector, sectors] = sector_range(b);
+        const bool overlaps = found->second->claims_any(first_sector, sectors);
         if (overlaps && found->second->in_flight()) return Admission::park;
         if (overlaps) {
           ++br.clock[worker.itn];
@@ -132,17 +143,31 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
   for (std::uint64_t b = first_block; b <= last_block && !ssp; ++b) {
     const auto found = blocks_[b].open.find(worker.itn);
     if (found == blocks_[b].open.end()) continue;
-    const auto [begin, stop] = sector_span(b);
-    const std::uint64_t base = b * geometry_.block_bytes;
-    for (std::uint64_t s = (begin - base) / kSectorBytes; s < (stop - base) / kSectorBytes; ++s)
-      if (found->second->claimed[s]) return Admission::park;
+    const auto [first_sector, sectors] = sector_range(b);
+    if (found->second->claims_any(first_sector, sectors)) return Admission::park;
   }
   std::vector<TicketPiece> ticket;
   const std::size_t esize = wire_size(geometry_.dtype);
   for (std::uint64_t b = first_block; b <= last_block; ++b) {
     BlockRounds& br = blocks_[b];
-    auto& c = br.open[worker.itn];
     const std::uint64_t base = b * geometry_.block_bytes;
+    const auto [begin, stop] = sector_span(b);
+    const auto [first_sector, sectors] = sector_range(b);
+    const auto claim = [&](Contribution& c) {
+      for (std::uint64_t s = first_sector; s < first_sector + sectors; ++s) c.claimed[s] = true;
+      c.claimed_n += static_cast<std::uint32_t>(sectors);
+    };
+    if (const auto t = br.dropped.find(worker.itn); t != br.dropped.end()) {
+      if (!t->second->claims_any(first_sector, sectors)) {  // the rest of the dropped push
+        claim(*t->second);
+        ticket.push_back({t->second, begin - offset, (begin - base) / esize, (stop - begin) / esize,
+                          static_cast<std::uint32_t>(sectors)});
+        if (t->second->claimed_n == t->second->sectors) br.dropped.erase(t);
+        continue;
+      }
+      br.dropped.erase(t);
+    }
+    auto& c = br.open[worker.itn];
     if (!c) {
       if (br.open.size() == 1) br.first_push = now;
       const std::uint64_t block_len = std::min<std::uint64_t>(geometry_.bytes - base, geometry_.block_bytes);
@@ -156,10 +181,7 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
       c->claimed.assign(block_len / kSectorBytes, false);
       c->sectors = static_cast<std::uint32_t>(block_len / kSectorBytes);
     }
-    const auto [begin, stop] = sector_span(b);
-    const auto first_sector = (begin - base) / kSectorBytes, sectors = (stop - begin) / kSectorBytes;
-    for (std::uint64_t s = first_sector; s < first_sector + sectors; ++s) c->claimed[s] = true;
-    c->claimed_n += static_cast<std::uint32_t>(sectors);
+    claim(*c);
     br.last_pushed[worker.itn] = c->round;
     ticket.push_back({c, begin - offset, (begin - base) / esize, (stop - begin) / esize,
                       static_cast<std::uint32_t>(sectors)});
@@ -198,6 +220,7 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
       const std::uint64_t have = data.size() > p.data_offset ? (data.size() - p.data_offset) / esize : 0;
       const std::uint64_t n = std::min(have, p.elements);
       Contribution& c = *p.contribution;
+      if (c.discarded) continue;
       std::call_once(c.grad_allocated, [&c] { c.grad.resize(c.elements); });
       decode_wire(geometry_.dtype, data.data() + p.data_offset, c.grad.data() + p.element_in_block, n);
     }
@@ -336,6 +359,7 @@ void SyncRounds::reset() {
     std::lock_guard lock(mutex_);
     for (BlockRounds& b : blocks_) {
       b.open.clear();
+      b.dropped.clear();
       b.last_pushed.clear();
       b.clock.clear();
       b.applied = 0;
@@ -404,6 +428,11 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
             const auto it = br.open.find(itn);
             if (it == br.open.end() || !it->second->complete()) ++stragglers_dropped_;
           }
+          for (auto& [itn, c] : br.open) {
+            if (c->complete()) continue;
+            c->discarded = true;
+            br.dropped[itn] = c;
+          }
         }
         br.open.clear();
         br.closing = true;
@@ -453,6 +482,8 @@ void SyncRounds::remove_member_locked(std::uint64_t itn, const std::string& why)
     if (c != b.open.end() && !c->second->complete()) b.open.erase(c);
     b.last_pushed.erase(itn);
     b.clock.erase(itn);  // a gone worker holds nobody back
+    // Session numbers are recycled: a later session with this one must not inherit its tombstones.
+    b.dropped.erase(itn);
   }
 }
 

@@ -135,6 +135,39 @@ TEST(SyncRounds, AStragglerRoundClosesAfterStragglerMsWithMinWorkers) {
   EXPECT_EQ(s["stragglers_dropped"], 0) << "C never joined, so it is no straggler";
 }
 
+TEST(SyncRounds, TheLateRestOfAStragglersHalfPushIsDroppedNotTakenForTheNextRound) {
+  Fixture f(sync_policy(2, 1, 100));
+  const auto a0 = gradient(kBlockBytes, 1), b0 = gradient(kBlockBytes, 7);
+  const std::vector<std::byte> b0_head(b0.begin(), b0.begin() + kBlockBytes / 2),
+      b0_tail(b0.begin() + kBlockBytes / 2, b0.end());
+  ASSERT_EQ(f.push(kA, a0), Admission::run);
+  ASSERT_EQ(f.push(kB, b0_head), Admission::run);  // B's round 0 of block 0, first half only
+  const auto t0 = std::chrono::steady_clock::now();
+  while (f.rounds.status()["rounds_max"] != 1) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the straggler deadline never closed the round";
+    std::this_thread::sleep_for(5ms);
+  }
+  // The rest of B's round-0 push arrives after its round closed without B.
+  ASSERT_EQ(f.push(kB, b0_tail, kBlockBytes / 2), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kB.itn, 0, kBlockBytes), Admission::run) << "B's late half is in no open round";
+  const auto a1 = gradient(kBlockBytes, 3), b1 = gradient(kBlockBytes, -5);
+  ASSERT_EQ(f.push(kA, a1), Admission::run);
+  ASSERT_EQ(f.push(kB, b1), Admission::run) << "B's round 1 must not collide with its late round-0 half";
+  EXPECT_EQ(f.rounds.status()["rounds_max"], 2);
+  // Round 0: A alone; round 1: the average of A's and B's round-1 gradients (IQN order), nothing of b0.
+  std::vector<float> expected(kBlockBytes / 4);
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    float x0, x1, y1;
+    std::memcpy(&x0, a0.data() + 4 * i, 4);
+    std::memcpy(&x1, a1.data() + 4 * i, 4);
+    std::memcpy(&y1, b1.data() + 4 * i, 4);
+    expected[i] = -x0 - (x1 + y1) * 0.5f;
+  }
+  const auto w = weights(f.model);
+  EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + kBlockBytes / 4), expected);
+  EXPECT_EQ(f.rounds.status()["stragglers_dropped"], 1);
+}
+
 TEST(SyncRounds, BelowMinWorkersCommandsThatWouldWaitAreRefusedUntilAWorkerReturns) {
   Fixture f(sync_policy(2, 2));
   const auto g = gradient(kShardBytes, 1);
