@@ -80,10 +80,15 @@ struct IscsiLun::Completion {
   bool keep_task = false;  // the caller still needs the task (its data-in) after completion
   bool done = false;
   ScsiResult result;
-  // Pipeline bookkeeping.
-  bool busy = false;
-  AlignedBuffer buffer;
-  scsi_iovec iov{};
+};
+
+// A place in the queue of run_pipeline() and run_commands(): one command at a time.
+struct IscsiLun::QueueSlot {
+  Completion c;
+  bool busy = false;             // a command of this slot is queued and not taken back yet
+  std::vector<scsi_iovec> iov;   // its data; must live until the command completes
+  AlignedBuffer buffer;          // run_pipeline's read target
+  std::uint64_t tag = 0;         // the caller's name for the command (run_commands: its index)
 };
 
 std::string ScsiResult::describe() const {
@@ -363,6 +368,84 @@ ScsiResult IscsiLun::lun_reset() {
   return {};
 }
 
+bool IscsiLun::queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes) {
+  s.c.done = false;
+  s.c.result = {};
+  const std::uint64_t lba = offset / block_size_;
+  const int niov = static_cast<int>(s.iov.size());
+  if (direction == IoDirection::write) {
+    s.c.task = iscsi_write16_iov_task(ctx_, lun_, lba, nullptr, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+                                      &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
+  } else {
+    s.c.task = iscsi_read16_iov_task(ctx_, lun_, lba, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+                                     &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
+  }
+  s.busy = s.c.task != nullptr;
+  return s.busy;
+}
+
+ScsiResult IscsiLun::not_queued(IoDirection direction) const {
+  return usage_error(std::string(direction == IoDirection::write ? "WRITE 16" : "READ 16") +
+                     " not queued: " + iscsi_get_error(ctx_));
+}
+
+template <class Next, class Completed>
+ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed) {
+  ScsiResult failure;
+  bool issuing = true;
+  int in_flight = 0;
+  auto last_progress = Clock::now();
+  for (;;) {
+    for (QueueSlot& s : slots) {
+      if (!issuing || ctx_ == nullptr) break;
+      if (s.busy) continue;
+      if (!next(s)) {
+        issuing = false;
+        break;
+      }
+      ++in_flight;
+    }
+    if (in_flight == 0) break;
+    if (ctx_ == nullptr) {
+      failure = usage_error("not connected");
+      break;
+    }
+    if (ScsiResult r = service_once(100); !r.ok()) {
+      failure = std::move(r);
+      break;
+    }
+    bool progressed = false, connection_lost = false;
+    for (QueueSlot& s : slots) {
+      if (!s.busy || !s.c.done) continue;
+      s.busy = false;
+      --in_flight;
+      progressed = true;
+      connection_lost = connection_lost || s.c.result.status >= kScsiTransportCancelled;
+      if (!completed(s)) issuing = false;  // drain what is in flight, then report
+    }
+    if (connection_lost && ctx_ != nullptr) {
+      (void)transport_failure("connection lost");  // see wait_for(): the session is unusable
+      break;
+    }
+    const auto now = Clock::now();
+    if (progressed) {
+      last_progress = now;
+    } else if (now - last_progress > options_.timeout) {
+      failure = transport_failure("no command completed for " + std::to_string(options_.timeout.count()) + " s");
+      break;
+    }
+  }
+  // After a transport failure the context is gone: whatever libiscsi did not call back for is ours to free.
+  // Those slots stay busy, so that the caller can tell which commands never completed.
+  for (QueueSlot& s : slots) {
+    if (s.busy && !s.c.done && s.c.task != nullptr) {
+      scsi_free_scsi_task(s.c.task);
+      s.c.task = nullptr;
+    }
+  }
+  return failure;
+}
+
 PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   PipelineResult result;
   const std::uint64_t req = spec.request_bytes;
@@ -393,15 +476,14 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
     return result;
   }
 
-  std::vector<Completion> slots(static_cast<std::size_t>(spec.queue_depth));
+  std::vector<QueueSlot> slots(static_cast<std::size_t>(spec.queue_depth));
   if (!writing) {
-    for (auto& s : slots) {
+    for (QueueSlot& s : slots) {
       s.buffer = make_aligned_buffer(req);
       if (!s.buffer) {
         result.error = usage_error("out of memory for read buffers");
         return result;
       }
-      s.iov = scsi_iovec{s.buffer.get(), req};
     }
   }
 
@@ -412,92 +494,30 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
           : Clock::time_point::max();
   std::uint64_t issued = 0;
   std::uint64_t next = 0;  // range-relative offset of the next request
-  int in_flight = 0;
-  bool issuing = true;
-  auto last_progress = start;
-
-  auto issue = [&](Completion& s) -> bool {
-    const std::uint64_t lba = (spec.range_offset + next) / block_size_;
-    s.done = false;
-    s.result = {};
-    if (writing) {
-      auto* data = reinterpret_cast<unsigned char*>(
-          const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size()));
-      s.task = iscsi_write16_task(ctx_, lun_, lba, data, static_cast<std::uint32_t>(req), static_cast<int>(block_size_),
-                                  0, 0, 0, 0, 0, &IscsiLun::on_command_done, &s);
-    } else {
-      s.task = iscsi_read16_iov_task(ctx_, lun_, lba, static_cast<std::uint32_t>(req), static_cast<int>(block_size_), 0,
-                                     0, 0, 0, 0, &IscsiLun::on_command_done, &s, &s.iov, 1);
-    }
-    if (s.task == nullptr) {
-      if (result.error.ok())
-        result.error =
-            usage_error(std::string(writing ? "WRITE 16" : "READ 16") + " not queued: " + iscsi_get_error(ctx_));
+  const auto issue = [&](QueueSlot& s) {
+    if ((spec.requests != 0 && issued >= spec.requests) || Clock::now() >= stop_issuing_at) return false;
+    std::byte* data = writing ? const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size())
+                              : s.buffer.get();
+    s.iov.assign(1, scsi_iovec{data, req});
+    if (!queue(s, spec.direction, spec.range_offset + next, static_cast<std::uint32_t>(req))) {
+      if (result.error.ok()) result.error = not_queued(spec.direction);
       return false;
     }
-    s.busy = true;
-    ++in_flight;
     ++issued;
     next = (next + req) % range;
     return true;
   };
-
-  for (;;) {
-    if (issuing) {
-      const auto now = Clock::now();
-      if ((spec.requests != 0 && issued >= spec.requests) || now >= stop_issuing_at) issuing = false;
+  const auto completed = [&](QueueSlot& s) {
+    if (!s.c.result.ok()) {
+      if (result.error.ok()) result.error = s.c.result;
+      return false;
     }
-    for (auto& s : slots) {
-      if (!issuing || ctx_ == nullptr) break;
-      if (s.busy) continue;
-      if (!issue(s)) {
-        issuing = false;
-        break;
-      }
-      if (spec.requests != 0 && issued >= spec.requests) issuing = false;
-    }
-    if (in_flight == 0 || ctx_ == nullptr) break;
-
-    if (ScsiResult r = service_once(100); !r.ok()) {
-      if (result.error.ok()) result.error = r;
-      break;
-    }
-    bool progressed = false;
-    for (auto& s : slots) {
-      if (!s.busy || !s.done) continue;
-      s.busy = false;
-      --in_flight;
-      progressed = true;
-      if (s.result.ok()) {
-        ++result.requests;
-        result.bytes += req;
-      } else {
-        if (result.error.ok()) result.error = s.result;
-        issuing = false;  // drain what is in flight, then report the first failure
-      }
-    }
-    if (!result.error.ok() && result.error.status >= kScsiTransportCancelled && ctx_ != nullptr) {
-      (void)transport_failure("connection lost");  // see wait_for(): the session is unusable
-      break;
-    }
-    const auto now = Clock::now();
-    if (progressed) {
-      last_progress = now;
-    } else if (now - last_progress > options_.timeout) {
-      ScsiResult r =
-          transport_failure("pipeline made no progress for " + std::to_string(options_.timeout.count()) + " s");
-      if (result.error.ok()) result.error = r;
-      break;
-    }
-  }
+    ++result.requests;
+    result.bytes += req;
+    return true;
+  };
+  if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok() && result.error.ok()) result.error = std::move(r);
   result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  // After a transport failure the context is gone: whatever libiscsi did not call back for is ours to free.
-  for (auto& s : slots) {
-    if (s.busy && !s.done && s.task != nullptr) {
-      scsi_free_scsi_task(s.task);
-      s.task = nullptr;
-    }
-  }
   return result;
 }
 
@@ -514,96 +534,39 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, i
       return result;
     }
   }
-  struct Slot {
-    Completion c;
-    std::vector<scsi_iovec> iov;  // must live until the command completes
-    std::size_t command = 0;
-  };
-  std::vector<Slot> slots(
+  std::vector<QueueSlot> slots(
       static_cast<std::size_t>(std::min<std::size_t>(queue_depth, std::max<std::size_t>(commands.size(), 1))));
   std::size_t next = 0;
-  int in_flight = 0;
-  bool issuing = true;
-  auto fail = [&](ScsiResult r, std::size_t command) {
+  const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {
       result.error = std::move(r);
       result.failed_command = command;
     }
-    issuing = false;
   };
-  auto last_progress = Clock::now();
-  for (;;) {
-    for (Slot& s : slots) {
-      if (!issuing || next >= commands.size() || ctx_ == nullptr) break;
-      if (s.c.busy) continue;
-      const LuCommand& cmd = commands[next];
-      s.iov.clear();
-      for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
-      s.c.done = false;
-      s.c.result = {};
-      s.command = next;
-      const std::uint64_t lba = cmd.offset / block_size_;
-      const auto bytes = static_cast<std::uint32_t>(cmd.bytes());
-      const int niov = static_cast<int>(s.iov.size());
-      if (cmd.direction == IoDirection::write) {
-        s.c.task = iscsi_write16_iov_task(ctx_, lun_, lba, nullptr, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
-                                          &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
-      } else {
-        s.c.task = iscsi_read16_iov_task(ctx_, lun_, lba, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
-                                         &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
-      }
-      if (s.c.task == nullptr) {
-        fail(usage_error(std::string(cmd.direction == IoDirection::write ? "WRITE 16" : "READ 16") +
-                         " not queued: " + iscsi_get_error(ctx_)),
-             next);
-        break;
-      }
-      s.c.busy = true;
-      ++in_flight;
-      ++next;
+  const auto issue = [&](QueueSlot& s) {
+    if (next >= commands.size()) return false;
+    const LuCommand& cmd = commands[next];
+    s.iov.clear();
+    for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
+    s.tag = next;
+    if (!queue(s, cmd.direction, cmd.offset, static_cast<std::uint32_t>(cmd.bytes()))) {
+      fail(not_queued(cmd.direction), next);
+      return false;
     }
-    if (in_flight == 0) break;
-    if (ctx_ == nullptr) {
-      fail(usage_error("not connected"), next);
-      break;
-    }
-    if (ScsiResult r = service_once(100); !r.ok()) {
-      std::size_t first_busy = next;
-      for (Slot& s : slots)
-        if (s.c.busy && !s.c.done) first_busy = std::min(first_busy, s.command);
-      fail(std::move(r), first_busy);
-      break;
-    }
-    bool progressed = false;
-    for (Slot& s : slots) {
-      if (!s.c.busy || !s.c.done) continue;
-      s.c.busy = false;
-      --in_flight;
-      progressed = true;
-      if (!s.c.result.ok()) fail(s.c.result, s.command);
-    }
-    if (!result.error.ok() && result.error.status >= kScsiTransportCancelled && ctx_ != nullptr) {
-      (void)transport_failure("connection lost");  // see wait_for(): the session is unusable
-      break;
-    }
-    const auto now = Clock::now();
-    if (progressed) {
-      last_progress = now;
-    } else if (now - last_progress > options_.timeout) {
-      std::size_t first_busy = next;
-      for (Slot& s : slots)
-        if (s.c.busy && !s.c.done) first_busy = std::min(first_busy, s.command);
-      fail(transport_failure("no command completed for " + std::to_string(options_.timeout.count()) + " s"),
-           first_busy);
-      break;
-    }
-  }
-  // After a transport failure the context is gone: whatever libiscsi did not call back for is ours to free.
-  for (Slot& s : slots) {
-    if (s.c.busy && !s.c.done && s.c.task != nullptr) {
-      scsi_free_scsi_task(s.c.task);
-      s.c.task = nullptr;
-    }
+    ++next;
+    return true;
+  };
+  const auto completed = [&](QueueSlot& s) {
+    if (s.c.result.ok()) return true;
+    fail(s.c.result, s.tag);
+    return false;
+  };
+  if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok()) {
+    // The queue ended early: the first command that never completed is the one that failed.
+    std::size_t first_unfinished = next;
+    for (const QueueSlot& s : slots)
+      if (s.busy && !s.c.done) first_unfinished = std::min<std::size_t>(first_unfinished, s.tag);
+    fail(std::move(r), first_unfinished);
   }
   return result;
 }

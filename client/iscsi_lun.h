@@ -165,6 +165,18 @@ class IscsiLun {
 
  private:
   struct Completion;
+  struct QueueSlot;
+  // Queues slot's command (READ16/WRITE16 of `bytes` at byte `offset`, data in s.iov); false when libiscsi
+  // would not queue it (not_queued() then says why).
+  bool queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes);
+  ScsiResult not_queued(IoDirection direction) const;
+  // The queue of run_pipeline() and run_commands(): keeps up to slots.size() commands in flight. next(slot)
+  // queues the next command into a free slot (false: none left or it could not queue; issuing stops).
+  // completed(slot) takes back one that finished (false: stop issuing, drain what is in flight). Returns
+  // why the queue ended early (transport failure, no completion for options_.timeout), ok() otherwise;
+  // slots still busy then hold the commands that never completed.
+  template <class Next, class Completed>
+  ScsiResult drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed);
   static void on_command_done(iscsi_context* ctx, int status, void* command_data, void* private_data);
   ScsiResult wait_for(Completion& done);
   ScsiResult check_range(std::uint64_t offset, std::uint64_t bytes) const;
