@@ -12,6 +12,7 @@
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "ps_backend/checkpoint.h"
@@ -115,16 +116,24 @@ std::variant<std::shared_ptr<ServedShard>, std::string> ServedShard::create(cons
     }
     if (std::string err = geometry_error(config.geometry); !err.empty()) return err;
 
+    // Two tgtd processes must never serve (and overwrite) one checkpoint file. Locked before the model (host or
+    // GPU memory) is allocated, so a refused LU costs nothing.
+    const std::string lock_path = path + ".lock";
+    struct ClosedUnlessKept {
+      int fd;
+      ~ClosedUnlessKept() {
+        if (fd >= 0) ::close(fd);
+      }
+    } lock{::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)};
+    if (lock.fd < 0) return "cannot open " + lock_path + ": " + std::strerror(errno);
+    if (::flock(lock.fd, LOCK_EX | LOCK_NB) != 0)
+      return errno == EWOULDBLOCK ? "checkpoint " + path + " is in use by another process (" + lock_path + " is locked)"
+                                  : "cannot lock " + lock_path + ": " + std::strerror(errno);
+
     const auto device = choose_device(config, path, from_checkpoint && !opts.given.count("device"));
     if (auto* why = std::get_if<std::string>(&device)) return *why;
     std::shared_ptr<ServedShard> shard(new ServedShard(path, config, shared_engine(), std::get<Device>(device)));
-    // Two tgtd processes must never serve (and overwrite) one checkpoint file.
-    const std::string lock_path = path + ".lock";
-    shard->lock_fd_ = ::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (shard->lock_fd_ < 0) return "cannot open " + lock_path + ": " + std::strerror(errno);
-    if (::flock(shard->lock_fd_, LOCK_EX | LOCK_NB) != 0)
-      return errno == EWOULDBLOCK ? "checkpoint " + path + " is in use by another process (" + lock_path + " is locked)"
-                                  : "cannot lock " + lock_path + ": " + std::strerror(errno);
+    shard->lock_fd_ = std::exchange(lock.fd, -1);
     if (from_checkpoint) {
       if (std::string err = load_checkpoint(path, shard->model_); !err.empty()) return err;
       shard->file_is_current_ = true;
