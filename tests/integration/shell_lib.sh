@@ -34,3 +34,25 @@ dump_shard_logs() {
     tail -n 30 "$log" >&2
   done
 }
+# Example configs (configs/NAME.conf) copied into DIR with only their checkpoint directory moved from
+# /var/lib/blockps/ into DIR/lib/ (a test must not touch the host's shards); fails when a copy differs in
+# anything else. Appends the copies to the array `confs`.
+example_confs_into() { # DIR NAME...
+  local dir=$1 name copy
+  shift
+  for name in "$@"; do
+    copy=$dir/$name.conf
+    sed "s#/var/lib/blockps/#$dir/lib/#g" "$repo/configs/$name.conf" >"$copy"
+    sed "s#$dir/lib/#/var/lib/blockps/#g" "$copy" | cmp -s - "$repo/configs/$name.conf" ||
+      fail "copy of configs/$name.conf differs in more than the checkpoint directory"
+    grep -q "$dir/lib/$name/" "$copy" || fail "configs/$name.conf does not keep checkpoints in /var/lib/blockps/$name/"
+    confs+=("$copy")
+  done
+}
+# The end of a test's EXIT trap, after its own clean-up: shard logs on failure, the scratch directory TMP
+# removed (kept with BLOCKPS_KEEP_TMP set), and the test's exit status RC kept.
+finish_test() { # RC TMP
+  [ "$1" -eq 0 ] || [ "$1" -eq 77 ] || dump_shard_logs
+  if [ -n "${BLOCKPS_KEEP_TMP:-}" ]; then echo "kept $2"; else rm -rf "$2"; fi
+  exit "$1"
+}

@@ -51,19 +51,13 @@ cleanup() {
   local rc=$?
   cd /
   "$down" >/dev/null 2>&1 || true
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || dump_shard_logs
-  if [ -n "${BLOCKPS_KEEP_TMP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-  exit "$rc"
+  finish_test "$rc" "$tmp"
 }
 trap cleanup EXIT
 
 # The example configs, with only the checkpoint directory moved into $tmp; and an opt=sum shard.
 confs=()
-for n in 0 1; do
-  sed "s#/var/lib/blockps/#$tmp/lib/#g" "$repo/configs/shard$n.conf" >"$tmp/shard$n.conf"
-  grep -q "$tmp/lib/shard$n/" "$tmp/shard$n.conf" || fail "configs/shard$n.conf does not keep checkpoints in /var/lib/blockps/shard$n/"
-  confs+=("$tmp/shard$n.conf")
-done
+example_confs_into "$tmp" shard0 shard1
 sumopts='size=4M;dtype=f32;opt=sum;init=zeros'
 cat >"$tmp/fiosum.conf" <<EOF
 control-port 3

@@ -39,21 +39,13 @@ cleanup() {
     kill -9 "$blocker_pid" 2>/dev/null || true
     rm -f "/var/run/tgtd/socket.$blocker_control" "/var/run/tgtd/socket.$blocker_control.lock"
   fi
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || dump_shard_logs
-  if [ -n "${BLOCKPS_KEEP_TMP:-}" ]; then echo "kept $tmp"; else rm -rf "$tmp"; fi
-  exit "$rc"
+  finish_test "$rc" "$tmp"
 }
 trap cleanup EXIT
 
 # The real example configs, with only the checkpoint directory moved into $tmp.
 confs=()
-for n in 0 1; do
-  sed "s#/var/lib/blockps/#$tmp/lib/#g" "$repo/configs/shard$n.conf" >"$tmp/shard$n.conf"
-  sed "s#$tmp/lib/#/var/lib/blockps/#g" "$tmp/shard$n.conf" | cmp -s - "$repo/configs/shard$n.conf" ||
-    fail "copy of configs/shard$n.conf differs in more than the checkpoint directory"
-  grep -q "$tmp/lib/shard$n/" "$tmp/shard$n.conf" || fail "configs/shard$n.conf does not keep checkpoints in /var/lib/blockps/shard$n/"
-  confs+=("$tmp/shard$n.conf")
-done
+example_confs_into "$tmp" shard0 shard1
 control_of() { awk -v off="$BLOCKPS_CONTROL_OFFSET" '$1 == "control-port" { print $2 + off }' "$1"; }
 port_of() { awk -v off="$BLOCKPS_PORT_OFFSET" '$1 == "blockps-portal" { split($2, a, ":"); print a[2] + off }' "$1"; }
 c0=$(control_of "${confs[0]}") c1=$(control_of "${confs[1]}")

@@ -25,13 +25,12 @@ export BLOCKPS_CONTROL_OFFSET=31400 BLOCKPS_PORT_OFFSET=41000
 cleanup() {
   local rc=$?
   "$repo/scripts/ps-down.sh" >/dev/null 2>&1 || true
-  [ "$rc" -eq 0 ] || [ "$rc" -eq 77 ] || dump_shard_logs
-  rm -rf "$tmp"
-  exit "$rc"
+  finish_test "$rc" "$tmp"
 }
 trap cleanup EXIT
 
-sed "s#/var/lib/blockps/#$tmp/lib/#g" "$repo/configs/sync-secure.conf" >"$tmp/sync-secure.conf"
+confs=()
+example_confs_into "$tmp" sync-secure
 step "ps-up configs/sync-secure.conf"
 "$repo/scripts/ps-up.sh" "$tmp/sync-secure.conf" || fail "ps-up could not start configs/sync-secure.conf"
 control=$((3 + BLOCKPS_CONTROL_OFFSET))
