@@ -72,6 +72,7 @@ struct SyncRounds::BlockRounds {
   // has not claimed yet) is dropped as it arrives, so it never starts the next round with the old round's
   // data. A push of sectors it did claim is the worker's next round and ends the tombstone.
   std::unordered_map<std::uint64_t, std::shared_ptr<Contribution>> dropped;
+  bool listed_open = false;  // in SyncRounds::open_blocks_
   std::uint64_t open_round() const { return applied + (closing ? 1 : 0); }
 };
 
@@ -169,7 +170,13 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     }
     auto& c = br.open[worker.itn];
     if (!c) {
-      if (br.open.size() == 1) br.first_push = now;
+      if (br.open.size() == 1) {
+        br.first_push = now;
+        if (!ssp && !br.listed_open) {
+          br.listed_open = true;
+          open_blocks_.push_back(b);
+        }
+      }
       const std::uint64_t block_len = std::min<std::uint64_t>(geometry_.bytes - base, geometry_.block_bytes);
       // ssp applies each push at once: the contribution only tracks which sectors the push covered.
       c = std::make_shared<Contribution>();
@@ -514,8 +521,13 @@ void SyncRounds::keep(std::stop_token stop) {
         if (now - m.last_push > std::chrono::milliseconds(policy_.worker_timeout_ms)) silent.push_back(itn);
       for (std::uint64_t itn : silent)
         remove_member_locked(itn, "no push for worker_timeout_ms=" + std::to_string(policy_.worker_timeout_ms));
-      for (std::uint64_t b = 0; b < blocks_.size() && policy_.mode == RoundPolicy::Mode::sync; ++b)
-        if (!blocks_[b].open.empty()) open_blocks.push_back(b);
+      // Blocks listed but closed meanwhile leave the list here, not on every close path.
+      std::erase_if(open_blocks_, [this](std::uint64_t b) {
+        BlockRounds& br = blocks_[b];
+        br.listed_open = !br.open.empty();
+        return !br.listed_open;
+      });
+      open_blocks = open_blocks_;
       if (now - last_wake >= kWakeEvery && (!parked_.empty() || !members_.empty())) {
         wake = true;
         last_wake = now;

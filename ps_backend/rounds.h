@@ -150,6 +150,9 @@ class SyncRounds {
   mutable std::mutex mutex_;
   RoundPolicy policy_;
   std::vector<BlockRounds> blocks_;
+  // sync: every block with an open round (and some closed since), so the keeper's straggler check does not
+  // walk the whole shard under the lock. admit_push lists a block as its round opens; the keeper prunes.
+  std::vector<std::uint64_t> open_blocks_;
   std::map<std::uint64_t, Member> members_;
   bool formed_ = false;  // the expected workers were all there once (or a round closed without stragglers)
   std::unordered_map<const void*, std::vector<TicketPiece>> tickets_;

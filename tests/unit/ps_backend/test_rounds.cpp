@@ -133,6 +133,19 @@ TEST(SyncRounds, AStragglerRoundClosesAfterStragglerMsWithMinWorkers) {
   const auto s = f.rounds.status();
   EXPECT_EQ(s["rounds_min"], 1);
   EXPECT_EQ(s["stragglers_dropped"], 0) << "C never joined, so it is no straggler";
+  // The next round of the same blocks, after the keeper has seen them closed: C joins with block 0 only, so
+  // blocks 1-3 close by the straggler deadline again (the keeper must still watch them).
+  std::this_thread::sleep_for(200ms);
+  const std::vector<std::byte> block0(g.begin(), g.begin() + kBlockBytes);
+  ASSERT_EQ(f.push(kC, block0), Admission::run);
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.rounds.status()["rounds_min"], 1) << "blocks 1-3 wait for C until straggler_ms";
+  const auto t1 = std::chrono::steady_clock::now();
+  while (f.rounds.status()["rounds_min"] != 2) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t1, 5s) << "the second straggler round never closed";
+    std::this_thread::sleep_for(5ms);
+  }
 }
 
 TEST(SyncRounds, TheLateRestOfAStragglersHalfPushIsDroppedNotTakenForTheNextRound) {
