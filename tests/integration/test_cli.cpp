@@ -74,8 +74,7 @@ std::vector<std::string> files_in(const std::string& dir) {
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-cli-").ok());
     ASSERT_TRUE(files_.create("blockps-cli-files-").ok());
     ASSERT_NO_FATAL_FAILURE(start_shards());

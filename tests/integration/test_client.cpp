@@ -57,8 +57,7 @@ struct ModelShape {
 class ClientTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-client-").ok());
   }
   void TearDown() override {

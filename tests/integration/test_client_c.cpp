@@ -43,8 +43,7 @@ std::string outcome(blockps_result r) { return std::string(blockps_result_name(r
 class ClientCTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-client-c-").ok());
     for (int s = 0; s < kShards; ++s) {
       const std::string shape =

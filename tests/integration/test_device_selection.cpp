@@ -22,8 +22,7 @@ constexpr const char* kIqn = "iqn.2026-11.io.blockps:device";
 class DeviceInTgtd : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-device-").ok());
     ASSERT_TRUE(tgtd_.start().ok());
     const CommandResult t = tgtd_.add_target(1, kIqn);

@@ -36,8 +36,7 @@ double median(std::vector<double> v) {
 class DoubleBufferTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
   }
   void TearDown() override {
     if (HasFailure()) std::cerr << local_.logs();

@@ -43,8 +43,7 @@ std::vector<std::byte> wire_values(WireDtype d, std::size_t elements, std::uint3
 class ModuleTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-module-").ok());
     const Status s = tgtd_.start();
     ASSERT_TRUE(s.ok()) << s.message();

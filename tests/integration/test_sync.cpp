@@ -73,8 +73,7 @@ void reference_round(std::vector<float>& w, const std::vector<std::vector<float>
 class SyncModeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     ASSERT_TRUE(dir_.create("blockps-sync-").ok());
   }
   void TearDown() override {

@@ -30,8 +30,7 @@ constexpr int kStragglerMs = 800;
 class SyncNetnsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string why = tgtd_unavailable_reason(); !why.empty()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: " << why;
-    ASSERT_EQ(blockps_module_missing_reason(), "");
+    BLOCKPS_REQUIRE_TGTD_AND_MODULE();
     if (!run_command({"ip", "netns", "list"}).ok()) GTEST_SKIP() << "INTEGRATION TEST SKIPPED: no `ip netns` here";
     ASSERT_TRUE(dir_.create("blockps-sync-netns-").ok());
     Status s = hosts_.add_switch();
