@@ -3,7 +3,8 @@
 #   scripts/test.sh [extra ctest arguments, e.g. -L unit or -R Checkpoint]
 # Steps: scripts/setup.sh (packages, tgt source), a build with warnings as errors, the module installed where
 # tgtd loads it, then ctest: unit tests and integration tests (each starts its own tgtd on its own port).
-# Environment: BLOCKPS_BUILD_DIR (default ./build).
+# Each phase prints its duration ("phase: NAME took Ns"; scripts/lib/phases.sh).
+# Environment: BLOCKPS_BUILD_DIR (default ./build); BLOCKPS_PHASE_LOG (a file: each phase is appended to it).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -12,4 +13,4 @@ build=${BLOCKPS_BUILD_DIR:-$repo/build}
 . "$repo/scripts/lib/build.sh"
 
 blockps_build "$repo" "$build"
-ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$(nproc)" "$@"
+run_phase ctest ctest --test-dir "$build" --output-on-failure --timeout 900 -j"$(nproc)" "$@"

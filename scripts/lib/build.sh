@@ -1,11 +1,15 @@
 # shellcheck shell=bash
 # The one build recipe of scripts/test.sh and scripts/demo.sh. Source it, then: blockps_build REPO BUILD_DIR
 # It runs scripts/setup.sh (packages, tgt's source), configures and builds with warnings as errors, and installs
-# the tgt module where tgtd loads it (component tgt_module; nothing else is installed).
+# the tgt module where tgtd loads it (component tgt_module; nothing else is installed). Each part is a timed
+# phase (scripts/lib/phases.sh); the first that fails ends it with its status, also where the caller has no
+# `set -e` in force (`if ! blockps_build ...`).
+# shellcheck source=scripts/lib/phases.sh
+. "$(dirname "${BASH_SOURCE[0]}")/phases.sh"
 blockps_build() {
   local repo=$1 build=$2
-  bash "$repo/scripts/setup.sh" "$build"
-  cmake -S "$repo" -B "$build" -DBLOCKPS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo
-  cmake --build "$build" -j"$(nproc)"
-  cmake --install "$build" --component tgt_module
+  run_phase setup bash "$repo/scripts/setup.sh" "$build" &&
+    run_phase configure cmake -S "$repo" -B "$build" -DBLOCKPS_WERROR=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo &&
+    run_phase build cmake --build "$build" -j"$(nproc)" &&
+    run_phase install-module cmake --install "$build" --component tgt_module
 }

@@ -26,6 +26,8 @@ results=''
 vm_timeout=900
 steps=''
 T0=$SECONDS
+# shellcheck source=scripts/lib/phases.sh
+. "$repo/scripts/lib/phases.sh"
 say() { echo "vm: [+$((SECONDS - T0))s] $*"; }
 die() {
   echo "vm: ERROR: $*" >&2
@@ -120,6 +122,7 @@ else
   # shellcheck disable=SC2086 # a word list
   timeout 1200 bash "$repo/tests/vm/build-image.sh" "$img" $runtime_pkgs || die "image build failed or took over 20 minutes"
   say "image built in $((SECONDS - t))s"
+  record_phase vm-image $((SECONDS - t))
 fi
 flock -u 9
 
@@ -135,6 +138,7 @@ TMPDIR=$work timeout -k 10 "$vm_timeout" qemu-system-x86_64 -accel tcg,thread=mu
   -virtfs "local,path=$share,mount_tag=blockps,security_model=passthrough,id=blockps" \
   -nodefaults -vga none -nic none -display none -monitor none -serial stdio -no-reboot </dev/null || rc=$?
 say "VM ran $((SECONDS - t))s (qemu exit $rc)"
+record_phase vm-run $((SECONDS - t)) "$rc"
 
 rm -rf "$results"
 mkdir -p "$results"
@@ -142,6 +146,9 @@ cp -a "$share/results/." "$results/"
 if [ -s "$results/steps.tsv" ]; then
   echo "vm: steps (results in $results):"
   awk -F'\t' '{ printf "vm:   %-22s %-8s %4ss  %s\n", $1, $2, $3, $4 }' "$results/steps.tsv"
+  while IFS=$'\t' read -r name status took _; do
+    record_phase "vm:$name" "$took" "$status"
+  done <"$results/steps.tsv"
   if grep -q $'\tSKIPPED\t' "$results/steps.tsv"; then
     echo "vm: WARNING: SKIPPED steps (not tested in this run):"
     awk -F'\t' '$2 == "SKIPPED" { printf "vm:   SKIPPED %s: %s\n", $1, $4 }' "$results/steps.tsv"
