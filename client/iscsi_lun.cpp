@@ -223,6 +223,12 @@ ScsiResult IscsiLun::transport_failure(const std::string& what) {
   if (ctx_ != nullptr) {
     const char* err = iscsi_get_error(ctx_);
     if (err != nullptr && *err != '\0') msg += ": " + std::string(err);
+    if (err != nullptr && std::strstr(err, "cmdsn < expcmdsn") != nullptr) {
+      msg += " [libiscsi 1.19 answered the target's NOP-In with a stale CmdSN while WRITE data (Data-Out PDUs) was "
+             "queued; keep WRITEs within " + std::to_string(kLibiscsiImmediateWriteBytes) +
+             " bytes on targets with ImmediateData=Yes, MaxRecvDataSegmentLength >= 262144 (configs/*.conf), or "
+             "turn the target's NOP-In off; see kLibiscsiImmediateWriteBytes]";
+    }
     // Destroying the context cancels whatever is in flight (callbacks may run now) and frees the session.
     iscsi_context* ctx = ctx_;
     ctx_ = nullptr;

@@ -117,6 +117,15 @@ struct PipelineResult {
 // most this many bytes per command; callers split requests (libblockps caps [client] max_request).
 inline constexpr std::uint64_t kLibiscsiIserMaxCommandBytes = std::uint64_t{256} * 1024;
 
+// libiscsi 1.19 can break a session when it answers a target's NOP-In while Data-Out PDUs wait in its send
+// queue: the answer (an immediate NOP-Out) takes the CmdSN of the first PDU queued, an old Data-Out's, and the
+// next send fails with "iscsi_write_to_socket: outqueue[0]->cmdsn < expcmdsn" (lib/socket.c; fixed upstream in
+// 1.20 by commit 7e59b9b, "socket: fix rewrite cmdsn of immediate pdus", whose log shows that message against
+// tgt; Debian bookworm ships 1.19). A WRITE needs no Data-Out PDU when all its data rides in the command PDU as
+// immediate data: at most the FirstBurstLength libiscsi 1.19 offers (262144) and the target's
+// MaxRecvDataSegmentLength (configs/*.conf and the tests' targets set 262144 with ImmediateData=Yes).
+inline constexpr std::uint64_t kLibiscsiImmediateWriteBytes = std::uint64_t{256} * 1024;
+
 class IscsiLun {
  public:
   IscsiLun() = default;
@@ -141,6 +150,9 @@ class IscsiLun {
   // The most bytes one READ/WRITE may carry on this session, 0 = no limit of ours. iser:// sessions:
   // kLibiscsiIserMaxCommandBytes (see there); commands above it are refused before they reach libiscsi.
   std::uint64_t max_command_bytes() const { return max_command_bytes_; }
+  // The largest WRITE that needs no Data-Out PDU on this session with the target settings of configs/
+  // (kLibiscsiImmediateWriteBytes, see there).
+  static constexpr std::uint64_t immediate_write_bytes() { return kLibiscsiImmediateWriteBytes; }
   // Re-reads capacity and block size (READ CAPACITY 16).
   ScsiResult read_capacity();
 

@@ -14,6 +14,7 @@ write would return this worker's own gradient, hence O_DIRECT.
                        shard i mod S at shard offset (i div S) x block (the default layout of blockps)
 --init                 first write this worker's initial weights to the weights LUs (one worker does this)
 --rank R --workers W   this worker's share of each epoch (sample j of the epoch's permutation if j mod W == R)
+--steps N              stop after N pushes (a fixed amount of work, whatever the machine's speed; 0: whole epochs)
 --min-accuracy A       exit 0 only if the final test accuracy (of weights pulled from the PS) is >= A
 --self-check           no devices: train the same model locally (numpy Adam) to check the math; exit as above
 The shards should run opt=adam;lr=0.001 (what scripts/demo.sh configures). Exit 1: accuracy below the bound;
@@ -211,6 +212,7 @@ def main():
     p.add_argument("--block-bytes", default="128K")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch", type=int, default=128)
+    p.add_argument("--steps", type=int, default=0)
     p.add_argument("--rank", type=int, default=0)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--init", action="store_true")
@@ -218,8 +220,8 @@ def main():
     p.add_argument("--self-check", action="store_true")
     a = p.parse_args()
     model_bytes, block_bytes = parse_bytes(a.model_bytes), parse_bytes(a.block_bytes)
-    if a.epochs < 1 or a.batch < 1 or not 0 <= a.rank < a.workers:
-        fail("--epochs and --batch must be >= 1 and --rank in 0..--workers-1")
+    if a.epochs < 1 or a.batch < 1 or a.steps < 0 or not 0 <= a.rank < a.workers:
+        fail("--epochs and --batch must be >= 1, --steps >= 0 and --rank in 0..--workers-1")
     if model_bytes < 4 * Mlp.count or model_bytes % 512 or block_bytes % 512 or block_bytes <= 0:
         fail(f"--model-bytes must be >= {4 * Mlp.count} (the MLP's f32 parameters) and, like --block-bytes, a "
              f"multiple of 512; got {model_bytes} and {block_bytes}")
@@ -246,19 +248,24 @@ def main():
             print(f"initial weights ({Mlp.count} parameters) written to {len(shards)} weights LUs", flush=True)
     train_x, train_y = load("train")
     test_x, test_y = load("t10k")
-    start = time.monotonic()
+    start, steps = time.monotonic(), 0
     for epoch in range(a.epochs):
         order = np.random.default_rng(SEED + epoch).permutation(len(train_y))[a.rank::a.workers]
         loss_sum, seen, t0 = 0.0, 0, time.monotonic()
         for i in range(0, len(order), a.batch):
+            if a.steps and steps == a.steps:
+                break
             idx = order[i:i + a.batch]
             ps.pull(weights)
             loss_sum += Mlp.gradient(weights, grads, train_x[idx], train_y[idx]) * len(idx)
             seen += len(idx)
             ps.push(grads)
+            steps += 1
+        if not seen:
+            break
         ps.pull(weights)
         acc = Mlp.accuracy(weights, test_x, test_y)
-        print(f"epoch {epoch + 1}  loss {loss_sum / seen:.4f}  test acc {acc * 100:.2f}%  "
+        print(f"epoch {epoch + 1}  steps {steps}  loss {loss_sum / seen:.4f}  test acc {acc * 100:.2f}%  "
               f"{seen / (time.monotonic() - t0):.0f} img/s  t {time.monotonic() - start:.1f}s", flush=True)
     ok = acc >= a.min_accuracy
     print(f"final test accuracy {acc * 100:.2f}% ({'>=' if ok else 'BELOW'} the bound {a.min_accuracy * 100:.2f}%)")

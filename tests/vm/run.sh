@@ -6,6 +6,7 @@
 # logout and ps-down. Steps and what they check: tests/vm/guest/main.sh and tests/vm/README.md. Run as root:
 #
 #   tests/vm/run.sh [--build-dir DIR] [--cache-dir DIR] [--results DIR] [--timeout S] [--steps "a b ..."]
+#                   [--numpy ci|full]
 #
 #   --build-dir DIR   the CMake build to test (default ./build; built already: module, client, CLI)
 #   --cache-dir DIR   where VM images are cached, keyed by a hash of their inputs (default
@@ -13,8 +14,11 @@
 #                     list changes, older entries are removed
 #   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
 #                     console.log, tgtd logs, dmesg, RESULT
-#   --timeout S       limit for the VM run, boot to power-off (default 900)
+#   --timeout S       limit for the VM run, boot to power-off (default VM_LIMIT_CI_S, or with --numpy full that
+#                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
+#   --numpy ci|full   the numpy-worker step's workload (tests/vm/guest/numpy-workload.sh): ci (default) trains
+#                     a fixed 150 steps to >= 80%; full trains 2 epochs to >= 85% (about 10 more minutes)
 # Exit: 0 all steps passed (SKIPPED steps are listed loudly), 1 a step failed or the VM did not finish,
 # 77 QEMU or debootstrap missing (scripts/setup.sh installs them). Every phase has a time limit.
 set -euo pipefail
@@ -23,8 +27,9 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=$repo/build
 cache=/var/cache/blockps-vm
 results=''
-vm_timeout=900
+vm_timeout=''
 steps=''
+numpy_workload=ci
 T0=$SECONDS
 # shellcheck source=scripts/lib/phases.sh
 . "$repo/scripts/lib/phases.sh"
@@ -40,11 +45,21 @@ while [ "$#" -gt 0 ]; do
     --results) results=$2; shift 2 ;;
     --timeout) vm_timeout=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
+    --numpy) numpy_workload=$2; shift 2 ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
 results=${results:-$build/vm-results}
+[[ $numpy_workload =~ ^(ci|full)$ ]] || die "--numpy '$numpy_workload' is neither ci nor full"
+# The VM's limit: at least 3x a whole run on a fresh machine (docs/OPTIONS.md, "Time limits in CI"); the full
+# numpy workload adds the difference of its step limit.
+VM_LIMIT_CI_S=1500
+# shellcheck source=tests/vm/guest/numpy-workload.sh
+ci_step_limit=$(NUMPY_WORKLOAD=ci && . "$repo/tests/vm/guest/numpy-workload.sh" && echo "$NUMPY_STEP_LIMIT_S")
+# shellcheck source=tests/vm/guest/numpy-workload.sh
+step_limit=$(NUMPY_WORKLOAD=$numpy_workload && . "$repo/tests/vm/guest/numpy-workload.sh" && echo "$NUMPY_STEP_LIMIT_S")
+vm_timeout=${vm_timeout:-$((VM_LIMIT_CI_S + step_limit - ci_step_limit))}
 [[ $vm_timeout =~ ^[1-9][0-9]*$ ]] || die "--timeout '$vm_timeout' is not a number of seconds"
 [ "$(id -u)" = 0 ] || die "run as root (debootstrap, and the guest's files on the 9p share)"
 export PATH=$PATH:/usr/sbin:/sbin
@@ -92,6 +107,7 @@ cp "$repo/tests/vm/guest/main.sh" "$share/guest-entry"
 chmod 755 "$share/guest-entry"
 {
   echo "STEPS_FILTER='$steps'"
+  echo "NUMPY_WORKLOAD=$numpy_workload"
 } >"$share/params"
 
 # The guest needs the shared libraries of our binaries: their Debian packages join the image's package list.

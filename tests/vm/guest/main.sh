@@ -27,6 +27,7 @@ LIBISCSI_IQN=iqn.2026-11.io.blockps:worker1
 [ -f "$share/params" ] && . "$share/params"
 FIO_RUNTIME=${FIO_RUNTIME:-2}
 STEPS_FILTER=${STEPS_FILTER:-}
+export NUMPY_WORKLOAD=${NUMPY_WORKLOAD:-ci}  # the numpy-worker hook's workload (run.sh --numpy)
 
 # From the share: the driver runs before it copies the payload to $top.
 # shellcheck source=tests/vm/guest/common.sh
@@ -222,11 +223,14 @@ fi
 
 # To the console (run.sh shows it live) and to a file that comes back with the results.
 exec > >(tee -a "$res/console.log") 2>&1
-# name, time limit (s), required (a failure makes the later steps pointless: they are skipped, cleanup runs)
+# shellcheck source=tests/vm/guest/numpy-workload.sh
+. "$share/payload/repo/tests/vm/guest/numpy-workload.sh"
+# name, time limit (s), required (a failure makes the later steps pointless: they are skipped, cleanup runs).
+# Each limit is at least 3x what the step took on a fresh machine (docs/OPTIONS.md, "Time limits in CI").
 steps=(
   "rdma 60 1" "ps-up 120 1" "attach-iser 240 1" "attach-tcp 120 1"
   "posix-weights 90 0" "posix-grad 90 0" "client-posix-libaio 180 0" "client-libiscsi-iser 180 0"
-  "fio 300 0" "fsync-checkpoint 60 0" "sync-train-2workers 300 0" "numpy-worker 540 0"
+  "fio 300 0" "fsync-checkpoint 60 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
   "detach 120 0" "ps-down 90 0"
 )
 say "guest test starts (kernel $(uname -r))"

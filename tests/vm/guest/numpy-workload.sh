@@ -1,0 +1,33 @@
+# shellcheck shell=bash
+# The one definition of the numpy-worker step's workload (tests/vm/guest/hooks/numpy-worker.sh runs it in the VM,
+# the ctest numpy_worker_ci_workload checks its bound on the host, tests/vm/run.sh sizes the VM's limit from it).
+# Source it with NUMPY_WORKLOAD set (default ci):
+#   ci    what CI runs: a fixed amount of work, 150 pushes + pulls of the 1 MiB model (batch 128, the first 150
+#         batches of epoch 1), whatever the machine's speed. The same workload without devices
+#         (numpy_direct_worker.py --self-check --steps 150) reaches 82.2% test accuracy on the host; the bound
+#         is 80% (an untrained model scores ~10%; one whose pushes or pulls are lost or misplaced stays far below).
+#   full  for a person to run (tests/vm/run.sh --numpy full): 2 whole epochs (938 steps), bound 85% (~86% reached;
+#         ~160-256 s per emulated epoch, so about 10 minutes of VM time).
+# Sets NUMPY_ARGS (the worker's workload arguments), NUMPY_MIN_ACCURACY, NUMPY_LIMIT_S (the worker's time limit)
+# and NUMPY_STEP_LIMIT_S (the whole step: the worker plus its shards' ps-up, attach, logout and ps-down).
+# shellcheck disable=SC2034 # NUMPY_ARGS is read by the scripts that source this file (an array cannot be exported)
+case ${NUMPY_WORKLOAD:-ci} in
+  ci)
+    NUMPY_ARGS=(--steps 150)
+    NUMPY_MIN_ACCURACY=0.80
+    NUMPY_LIMIT_S=360
+    NUMPY_STEP_LIMIT_S=600
+    ;;
+  full)
+    NUMPY_ARGS=(--epochs 2)
+    NUMPY_MIN_ACCURACY=0.85
+    NUMPY_LIMIT_S=1500
+    NUMPY_STEP_LIMIT_S=1800
+    ;;
+  *)
+    echo "numpy-workload.sh: NUMPY_WORKLOAD '${NUMPY_WORKLOAD}' is neither ci nor full" >&2
+    return 2
+    ;;
+esac
+# Read by the scripts that source this file.
+export NUMPY_MIN_ACCURACY NUMPY_LIMIT_S NUMPY_STEP_LIMIT_S
