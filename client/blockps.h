@@ -114,6 +114,9 @@ class Cluster {
                             std::size_t data_bytes, CompletionCallback& on_done);
 
   ClusterConfig config_;
+  // The largest WRITE request: [client] max_request, or less where a transport's larger WRITEs are fragile
+  // (LuTransport::max_safe_write_bytes); READs use max_request.
+  std::uint64_t max_write_request_bytes_ = 0;
   std::unique_ptr<Layout> layout_;
   std::vector<std::unique_ptr<detail::ShardWorker>> shards_;
 };

@@ -283,6 +283,15 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
         cluster->config_.client.max_request_bytes = std::min(cluster->config_.client.max_request_bytes, limit);
       }
     }
+    cluster->max_write_request_bytes_ = cluster->config_.client.max_request_bytes;
+    for (const auto& shard : cluster->shards_) {
+      for (LuRole role : {LuRole::grad, LuRole::weights}) {
+        const std::uint64_t safe = shard->lu(role).max_safe_write_bytes();
+        if (safe == 0) continue;
+        cluster->max_write_request_bytes_ =
+            std::min(cluster->max_write_request_bytes_, std::max(safe, config.model.block_bytes));
+      }
+    }
     for (auto& shard : cluster->shards_) shard->start();
     return cluster;
   } catch (const std::exception& e) {
@@ -332,7 +341,8 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
     std::vector<std::uint64_t> model_offsets;
   };
   std::vector<ShardPart> parts(shards_.size());
-  for (ShardRun& run : layout_->runs(first_block, block_count, config_.client.max_request_bytes)) {
+  for (ShardRun& run :
+       layout_->runs(first_block, block_count, writing ? max_write_request_bytes_ : config_.client.max_request_bytes)) {
     LuCommand c{writing ? IoDirection::write : IoDirection::read, run.shard_offset, {}};
     for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
     parts[run.shard].model_offsets.push_back(run.pieces.front().model_offset);

@@ -70,6 +70,18 @@ std::string without_trailing_space(std::string text) {
 
 ScsiResult usage_error(std::string message) { return ScsiResult{kScsiTransportError, 0, 0, std::move(message)}; }
 
+// libiscsi's error text, with the cause where we know it better than its message says.
+std::string libiscsi_error(const char* err) {
+  std::string text = err != nullptr ? err : "";
+  if (text.find("cmdsn < expcmdsn") != std::string::npos) {
+    text += " [libiscsi 1.19 answered the target's NOP-In with a stale CmdSN while WRITE data (Data-Out PDUs) was "
+            "queued; WRITEs of at most " + std::to_string(kLibiscsiImmediateWriteBytes) +
+            " bytes need none on targets with ImmediateData=Yes and MaxRecvDataSegmentLength >= 262144 "
+            "(configs/*.conf; docs/OPTIONS.md, \"WRITEs over libiscsi and the target's NOP-In\")]";
+  }
+  return text;
+}
+
 
 }  // namespace
 
@@ -207,7 +219,7 @@ void IscsiLun::on_command_done(iscsi_context* ctx, int status, void* command_dat
     r.asc = task->sense.ascq;  // libiscsi keeps ASC << 8 | ASCQ here
   }
   if (status != SCSI_STATUS_GOOD) {
-    r.message = status == SCSI_STATUS_CHECK_CONDITION ? std::string{} : std::string(iscsi_get_error(ctx));
+    r.message = status == SCSI_STATUS_CHECK_CONDITION ? std::string{} : libiscsi_error(iscsi_get_error(ctx));
     r.message = r.describe();
   }
   c->result = std::move(r);
@@ -222,13 +234,7 @@ ScsiResult IscsiLun::transport_failure(const std::string& what) {
   std::string msg = what;
   if (ctx_ != nullptr) {
     const char* err = iscsi_get_error(ctx_);
-    if (err != nullptr && *err != '\0') msg += ": " + std::string(err);
-    if (err != nullptr && std::strstr(err, "cmdsn < expcmdsn") != nullptr) {
-      msg += " [libiscsi 1.19 answered the target's NOP-In with a stale CmdSN while WRITE data (Data-Out PDUs) was "
-             "queued; keep WRITEs within " + std::to_string(kLibiscsiImmediateWriteBytes) +
-             " bytes on targets with ImmediateData=Yes, MaxRecvDataSegmentLength >= 262144 (configs/*.conf), or "
-             "turn the target's NOP-In off; see kLibiscsiImmediateWriteBytes]";
-    }
+    if (err != nullptr && *err != '\0') msg += ": " + libiscsi_error(err);
     // Destroying the context cancels whatever is in flight (callbacks may run now) and frees the session.
     iscsi_context* ctx = ctx_;
     ctx_ = nullptr;

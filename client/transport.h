@@ -36,6 +36,10 @@ class LuTransport {
   virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) = 0;
   // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).
   virtual std::uint64_t max_command_bytes() const { return 0; }
+  // The largest WRITE this transport sends safely in one command where larger ones are possible but fragile
+  // (0: no such size): libiscsi, kLibiscsiImmediateWriteBytes. Write requests are kept within it, or within
+  // one model block where a block is larger (a block is never split).
+  virtual std::uint64_t max_safe_write_bytes() const { return 0; }
 };
 
 struct TransportOptions {

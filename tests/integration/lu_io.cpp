@@ -5,11 +5,11 @@
 //   blockps_lu_io URL verify OFFSET LENGTH SEED   exit 0 when the LU holds the pattern, 1 when not
 //   blockps_lu_io URL differs OFFSET LENGTH SEED  exit 0 when the LU does NOT hold the pattern, 1 when it does
 //   blockps_lu_io URL read   OFFSET LENGTH        raw bytes to stdout
-//   blockps_lu_io URL pushpull OFFSET LENGTH SEED  WRITE the pattern, then READ the range back (in a mode=sync
+//   blockps_lu_io URL pushpull OFFSET LENGTH SEED  push the pattern, then READ the range back (in a mode=sync
 //                                                 shard the READ waits for the round), print "pulled" and exit
-//   blockps_lu_io URL rounds OFFSET LENGTH SEED N  N times: WRITE the pattern (256 KiB commands, as libblockps
-//                                                 sends them), READ the range back; prints "round I MS" after
-//                                                 each (a sync worker's training loop)
+//   blockps_lu_io URL rounds OFFSET LENGTH SEED N  N times: push the pattern, READ the range back; prints
+//                                                 "round I MS" after each (a sync worker's training loop)
+// A push is the pattern in WRITEs of at most 256 KiB, as libblockps sends them over libiscsi (see push()).
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
 //   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
 //                                                 to 30 s or until the target stops answering (exit 0 either
@@ -71,6 +71,17 @@ std::vector<std::byte> float_pattern(std::size_t bytes, std::uint64_t seed) {
   return out;
 }
 
+// A push as libblockps sends it over libiscsi: WRITEs of at most IscsiLun::immediate_write_bytes(), which need no
+// Data-Out PDU (with larger ones a target's NOP-In can break libiscsi 1.19's session: kLibiscsiImmediateWriteBytes).
+ScsiResult push(IscsiLun& lun, std::uint64_t offset, std::vector<std::byte>& data) {
+  std::vector<blockps::LuCommand> commands;
+  for (std::uint64_t at = 0; at < data.size(); at += IscsiLun::immediate_write_bytes()) {
+    const std::uint64_t n = std::min<std::uint64_t>(IscsiLun::immediate_write_bytes(), data.size() - at);
+    commands.push_back({blockps::IoDirection::write, offset + at, {{data.data() + at, static_cast<std::size_t>(n)}}});
+  }
+  return lun.run_commands(commands, 4).error;
+}
+
 int fail(const std::string& msg) {
   std::cerr << "blockps_lu_io: " << msg << "\n";
   return kError;
@@ -114,7 +125,8 @@ int main(int argc, char** argv) {
     return r.ok() ? 0 : fail("WRITE: " + r.describe());
   }
   if (cmd == "pushpull") {
-    if (ScsiResult r = lun.write(offset, float_pattern(length, seed)); !r.ok()) return fail("WRITE: " + r.describe());
+    auto grad = float_pattern(length, seed);
+    if (ScsiResult r = push(lun, offset, grad); !r.ok()) return fail("WRITE: " + r.describe());
     std::cout << "pushed" << std::endl;
     std::vector<std::byte> back(length);
     if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("READ: " + r.describe());
@@ -126,17 +138,9 @@ int main(int argc, char** argv) {
     if (argc < 7 || !parse_size(argv[6], rounds)) return fail("rounds needs OFFSET LENGTH SEED N");
     auto grad = float_pattern(length, seed);
     std::vector<std::byte> back(length);
-    // The push as libblockps sends it over libiscsi: WRITEs of at most IscsiLun::immediate_write_bytes(), which
-    // need no Data-Out PDU (a larger one may break the session when the target's NOP-In comes meanwhile).
-    std::vector<blockps::LuCommand> push;
-    for (std::uint64_t at = 0; at < length; at += IscsiLun::immediate_write_bytes()) {
-      const std::uint64_t n = std::min<std::uint64_t>(IscsiLun::immediate_write_bytes(), length - at);
-      push.push_back({blockps::IoDirection::write, offset + at, {{grad.data() + at, static_cast<std::size_t>(n)}}});
-    }
     for (std::uint64_t i = 0; i < rounds; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (const auto r = lun.run_commands(push, 4); !r.ok())
-        return fail("round " + std::to_string(i) + " WRITE: " + r.error.describe());
+      if (ScsiResult r = push(lun, offset, grad); !r.ok()) return fail("round " + std::to_string(i) + " WRITE: " + r.describe());
       if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("round " + std::to_string(i) + " READ: " + r.describe());
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
       std::cout << "round " << i << " " << ms.count() << std::endl;

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -15,6 +16,7 @@
 #include "client/blockps.h"
 #include "client/iscsi_lun.h"
 #include "client/transport.h"
+#include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/tgtd_instance.h"
@@ -164,6 +166,46 @@ TEST_F(ClientTest, StripePullReturnsTheWeightsInLayoutPositions) {
 
 TEST_F(ClientTest, RangePullReturnsTheWeightsInLayoutPositions) {
   pull_returns_weights_in_layout_positions(LayoutKind::range);
+}
+
+// libiscsi 1.19 answers a target's NOP-In with the CmdSN of the first PDU in its send queue; when that is an
+// older WRITE's Data-Out, its next send fails ("outqueue[0]->cmdsn < expcmdsn") and the session is dropped
+// (kLibiscsiImmediateWriteBytes). With 1 MiB WRITEs (256 KiB immediate data, the rest Data-Outs on R2T) and NOP-In
+// every second, the first second of pushes lost the session every time (blockps_lu_io pushloop: after 8, 40
+// and 55 writes). libblockps keeps libiscsi WRITEs within the immediate-data size: 6 s of pushes, 6 NOP-Ins or
+// more, and the pulled weights are exactly init + every gradient pushed.
+TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
+  const ModelShape m{8 * 1024 * K, 256 * K};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  for (int s = 0; s < kShards; ++s) {
+    for (const auto& [name, value] : {std::pair{"nop_interval", "1"}, std::pair{"nop_count", "5"}}) {
+      const CommandResult r = tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
+      ASSERT_TRUE(r.ok()) << r.describe();
+    }
+  }
+  // Asked for 4 MiB requests and queue depth 8: READs get them, WRITEs stay within 256 KiB.
+  const std::string path = cluster_file(m);
+  std::string text = read_text_file(path);
+  text.replace(text.find("queue_depth = 4\nmax_request = \"1M\""), 34, "queue_depth = 8\nmax_request = \"4M\"");
+  std::ofstream(path) << text;
+  auto c = open(path);
+  ASSERT_NE(c, nullptr);
+  const std::size_t n = m.size / 4;
+  const auto init = whole_numbers(n, 1);
+  const auto grad = whole_numbers(n, 2);
+  ASSERT_TRUE(c->write_weights(f32_bytes(init)).ok());
+  const auto grad_bytes = f32_bytes(grad);
+  int pushes = 0;
+  for (const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(6);
+       std::chrono::steady_clock::now() < until; ++pushes) {
+    const Status s = c->push(grad_bytes);
+    ASSERT_TRUE(s.ok()) << "push " << pushes << ": " << s.message();
+  }
+  std::vector<std::byte> pulled(m.size);
+  ASSERT_TRUE(c->pull(pulled).ok());
+  const auto w = f32_values(pulled);
+  for (std::size_t i = 0; i < n; ++i)
+    ASSERT_EQ(w[i], init[i] + static_cast<float>(pushes) * grad[i]) << "element " << i << " after " << pushes << " pushes";
 }
 
 TEST_F(ClientTest, PushThenPullIsInitPlusGradsExactly) {
