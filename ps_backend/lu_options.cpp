@@ -332,7 +332,8 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string_view::npos)
-      return OptionError{"'" + std::string(item) + "' is not key=value (separate options with ';')"};
+      // Appended, not `"x" + std::string`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
+      return OptionError{std::string("'").append(item).append("' is not key=value (separate options with ';')")};
     const std::string_view key = trim(item.substr(0, eq));
     const std::string_view value = trim(item.substr(eq + 1));
     const KeyDef* def = find_key(key);
@@ -393,8 +394,12 @@ const std::vector<OptionKey>& option_keys() {
 namespace blockps {
 std::string format_shard_options(const ShardConfig& c) {
   std::string s;
-  for (const auto& k : key_table())
-    if (k.shard_key) s += (s.empty() ? "" : ";") + std::string(k.doc.name) + "=" + k.show(c);
+  // Appended, not `"x" + std::string`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
+  for (const auto& k : key_table()) {
+    if (!k.shard_key) continue;
+    if (!s.empty()) s += ';';
+    s.append(k.doc.name).append("=").append(k.show(c));
+  }
   return s;
 }
 }  // namespace blockps

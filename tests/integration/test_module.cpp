@@ -95,7 +95,7 @@ TEST_F(ModuleTest, PushesMatchTheHostReferenceForEveryOptimizerAndDtype) {
       ++tid;
       SCOPED_TRACE(std::string(opt) + " dtype=" + std::string(to_string(d)));
       const std::string bsopts = std::string("size=192K;block=64K;dtype=") + std::string(to_string(d)) + ";" + opt;
-      ASSERT_NO_FATAL_FAILURE(add_shard(tid, "m" + std::to_string(tid) + ".ckpt",
+      ASSERT_NO_FATAL_FAILURE(add_shard(tid, std::string("m").append(std::to_string(tid)).append(".ckpt"),
                                         {{1, "role=grad;" + bsopts}, {2, "role=weights"}}));
       IscsiLun grad, weights;
       ASSERT_NO_FATAL_FAILURE(connect(grad, tid, 1));

@@ -39,7 +39,7 @@ class SyncNetnsTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s.message();
     ps_ = std::make_unique<HostThread>("ps");
     for (int w = 0; w < 2; ++w) {
-      s = hosts_.add_host("w" + std::to_string(w), 20 + w);
+      s = hosts_.add_host(std::string("w").append(std::to_string(w)), 20 + w);
       ASSERT_TRUE(s.ok()) << s.message();
     }
   }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The build configurations users and packagers run, each from scratch with warnings as errors: Release (-O3, the
+# packager's build) and Debug, every target (product, tests, benchmarks; the CUDA engine where nvcc is found).
+# Then the Release build installs as a packager installs it: `cmake --install` of every component into a staging
+# directory (DESTDIR), the files checked, the module's symbols checked against the installed tgtd
+# (tests/module_symbols.sh), and the client package built and run by a consumer (tests/unit/client_c/test_package.sh).
+# .ci/run runs it after scripts/test.sh (whose RelWithDebInfo build provides tgt's source); each build is a timed phase.
+#   tests/build_configurations.sh --tgt-source DIR [--work DIR] [--types "Release Debug"]
+#   --tgt-source DIR   tgt's unpacked source (scripts/setup.sh puts it in BUILD/tgt-src/src)
+#   --work DIR         where the builds go (default: a new directory under /var/tmp, removed at the end)
+#   --types "..."      build types (default "Release Debug"); the install check runs for Release
+set -euo pipefail
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+blockps_prog=build-configurations
+# shellcheck source=scripts/lib/messages.sh
+. "$repo/scripts/lib/messages.sh"
+# shellcheck source=scripts/lib/phases.sh
+. "$repo/scripts/lib/phases.sh"
+
+tgt_source='' work='' types='Release Debug'
+while [ "$#" -gt 0 ]; do
+  case $1 in
+    --tgt-source) tgt_source=$2; shift 2 ;;
+    --work) work=$2; shift 2 ;;
+    --types) types=$2; shift 2 ;;
+    -h | --help) usage 0 ;;
+    *) die "unknown argument '$1' (--help)" ;;
+  esac
+done
+[ -f "$tgt_source/usr/tgtd.h" ] || die "--tgt-source '$tgt_source' holds no tgt source (usr/tgtd.h; scripts/setup.sh unpacks it)"
+if [ -z "$work" ]; then
+  work=$(mktemp -d /var/tmp/blockps-configs-XXXXXX)
+  trap 'rm -rf "$work"' EXIT
+else
+  mkdir -p "$work"
+fi
+
+for type in $types; do
+  case $type in Release | Debug | RelWithDebInfo | MinSizeRel) ;; *) die "build type '$type' is not a CMake one" ;; esac
+  dir=$work/$type
+  rm -rf "$dir"
+  run_phase "configure-$type" cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DBLOCKPS_WERROR=ON \
+    -DTGT_SOURCE_DIR="$tgt_source" >"$work/configure-$type.log" || { cat "$work/configure-$type.log"; die "$type: configure failed"; }
+  run_phase "build-$type" cmake --build "$dir" -j"$(nproc)" || die "$type: the build failed (warnings are errors)"
+done
+
+case " $types " in *" Release "*) ;; *) exit 0 ;; esac
+rel=$work/Release
+stage=$work/stage
+say "Release: cmake --install of every component into $stage (DESTDIR)"
+DESTDIR=$stage cmake --install "$rel" >"$work/install.log" || { cat "$work/install.log"; die "Release: cmake --install failed"; }
+module=$(find "$stage" -name bs_blockps.so -print -quit)
+[ -n "$module" ] || die "Release: the install staged no bs_blockps.so (install log: $work/install.log)"
+for f in bin/blockps include/blockps/blockps.h; do
+  [ -n "$(find "$stage" -path "*/$f" -print -quit)" ] || die "Release: the install staged no $f"
+done
+bash "$repo/tests/module_symbols.sh" "$module" || die "Release: $module does not load into the installed tgtd"
+bash "$repo/tests/unit/client_c/test_package.sh" --build "$rel" --consumer "$repo/tests/unit/client_c/consumer" \
+  --work "$work/package" || die "Release: the client package does not build or run in a consumer"
+say "$types: built with warnings as errors; the Release install works"
