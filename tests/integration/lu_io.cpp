@@ -9,12 +9,12 @@
 //                                                 shard the READ waits for the round), print "pulled" and exit
 //   blockps_lu_io URL rounds OFFSET LENGTH SEED N  N times: push the pattern, READ the range back; prints
 //                                                 "round I MS" after each (a sync worker's training loop)
-// A push is the pattern in WRITEs of at most 256 KiB, as libblockps sends them over libiscsi (see push()).
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
 //   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
 //                                                 to 30 s or until the target stops answering (exit 0 either
 //                                                 way: for tests that stop a target under load)
 //
+// A push is the pattern in WRITEs of at most 256 KiB, as libblockps sends them over libiscsi (see push()).
 // Sizes take K/M suffixes. The pattern is finite f32 values in [-1, 1) from a seeded generator, so it is valid
 // data for a weights or grad LU. Exit status: 0/1 as above, 2 on any error (message on stderr).
 // It logs in as $BLOCKPS_INITIATOR_IQN (default iqn.2026-11.io.blockps:lu-io).
