@@ -268,8 +268,12 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
       if (!s->ok()) return *s;
     // A transport that carries at most N bytes per command (libiscsi over iser://: kLibiscsiIserMaxCommandBytes)
     // caps the requests; a model block cannot be split (a push of part of a block is a step of the whole block).
+    // A transport whose larger WRITEs are fragile (libiscsi 1.19 and NOP-In) caps the WRITE requests likewise.
+    std::uint64_t write_cap = cluster->config_.client.max_request_bytes;
     for (const auto& shard : cluster->shards_) {
       for (LuRole role : {LuRole::grad, LuRole::weights}) {
+        if (const std::uint64_t safe = shard->lu(role).max_safe_write_bytes(); safe != 0)
+          write_cap = std::min(write_cap, std::max(safe, config.model.block_bytes));
         const std::uint64_t limit = shard->lu(role).max_command_bytes();
         if (limit == 0) continue;
         if (config.model.block_bytes > limit) {
@@ -283,15 +287,7 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
         cluster->config_.client.max_request_bytes = std::min(cluster->config_.client.max_request_bytes, limit);
       }
     }
-    cluster->max_write_request_bytes_ = cluster->config_.client.max_request_bytes;
-    for (const auto& shard : cluster->shards_) {
-      for (LuRole role : {LuRole::grad, LuRole::weights}) {
-        const std::uint64_t safe = shard->lu(role).max_safe_write_bytes();
-        if (safe == 0) continue;
-        cluster->max_write_request_bytes_ =
-            std::min(cluster->max_write_request_bytes_, std::max(safe, config.model.block_bytes));
-      }
-    }
+    cluster->max_write_request_bytes_ = std::min(cluster->config_.client.max_request_bytes, write_cap);
     for (auto& shard : cluster->shards_) shard->start();
     return cluster;
   } catch (const std::exception& e) {

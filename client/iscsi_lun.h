@@ -150,9 +150,6 @@ class IscsiLun {
   // The most bytes one READ/WRITE may carry on this session, 0 = no limit of ours. iser:// sessions:
   // kLibiscsiIserMaxCommandBytes (see there); commands above it are refused before they reach libiscsi.
   std::uint64_t max_command_bytes() const { return max_command_bytes_; }
-  // The largest WRITE that needs no Data-Out PDU on this session with the target settings of configs/
-  // (kLibiscsiImmediateWriteBytes, see there).
-  static constexpr std::uint64_t immediate_write_bytes() { return kLibiscsiImmediateWriteBytes; }
   // Re-reads capacity and block size (READ CAPACITY 16).
   ScsiResult read_capacity();
 

@@ -11,7 +11,7 @@ class LibiscsiTransport final : public LuTransport {
   std::uint64_t capacity_bytes() const override { return lun_.capacity_bytes(); }
   std::uint32_t block_size() const override { return lun_.block_size(); }
   std::uint64_t max_command_bytes() const override { return lun_.max_command_bytes(); }
-  std::uint64_t max_safe_write_bytes() const override { return IscsiLun::immediate_write_bytes(); }
+  std::uint64_t max_safe_write_bytes() const override { return kLibiscsiImmediateWriteBytes; }
   std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) override {
     if (!lun_.connected()) return LuFailure{0, "disconnected (an earlier transport failure dropped the session)"};
     const CommandBatchResult r = lun_.run_commands(commands, queue_depth);

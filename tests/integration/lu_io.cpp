@@ -71,12 +71,12 @@ std::vector<std::byte> float_pattern(std::size_t bytes, std::uint64_t seed) {
   return out;
 }
 
-// A push as libblockps sends it over libiscsi: WRITEs of at most IscsiLun::immediate_write_bytes(), which need no
+// A push as libblockps sends it over libiscsi: WRITEs of at most blockps::kLibiscsiImmediateWriteBytes, which need no
 // Data-Out PDU (with larger ones a target's NOP-In can break libiscsi 1.19's session: kLibiscsiImmediateWriteBytes).
 ScsiResult push(IscsiLun& lun, std::uint64_t offset, std::vector<std::byte>& data) {
   std::vector<blockps::LuCommand> commands;
-  for (std::uint64_t at = 0; at < data.size(); at += IscsiLun::immediate_write_bytes()) {
-    const std::uint64_t n = std::min<std::uint64_t>(IscsiLun::immediate_write_bytes(), data.size() - at);
+  for (std::uint64_t at = 0; at < data.size(); at += blockps::kLibiscsiImmediateWriteBytes) {
+    const std::uint64_t n = std::min<std::uint64_t>(blockps::kLibiscsiImmediateWriteBytes, data.size() - at);
     commands.push_back({blockps::IoDirection::write, offset + at, {{data.data() + at, static_cast<std::size_t>(n)}}});
   }
   return lun.run_commands(commands, 4).error;
