@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "client/cluster_file.h"
+#include "client/command_order.h"
 #include "client/layout.h"
 #include "client/status.h"
 
@@ -88,6 +89,17 @@ class Cluster {
   Operation push_async(std::span<const std::byte> grads, CompletionCallback on_done = {});
   Operation pull_async(std::span<std::byte> weights, CompletionCallback on_done = {});
 
+  // Push and pull in one pipelined operation: every shard's queue carries the WRITEs of `grads` and the READs
+  // into `weights` at once, a run's READ issued as soon as its WRITE has completed, so both directions of
+  // every link are busy (push then pull uses one direction at a time). The weights pulled for a block always
+  // include this worker's push of it: async shards apply a push when its WRITE completes; a sync shard parks
+  // the READ until the round with this push is applied; ssp:K as for a pull after a push. `weights` may be
+  // the same buffer as `grads` (each block is read back only after its gradient has been sent). Both must
+  // stay valid until the operation is finished. One session per shard: fine for sync shards.
+  Status exchange(std::span<const std::byte> grads, std::span<std::byte> weights);
+  Operation exchange_async(std::span<const std::byte> grads, std::span<std::byte> weights,
+                           CompletionCallback on_done = {});
+
   // Global blocks [first_block, first_block + block_count): `data` holds exactly those blocks' model bytes
   // (from layout().model_offset_of_block(first_block)).
   Status push_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads);
@@ -96,6 +108,11 @@ class Cluster {
                               CompletionCallback on_done = {});
   Operation pull_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights,
                               CompletionCallback on_done = {});
+  Status exchange_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads,
+                         std::span<std::byte> weights);
+  Operation exchange_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                  std::span<const std::byte> grads, std::span<std::byte> weights,
+                                  CompletionCallback on_done = {});
 
   // The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them
   // (snapshot). No optimizer runs.
@@ -104,14 +121,26 @@ class Cluster {
 
   // Every shard's status page, in cluster-file order.
   Result<std::vector<ShardStatusPage>> status_pages();
+  // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands
+  // in flight), in cluster-file order: how much of the traffic used both directions at once.
+  Result<std::vector<LuQueueCounters>> grad_queue_counters();
 
  private:
-  enum class Transfer { push, pull, assign_weights, read_weights };
+  enum class Transfer { push, pull, exchange, assign_weights, read_weights };
+  // The caller's memory of one transfer: `data` is what is written or read; an exchange reads into `pulled`.
+  struct Buffers {
+    std::byte* data = nullptr;
+    std::size_t data_bytes = 0;
+    std::byte* pulled = nullptr;
+    std::size_t pulled_bytes = 0;
+  };
   Cluster(ClusterConfig config, std::unique_ptr<Layout> layout);
-  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
-                   std::size_t data_bytes, CompletionCallback on_done);
-  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
-                            std::size_t data_bytes, CompletionCallback& on_done);
+  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+                   CompletionCallback on_done);
+  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+                            CompletionCallback& on_done);
+  // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
+  Status on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
 
   ClusterConfig config_;
   // The largest WRITE request: [client] max_request, or less where a transport's larger WRITEs are fragile

@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 2
+#define BLOCKPS_API_VERSION 3
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -145,6 +145,17 @@ BLOCKPS_EXPORT blockps_result blockps_push_blocks(blockps_cluster* cluster, uint
                                                   const void* grads, size_t bytes);
 BLOCKPS_EXPORT blockps_result blockps_pull_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
                                                   void* weights, size_t bytes);
+/* (API version 3) Push `grads` and pull the new weights into `weights` in one pipelined operation: each
+ * shard's queue carries WRITEs and READs at once, a run's READ issued as soon as its WRITE completed, so both
+ * directions of every link are busy (blockps_push then blockps_pull uses one at a time). The weights pulled for
+ * a block always include this push of it (async shards apply a push when its WRITE completes; a sync shard
+ * parks the READ until the round is applied). `weights` may be the same buffer as `grads`. Both buffers are
+ * `bytes` long. One session per shard, so sync shards count this worker once. */
+BLOCKPS_EXPORT blockps_result blockps_exchange(blockps_cluster* cluster, const void* grads, void* weights,
+                                              size_t bytes);
+BLOCKPS_EXPORT blockps_result blockps_exchange_blocks(blockps_cluster* cluster, uint64_t first_block,
+                                                     uint64_t block_count, const void* grads, void* weights,
+                                                     size_t bytes);
 /* The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them (snapshot).
  * No optimizer runs. */
 BLOCKPS_EXPORT blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weights, size_t bytes);
@@ -176,6 +187,13 @@ BLOCKPS_EXPORT blockps_result blockps_pull_blocks_async(blockps_cluster* cluster
                                                         uint64_t block_count, void* weights, size_t bytes,
                                                         blockps_op** out);
 
+/* (API version 3) The exchange (blockps_exchange), asynchronous: both buffers stay valid until it finished. */
+BLOCKPS_EXPORT blockps_result blockps_exchange_async(blockps_cluster* cluster, const void* grads, void* weights,
+                                                     size_t bytes, blockps_op** out);
+BLOCKPS_EXPORT blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t first_block,
+                                                            uint64_t block_count, const void* grads, void* weights,
+                                                            size_t bytes, blockps_op** out);
+
 /* Blocks until the operation has finished on every shard; its outcome (the first failure, or BLOCKPS_OK),
  * with the message in blockps_last_error. May be called again (same outcome) and from several threads.
  * Errors: INVALID_ARGUMENT (NULL op), and the transfer's errors as for the blocking calls. */
@@ -205,7 +223,8 @@ BLOCKPS_EXPORT void blockps_op_free(blockps_op* op);
  * other's gradients and pulls fresh weights into it; blockps_double_buffer_step swaps them without a copy and
  * never hands compute a buffer whose pull has not completed on every shard. Adaptive pull sleeps a "bubble"
  * before each pull so the weights land just before compute ends (moving averages of compute, push and pull
- * time). docs/OPTIONS.md ("Double buffering") explains every field. */
+ * time); where compute leaves no room for a bubble, push and pull are one pipelined exchange (blockps_exchange).
+ * docs/OPTIONS.md ("Double buffering") explains every field. */
 
 typedef struct blockps_double_buffer blockps_double_buffer;
 
@@ -218,8 +237,9 @@ typedef enum blockps_pipeline_mode {
 typedef struct blockps_double_buffer_options {
   blockps_pipeline_mode mode;   /* default BLOCKPS_PIPELINE_DOUBLE_BUFFER */
   int adaptive_pull;            /* 0/1, default 1 */
-  int concurrent_push_pull;     /* 0/1, default 0: push and pull at once when compute < push + pull (a second
-                                   session per shard: shards in mode=async only) */
+  int concurrent_push_pull;     /* ignored since API version 3 (kept for the ABI): where compute leaves no room
+                                   for a bubble, push and pull are always one pipelined exchange over the one
+                                   session per shard (blockps_exchange) */
   double smoothing;             /* weight of the newest sample in the moving averages, (0, 1], default 0.2 */
   double safety;                /* the pull aims to end this fraction of compute early, [0, 1), default 0.05 */
   int warmup_steps;             /* steps measured before the first bubble, >= 1, default 3 */
@@ -234,7 +254,8 @@ typedef struct blockps_step_metrics {
   double push_s;        /* its push latency */
   double pull_s;        /* its pull latency */
   double weight_age_s;  /* its pull's completion to this call's return */
-  int concurrent;       /* 1 when its push and pull ran at once */
+  int concurrent;       /* 1 when its push and pull were one pipelined exchange (blockps_exchange; push_s and
+                           pull_s are then both its duration) */
 } blockps_step_metrics;
 
 /* The defaults. NULL: no-op. */
@@ -243,7 +264,7 @@ BLOCKPS_EXPORT void blockps_double_buffer_options_init(blockps_double_buffer_opt
 /* Allocates the buffers (model_bytes each, 4 KiB aligned), pulls the current weights into them and starts the
  * communication thread. `options` NULL: the defaults. The cluster must stay open until the double buffer is
  * closed. Errors: INVALID_ARGUMENT (NULL cluster or out, an option out of range: the message names it),
- * IO, CONNECT (concurrent push/pull's second sessions), NO_MEMORY. */
+ * IO, NO_MEMORY. */
 BLOCKPS_EXPORT blockps_result blockps_double_buffer_open(blockps_cluster* cluster,
                                                          const blockps_double_buffer_options* options,
                                                          blockps_double_buffer** out);

@@ -292,6 +292,29 @@ blockps_result blockps_pull_blocks(blockps_cluster* cluster, uint64_t first_bloc
                   [&](blockps::Cluster& c) { return c.pull_blocks(first_block, block_count, out(weights, bytes)); });
 }
 
+// The exchange's second buffer (the gradients; the weights buffer goes through check_transfer).
+blockps_result check_exchange_grads(const char* what, const void* grads, size_t bytes) noexcept {
+  if (grads == nullptr && bytes != 0)
+    return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "grads is NULL with bytes = ", std::to_string(bytes));
+  return BLOCKPS_OK;
+}
+
+blockps_result blockps_exchange(blockps_cluster* cluster, const void* grads, void* weights, size_t bytes) {
+  constexpr const char* what = "blockps_exchange";
+  if (blockps_result r = check_exchange_grads(what, grads, bytes); r != BLOCKPS_OK) return r;
+  return blocking(what, cluster, weights, bytes,
+                  [&](blockps::Cluster& c) { return c.exchange(in(grads, bytes), out(weights, bytes)); });
+}
+
+blockps_result blockps_exchange_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                       const void* grads, void* weights, size_t bytes) {
+  constexpr const char* what = "blockps_exchange_blocks";
+  if (blockps_result r = check_exchange_grads(what, grads, bytes); r != BLOCKPS_OK) return r;
+  return blocking(what, cluster, weights, bytes, [&](blockps::Cluster& c) {
+    return c.exchange_blocks(first_block, block_count, in(grads, bytes), out(weights, bytes));
+  });
+}
+
 blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weights, size_t bytes) {
   return blocking("blockps_write_weights", cluster, weights, bytes,
                   [&](blockps::Cluster& c) { return c.write_weights(in(weights, bytes)); });
@@ -359,6 +382,29 @@ blockps_result blockps_pull_blocks_async(blockps_cluster* cluster, uint64_t firs
                       });
 }
 
+blockps_result blockps_exchange_async(blockps_cluster* cluster, const void* grads, void* weights, size_t bytes,
+                                      blockps_op** out_op) {
+  constexpr const char* what = "blockps_exchange_async";
+  if (out_op != nullptr) *out_op = nullptr;
+  if (blockps_result r = check_exchange_grads(what, grads, bytes); r != BLOCKPS_OK) return r;
+  return asynchronous(what, cluster, weights, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.exchange_async(in(grads, bytes), out(weights, bytes), std::move(done));
+                      });
+}
+
+blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                             const void* grads, void* weights, size_t bytes, blockps_op** out_op) {
+  constexpr const char* what = "blockps_exchange_blocks_async";
+  if (out_op != nullptr) *out_op = nullptr;
+  if (blockps_result r = check_exchange_grads(what, grads, bytes); r != BLOCKPS_OK) return r;
+  return asynchronous(what, cluster, weights, bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.exchange_blocks_async(first_block, block_count, in(grads, bytes),
+                                                       out(weights, bytes), std::move(done));
+                      });
+}
+
 blockps_result blockps_op_wait(blockps_op* op) {
   constexpr const char* what = "blockps_op_wait";
   return guarded(what, [&] {
@@ -419,7 +465,7 @@ void blockps_double_buffer_options_init(blockps_double_buffer_options* options) 
   options->mode = d.mode == blockps::PipelineMode::sequential ? BLOCKPS_PIPELINE_SEQUENTIAL
                                                               : BLOCKPS_PIPELINE_DOUBLE_BUFFER;
   options->adaptive_pull = d.adaptive_pull ? 1 : 0;
-  options->concurrent_push_pull = d.concurrent_push_pull ? 1 : 0;
+  options->concurrent_push_pull = 0;  // ignored since API version 3
   options->smoothing = d.smoothing;
   options->safety = d.safety;
   options->warmup_steps = d.warmup_steps;
@@ -440,7 +486,6 @@ blockps_result blockps_double_buffer_open(blockps_cluster* cluster, const blockp
       o.mode = options->mode == BLOCKPS_PIPELINE_SEQUENTIAL ? blockps::PipelineMode::sequential
                                                             : blockps::PipelineMode::double_buffer;
       o.adaptive_pull = options->adaptive_pull != 0;
-      o.concurrent_push_pull = options->concurrent_push_pull != 0;
       o.smoothing = options->smoothing;
       o.safety = options->safety;
       o.warmup_steps = options->warmup_steps;
@@ -472,7 +517,7 @@ blockps_result blockps_double_buffer_step(blockps_double_buffer* db, blockps_ste
       metrics->push_s = m->push_s;
       metrics->pull_s = m->pull_s;
       metrics->weight_age_s = m->weight_age_s;
-      metrics->concurrent = m->concurrent ? 1 : 0;
+      metrics->concurrent = m->pipelined ? 1 : 0;
     }
     return finish(Status::Ok());
   });

@@ -295,19 +295,20 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
   }
 }
 
-Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, std::byte* data,
-                          std::size_t data_bytes, CompletionCallback on_done) {
+Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+                          CompletionCallback on_done) {
   try {
-    return submit_or_throw(transfer, first_block, block_count, data, data_bytes, on_done);
+    return submit_or_throw(transfer, first_block, block_count, buffers, on_done);
   } catch (const std::exception& e) {  // bad_alloc while building the requests: an error value, never an escape
     return finished(Status::Error(std::string("request not started: ") + e.what()), on_done);
   }
 }
 
 Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
-                                   std::byte* data, std::size_t data_bytes, CompletionCallback& on_done) {
+                                   Buffers buffers, CompletionCallback& on_done) {
   const char* what = transfer == Transfer::push             ? "push"
                      : transfer == Transfer::pull           ? "pull"
+                     : transfer == Transfer::exchange       ? "exchange"
                      : transfer == Transfer::assign_weights ? "write_weights"
                                                             : "read_weights";
   const std::uint64_t blocks = layout_->block_count();
@@ -320,29 +321,54 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
   }
   const std::uint64_t base = layout_->model_offset_of_block(first_block);
   const std::uint64_t need = layout_->model_offset_of_block(first_block + block_count) - base;
-  if (data_bytes != need) {
-    return finished(
-        Status::Error(StatusCode::invalid_argument,
-                      std::string(what) + ": the buffer holds " + std::to_string(data_bytes) + " bytes, blocks [" +
-                          std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
-                          std::to_string(need) + " bytes"),
-        on_done);
+  const bool exchanging = transfer == Transfer::exchange;
+  for (const auto& [bytes, name] : {std::pair{buffers.data_bytes, exchanging ? "gradient buffer" : "buffer"},
+                                    std::pair{exchanging ? buffers.pulled_bytes : need, "weights buffer"}}) {
+    if (bytes != need) {
+      return finished(Status::Error(StatusCode::invalid_argument,
+                                    std::string(what) + ": the " + name + " holds " + std::to_string(bytes) +
+                                        " bytes, blocks [" + std::to_string(first_block) + ", " +
+                                        std::to_string(first_block + block_count) + ") are " + std::to_string(need) +
+                                        " bytes"),
+                      on_done);
+    }
   }
   if (block_count == 0) return finished(Status::Ok(), on_done);
 
-  const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights;
-  const LuRole role = transfer == Transfer::push || transfer == Transfer::pull ? LuRole::grad : LuRole::weights;
+  const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights || exchanging;
+  const LuRole role = transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights
+                                                                                                 : LuRole::grad;
   struct ShardPart {
     std::vector<LuCommand> commands;
     std::vector<std::uint64_t> model_offsets;
   };
   std::vector<ShardPart> parts(shards_.size());
+  auto command = [&](IoDirection direction, const ShardRun& run, std::byte* data) {
+    LuCommand c{direction, run.shard_offset, {}};
+    for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
+    return c;
+  };
+  // An exchange pairs each WRITE with a READ of the same run (so READs use the WRITE size cap): a shard's
+  // WRITEs first, in order, then their READs, each waiting for its WRITE (client/command_order.h interleaves
+  // them on the wire).
   for (ShardRun& run :
        layout_->runs(first_block, block_count, writing ? max_write_request_bytes_ : config_.client.max_request_bytes)) {
-    LuCommand c{writing ? IoDirection::write : IoDirection::read, run.shard_offset, {}};
-    for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
-    parts[run.shard].model_offsets.push_back(run.pieces.front().model_offset);
-    parts[run.shard].commands.push_back(std::move(c));
+    ShardPart& part = parts[run.shard];
+    part.model_offsets.push_back(run.pieces.front().model_offset);
+    part.commands.push_back(command(writing ? IoDirection::write : IoDirection::read, run, buffers.data));
+  }
+  if (exchanging) {
+    for (ShardPart& part : parts) {
+      const std::size_t writes = part.commands.size();
+      for (std::size_t w = 0; w < writes; ++w) {
+        LuCommand read = part.commands[w];
+        read.direction = IoDirection::read;
+        read.after = w;
+        for (IoSegment& segment : read.segments) segment.data = buffers.pulled + (segment.data - buffers.data);
+        part.commands.push_back(std::move(read));
+        part.model_offsets.push_back(part.model_offsets[w]);
+      }
+    }
   }
   auto state = std::make_shared<OperationState>();
   state->on_done = std::move(on_done);
@@ -364,12 +390,19 @@ std::byte* as_mutable(std::span<const std::byte> s) { return const_cast<std::byt
 
 Status Cluster::push(std::span<const std::byte> grads) { return push_async(grads).wait(); }
 Status Cluster::pull(std::span<std::byte> weights) { return pull_async(weights).wait(); }
+Status Cluster::exchange(std::span<const std::byte> grads, std::span<std::byte> weights) {
+  return exchange_async(grads, weights).wait();
+}
 
 Operation Cluster::push_async(std::span<const std::byte> grads, CompletionCallback on_done) {
-  return submit(Transfer::push, 0, layout_->block_count(), as_mutable(grads), grads.size(), std::move(on_done));
+  return push_blocks_async(0, layout_->block_count(), grads, std::move(on_done));
 }
 Operation Cluster::pull_async(std::span<std::byte> weights, CompletionCallback on_done) {
-  return submit(Transfer::pull, 0, layout_->block_count(), weights.data(), weights.size(), std::move(on_done));
+  return pull_blocks_async(0, layout_->block_count(), weights, std::move(on_done));
+}
+Operation Cluster::exchange_async(std::span<const std::byte> grads, std::span<std::byte> weights,
+                                  CompletionCallback on_done) {
+  return exchange_blocks_async(0, layout_->block_count(), grads, weights, std::move(on_done));
 }
 
 Status Cluster::push_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads) {
@@ -378,40 +411,63 @@ Status Cluster::push_blocks(std::uint64_t first_block, std::uint64_t block_count
 Status Cluster::pull_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights) {
   return pull_blocks_async(first_block, block_count, weights).wait();
 }
+Status Cluster::exchange_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads,
+                                std::span<std::byte> weights) {
+  return exchange_blocks_async(first_block, block_count, grads, weights).wait();
+}
 Operation Cluster::push_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
                                      std::span<const std::byte> grads, CompletionCallback on_done) {
-  return submit(Transfer::push, first_block, block_count, as_mutable(grads), grads.size(), std::move(on_done));
+  return submit(Transfer::push, first_block, block_count, {as_mutable(grads), grads.size()}, std::move(on_done));
 }
 Operation Cluster::pull_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights,
                                      CompletionCallback on_done) {
-  return submit(Transfer::pull, first_block, block_count, weights.data(), weights.size(), std::move(on_done));
+  return submit(Transfer::pull, first_block, block_count, {weights.data(), weights.size()}, std::move(on_done));
+}
+Operation Cluster::exchange_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                         std::span<const std::byte> grads, std::span<std::byte> weights,
+                                         CompletionCallback on_done) {
+  return submit(Transfer::exchange, first_block, block_count,
+                {as_mutable(grads), grads.size(), weights.data(), weights.size()}, std::move(on_done));
 }
 
 Status Cluster::write_weights(std::span<const std::byte> weights) {
-  return submit(Transfer::assign_weights, 0, layout_->block_count(), as_mutable(weights), weights.size(), {}).wait();
+  return submit(Transfer::assign_weights, 0, layout_->block_count(), {as_mutable(weights), weights.size()}, {}).wait();
 }
 Status Cluster::read_weights(std::span<std::byte> weights) {
-  return submit(Transfer::read_weights, 0, layout_->block_count(), weights.data(), weights.size(), {}).wait();
+  return submit(Transfer::read_weights, 0, layout_->block_count(), {weights.data(), weights.size()}, {}).wait();
 }
 
-Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
-  std::vector<ShardStatusPage> pages(shards_.size());
+Status Cluster::on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job) {
   auto state = std::make_shared<OperationState>();
   state->parts_left = shards_.size();
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     ShardWorker* shard = shards_[i].get();
-    pages[i].shard = shard->spec().name;
-    shard->post(
-        [shard, &page = pages[i]] {
-          auto text = read_status_page(*shard);
-          if (!text.ok()) return text.status();
-          page.json = std::move(text.value());
-          return Status::Ok();
-        },
-        state);
+    shard->post([shard, i, &job] { return job(*shard, i); }, state);
   }
-  if (Status s = Operation(state).wait(); !s.ok()) return s;
+  return Operation(state).wait();
+}
+
+Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
+  std::vector<ShardStatusPage> pages(shards_.size());
+  const Status s = on_every_shard([&](ShardWorker& shard, std::size_t i) {
+    pages[i].shard = shard.spec().name;
+    auto text = read_status_page(shard);
+    if (!text.ok()) return text.status();
+    pages[i].json = std::move(text.value());
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
   return pages;
+}
+
+Result<std::vector<LuQueueCounters>> Cluster::grad_queue_counters() {
+  std::vector<LuQueueCounters> counters(shards_.size());
+  const Status s = on_every_shard([&](ShardWorker& shard, std::size_t i) {
+    counters[i] = shard.lu(LuRole::grad).queue_counters();
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return counters;
 }
 
 }  // namespace blockps

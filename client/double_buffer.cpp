@@ -33,8 +33,6 @@ std::string check_pipeline_options(const PipelineOptions& o) {
     return "smoothing = " + std::to_string(o.smoothing) + ": must be in (0, 1]";
   if (!(o.safety >= 0 && o.safety < 1)) return "safety = " + std::to_string(o.safety) + ": must be in [0, 1)";
   if (o.warmup_steps < 1) return "warmup_steps = " + std::to_string(o.warmup_steps) + ": must be >= 1";
-  if (o.mode == PipelineMode::sequential && o.concurrent_push_pull)
-    return "concurrent_push_pull needs mode double_buffer (sequential mode pulls after its push, by definition)";
   return "";
 }
 
@@ -62,13 +60,6 @@ Result<std::unique_ptr<DoubleBuffer>> DoubleBuffer::create(Cluster& cluster, con
     if (Status s = cluster.pull(std::span(b.weights.get(), db->bytes_)); !s.ok())
       return Status::Error(s.code(), "double buffer: initial pull: " + s.message());
     b.pulled_at = Clock::now();
-  }
-  if (options.concurrent_push_pull) {
-    auto second = Cluster::open(cluster.config());
-    if (!second.ok())
-      return Status::Error(second.status().code(),
-                           "double buffer: the pull sessions of concurrent push/pull: " + second.message());
-    db->pull_cluster_ = std::move(second.value());
   }
   if (buffers == 2) db->thread_ = std::thread([p = db.get()] { p->communicate(); });
   db->compute_started_ = Clock::now();
@@ -99,53 +90,42 @@ Status DoubleBuffer::exchange(ModelBuffer& buffer, Clock::time_point submitted) 
     planned = options_.mode == PipelineMode::double_buffer &&
               std::min(measured_exchanges_, measured_computes_) >= static_cast<std::uint64_t>(options_.warmup_steps);
   }
-  const bool concurrent =
-      planned && pull_cluster_ != nullptr && plan.compute_s < plan.push_s + plan.pull_s;
   const std::span<const std::byte> grads(buffer.grads.get(), bytes_);
   const std::span<std::byte> weights(buffer.weights.get(), bytes_);
   // The pull should end (1 - safety) x compute after compute started on the other buffer, also when it is
-  // slower than average: plan it at mean + 2 x mean deviation.
+  // slower than average: plan it at mean + 2 x mean deviation. The push goes first, at once (other workers
+  // see it sooner); a bubble only where compute leaves room for push + planned pull, else one pipelined
+  // exchange, which ends soonest.
   const double planned_pull_s = plan.pull_s + 2 * plan.pull_deviation_s;
+  const double room_s = (1 - options_.safety) * plan.compute_s;
+  const bool split = planned && options_.adaptive_pull && room_s > plan.push_s + planned_pull_s;
   const auto pull_start_target =
-      submitted + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(
-                      (1 - options_.safety) * plan.compute_s - planned_pull_s));
-  auto sleep_bubble = [&] {
-    const auto now = Clock::now();
-    if (!planned || !options_.adaptive_pull || pull_start_target <= now) return 0.0;
-    std::this_thread::sleep_until(pull_start_target);
-    return seconds(Clock::now() - now);
-  };
+      submitted + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(room_s - planned_pull_s));
 
   const auto t0 = Clock::now();
   double push_s = 0, pull_s = 0, bubble_s = 0;
-  if (concurrent) {
-    // The callback runs once, also when the push is refused, so the future is always set.
-    std::promise<Clock::time_point> push_end;
-    auto push_ended = push_end.get_future();
-    const Operation push = cluster_.push_async(grads, [&push_end](const Status&) { push_end.set_value(Clock::now()); });
-    bubble_s = sleep_bubble();
-    const auto pull_t0 = Clock::now();
-    const Status pulled = pull_cluster_->pull(weights);
-    pull_s = seconds(Clock::now() - pull_t0);
-    const Status pushed = push.wait();
-    push_s = seconds(push_ended.get() - t0);
-    if (!pushed.ok()) return Status::Error(pushed.code(), "double buffer: push: " + pushed.message());
-    if (!pulled.ok()) return Status::Error(pulled.code(), "double buffer: pull: " + pulled.message());
-  } else {
+  if (split) {
     if (Status s = cluster_.push(grads); !s.ok())
       return Status::Error(s.code(), "double buffer: push: " + s.message());
     push_s = seconds(Clock::now() - t0);
-    bubble_s = sleep_bubble();
+    if (const auto now = Clock::now(); pull_start_target > now) {
+      std::this_thread::sleep_until(pull_start_target);
+      bubble_s = seconds(Clock::now() - now);
+    }
     const auto pull_t0 = Clock::now();
     if (Status s = cluster_.pull(weights); !s.ok())
       return Status::Error(s.code(), "double buffer: pull: " + s.message());
     pull_s = seconds(Clock::now() - pull_t0);
+  } else {
+    if (Status s = cluster_.exchange(grads, weights); !s.ok())
+      return Status::Error(s.code(), "double buffer: exchange (push and pull): " + s.message());
+    push_s = pull_s = seconds(Clock::now() - t0);
   }
   buffer.pulled_at = Clock::now();
   buffer.push_s = push_s;
   buffer.pull_s = pull_s;
   buffer.bubble_s = bubble_s;
-  buffer.concurrent = concurrent;
+  buffer.pipelined = !split;
   std::lock_guard lock(mutex_);
   blend(averages_.push_s, push_s, options_.smoothing, measured_exchanges_);
   blend_deviation(averages_.pull_deviation_s, averages_.pull_s, pull_s, options_.smoothing, measured_exchanges_);
@@ -218,7 +198,7 @@ Result<StepMetrics> DoubleBuffer::step() {
   m.push_s = next->push_s;
   m.pull_s = next->pull_s;
   m.weight_age_s = seconds(now - next->pulled_at);
-  m.concurrent = next->concurrent;
+  m.pipelined = next->pipelined;
   compute_ = next;
   compute_started_ = Clock::now();
   return m;

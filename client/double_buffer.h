@@ -9,8 +9,8 @@
 //   }
 //
 // Two model buffers, each a weights + gradients pair. step() hands the compute buffer (its gradients filled)
-// to the communication thread, which pushes the gradients and then pulls fresh weights into the same buffer,
-// and returns the other buffer, whose exchange was started by the previous step(): the swap exchanges two
+// to the communication thread, which pushes the gradients and pulls fresh weights into the same buffer, and
+// returns the other buffer, whose exchange was started by the previous step(): the swap exchanges two
 // pointers, no bytes are copied. A buffer is handed back to compute only after its pull has completed on
 // every shard, so compute never sees a half-pulled buffer. The weights compute uses are one step older than
 // with push-then-pull (the usual staleness of double buffering).
@@ -21,8 +21,10 @@
 //     bubble = submit time + (1 - safety) x compute - planned pull - (time the push ended)
 // where planned pull = mean pull + 2 x its mean deviation (as TCP plans a retransmit timeout from RTT and RTTVAR,
 // RFC 6298): planning from the mean alone stalls compute on every pull slower than average.
-// When compute is shorter than push + pull and concurrent_push_pull is on, the push and the pull run at once
-// (the pull through a second set of sessions, one per shard), with bubble = (1 - safety) x compute - planned pull.
+// Where that leaves no room for a bubble (compute shorter than push + planned pull), during warm-up, without
+// adaptive pull, and always in sequential mode, the push and the pull are one pipelined exchange
+// (Cluster::exchange: each block's READ follows its WRITE while later WRITEs are in flight, both directions of
+// every link busy, one session per shard), which is then also what push_s and pull_s measure.
 //
 // Errors: an exchange that fails (I/O on a shard) is returned by the step() that would have handed its buffer
 // back; the DoubleBuffer is then failed and every later step() returns the same error.
@@ -50,16 +52,14 @@ enum class PipelineMode {
 
 struct PipelineOptions {
   PipelineMode mode = PipelineMode::double_buffer;
-  // Sleep a bubble before the pull so the weights land as compute ends (double_buffer only).
+  // Sleep a bubble before the pull so the weights land as compute ends (double_buffer only), where compute
+  // leaves room for one; otherwise (and with this off) push and pull are one pipelined exchange.
   bool adaptive_pull = true;
-  // When compute < push + pull: push and pull at once, the pull through a second session per shard. Only for
-  // shards in mode=async: in sync/ssp mode the second session would count as a worker that never pushes.
-  bool concurrent_push_pull = false;
   // Weight of the newest sample in the moving averages, in (0, 1].
   double smoothing = 0.2;
   // The pull aims to end this fraction of compute time before compute does, in [0, 1).
   double safety = 0.05;
-  // Steps measured before the first bubble (and before concurrent push/pull is considered), >= 1.
+  // Steps measured (with pipelined exchanges) before the first bubble, >= 1.
   int warmup_steps = 3;
 };
 
@@ -69,10 +69,10 @@ struct StepMetrics {
   double compute_s = 0;       // from the previous step() return (or create) to this step() call
   double stall_s = 0;         // this step() waiting for communication (sequential: the push and pull themselves)
   double bubble_s = 0;        // the sleep before the pull of the buffer handed back
-  double push_s = 0;          // the push latency of the buffer handed back
-  double pull_s = 0;          // its pull latency
+  double push_s = 0;          // the push latency of the buffer handed back (pipelined: the whole exchange)
+  double pull_s = 0;          // its pull latency (pipelined: the whole exchange)
   double weight_age_s = 0;    // from its pull's completion to this step()'s return (the compute that uses it)
-  bool concurrent = false;    // its push and pull ran at once
+  bool pipelined = false;     // its push and pull were one pipelined exchange (no bubble)
 };
 
 // The moving averages adaptive pull plans with (0 until measured).
@@ -90,7 +90,7 @@ class DoubleBuffer {
  public:
   // Allocates the buffers (model_bytes() each, 4 KiB aligned for O_DIRECT transports), pulls the current
   // weights into them (blocking) and starts the communication thread. `cluster` must outlive the DoubleBuffer.
-  // Errors: invalid options (invalid_argument), the pulls' I/O errors, the second sessions' connect errors.
+  // Errors: invalid options (invalid_argument), the pulls' I/O errors.
   static Result<std::unique_ptr<DoubleBuffer>> create(Cluster& cluster, const PipelineOptions& options);
   // Waits for the exchange in flight, then stops the communication thread.
   ~DoubleBuffer();
@@ -117,17 +117,16 @@ class DoubleBuffer {
     // The last exchange of this buffer.
     Clock::time_point pulled_at{};
     double push_s = 0, pull_s = 0, bubble_s = 0;
-    bool concurrent = false;
+    bool pipelined = false;
   };
 
   DoubleBuffer(Cluster& cluster, const PipelineOptions& options);
-  // Push the buffer's gradients, then pull weights into it: the plan of adaptive pull, with `submitted` the
+  // Push the buffer's gradients and pull weights into it: the plan of adaptive pull, with `submitted` the
   // time compute handed it over. Runs on the communication thread (or in step() when sequential).
   Status exchange(ModelBuffer& buffer, Clock::time_point submitted);
   void communicate();
 
   Cluster& cluster_;
-  std::unique_ptr<Cluster> pull_cluster_;  // the second sessions of concurrent push/pull
   PipelineOptions options_;
   std::size_t bytes_ = 0;
   ModelBuffer buffers_[2];

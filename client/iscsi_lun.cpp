@@ -1,6 +1,7 @@
 #include "client/iscsi_lun.h"
 
 #include "client/aligned_buffer.h"
+#include "client/command_order.h"
 
 // libiscsi's headers are C; they declare everything extern "C" themselves.
 #include <iscsi/iscsi.h>
@@ -411,7 +412,9 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
     for (QueueSlot& s : slots) {
       if (!issuing || ctx_ == nullptr) break;
       if (s.busy) continue;
-      if (!next(s)) {
+      const Issue issued = next(s);
+      if (issued == Issue::not_now) break;
+      if (issued == Issue::stop) {
         issuing = false;
         break;
       }
@@ -507,17 +510,17 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   std::uint64_t issued = 0;
   std::uint64_t next = 0;  // range-relative offset of the next request
   const auto issue = [&](QueueSlot& s) {
-    if ((spec.requests != 0 && issued >= spec.requests) || Clock::now() >= stop_issuing_at) return false;
+    if ((spec.requests != 0 && issued >= spec.requests) || Clock::now() >= stop_issuing_at) return Issue::stop;
     std::byte* data = writing ? const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size())
                               : s.buffer.get();
     s.iov.assign(1, scsi_iovec{data, req});
     if (!queue(s, spec.direction, spec.range_offset + next, static_cast<std::uint32_t>(req))) {
       if (result.error.ok()) result.error = not_queued(spec.direction);
-      return false;
+      return Issue::stop;
     }
     ++issued;
     next = (next + req) % range;
-    return true;
+    return Issue::queued;
   };
   const auto completed = [&](QueueSlot& s) {
     if (!s.c.result.ok()) {
@@ -533,10 +536,15 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   return result;
 }
 
-CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, int queue_depth) {
+CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, int queue_depth,
+                                          LuQueueCounters* counters) {
   CommandBatchResult result;
   if (queue_depth < 1) {
     result.error = usage_error("queue depth " + std::to_string(queue_depth) + " must be >= 1");
+    return result;
+  }
+  if (std::string why = CommandOrder::check(commands); !why.empty()) {
+    result.error = usage_error(why);
     return result;
   }
   for (std::size_t i = 0; i < commands.size(); ++i) {
@@ -548,7 +556,8 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, i
   }
   std::vector<QueueSlot> slots(
       static_cast<std::size_t>(std::min<std::size_t>(queue_depth, std::max<std::size_t>(commands.size(), 1))));
-  std::size_t next = 0;
+  CommandOrder order(commands, static_cast<int>(slots.size()), counters);
+  std::vector<bool> finished(commands.size(), false);
   const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {
       result.error = std::move(r);
@@ -556,29 +565,30 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, i
     }
   };
   const auto issue = [&](QueueSlot& s) {
-    if (next >= commands.size()) return false;
-    const LuCommand& cmd = commands[next];
+    if (order.all_issued()) return Issue::stop;
+    const std::optional<std::size_t> index = order.next();
+    if (!index) return Issue::not_now;
+    const LuCommand& cmd = commands[*index];
     s.iov.clear();
     for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
-    s.tag = next;
+    s.tag = *index;
     if (!queue(s, cmd.direction, cmd.offset, static_cast<std::uint32_t>(cmd.bytes()))) {
-      fail(not_queued(cmd.direction), next);
-      return false;
+      fail(not_queued(cmd.direction), *index);
+      return Issue::stop;
     }
-    ++next;
-    return true;
+    return Issue::queued;
   };
   const auto completed = [&](QueueSlot& s) {
+    order.completed(s.tag, s.c.result.ok());
+    finished[s.tag] = true;
     if (s.c.result.ok()) return true;
     fail(s.c.result, s.tag);
     return false;
   };
   if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok()) {
     // The queue ended early: the first command that never completed is the one that failed.
-    std::size_t first_unfinished = next;
-    for (const QueueSlot& s : slots)
-      if (s.busy && !s.c.done) first_unfinished = std::min<std::size_t>(first_unfinished, s.tag);
-    fail(std::move(r), first_unfinished);
+    const auto first_unfinished = std::find(finished.begin(), finished.end(), false) - finished.begin();
+    fail(std::move(r), static_cast<std::size_t>(first_unfinished));
   }
   return result;
 }

@@ -20,6 +20,8 @@ struct iscsi_context;
 
 namespace blockps {
 
+struct LuQueueCounters;  // client/command_order.h
+
 // libiscsi's status codes: a SCSI status byte, or one of its transport codes (values from <iscsi/iscsi.h>).
 inline constexpr int kScsiGood = 0;
 inline constexpr int kScsiCheckCondition = 2;
@@ -63,11 +65,17 @@ struct IoSegment {
   std::size_t bytes = 0;
 };
 
+// LuCommand::after when a command waits for no other.
+inline constexpr std::size_t kNoPredecessor = static_cast<std::size_t>(-1);
+
 // One READ or WRITE of the segments' bytes, back to back, at LU byte offset `offset`.
 struct LuCommand {
   IoDirection direction = IoDirection::read;
   std::uint64_t offset = 0;
   std::vector<IoSegment> segments;
+  // The index of an earlier command of the same batch that must complete with success before this one is
+  // issued (the exchange: a block's READ after its WRITE); kNoPredecessor: none. See client/command_order.h.
+  std::size_t after = kNoPredecessor;
   std::uint64_t bytes() const {
     std::uint64_t n = 0;
     for (const IoSegment& s : segments) n += s.bytes;
@@ -168,19 +176,24 @@ class IscsiLun {
   PipelineResult run_pipeline(const PipelineSpec& spec);
 
   // Runs every command (READ16 / WRITE16 with the segments as the data buffer), at most queue_depth in
-  // flight, in the order given. After the first failure nothing more is issued; what is in flight is waited
-  // for. A transport failure drops the session (as in read()).
-  CommandBatchResult run_commands(std::span<const LuCommand> commands, int queue_depth);
+  // flight, in the order client/command_order.h gives (the order given, where no command waits for another).
+  // After the first failure nothing more is issued; what is in flight is waited for. A transport failure drops
+  // the session (as in read()). `counters` (optional) is added to.
+  CommandBatchResult run_commands(std::span<const LuCommand> commands, int queue_depth,
+                                  LuQueueCounters* counters = nullptr);
 
  private:
   struct Completion;
   struct QueueSlot;
+  // What drive_queue's `next` did with a free slot: queued a command, has none ready until one completes, or
+  // will queue no more.
+  enum class Issue { queued, not_now, stop };
   // Queues slot's command (READ16/WRITE16 of `bytes` at byte `offset`, data in s.iov); false when libiscsi
   // would not queue it (not_queued() then says why).
   bool queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes);
   ScsiResult not_queued(IoDirection direction) const;
   // The queue of run_pipeline() and run_commands(): keeps up to slots.size() commands in flight. next(slot)
-  // queues the next command into a free slot (false: none left or it could not queue; issuing stops).
+  // queues the next command into a free slot (Issue::stop: none left or it could not queue; issuing stops).
   // completed(slot) takes back one that finished (false: stop issuing, drain what is in flight). Returns
   // why the queue ended early (transport failure, no completion for options_.timeout), ok() otherwise;
   // slots still busy then hold the commands that never completed.

@@ -14,14 +14,16 @@ class LibiscsiTransport final : public LuTransport {
   std::uint64_t max_safe_write_bytes() const override { return kLibiscsiImmediateWriteBytes; }
   std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) override {
     if (!lun_.connected()) return LuFailure{0, "disconnected (an earlier transport failure dropped the session)"};
-    const CommandBatchResult r = lun_.run_commands(commands, queue_depth);
+    const CommandBatchResult r = lun_.run_commands(commands, queue_depth, &counters_);
     if (r.ok()) return std::nullopt;
     return LuFailure{r.failed_command, r.error.describe()};
   }
+  LuQueueCounters queue_counters() const override { return counters_; }
 
  private:
   IscsiLun lun_;
   std::string name_;
+  LuQueueCounters counters_;
 };
 
 }  // namespace

@@ -16,8 +16,9 @@
 #include <deque>
 #include <vector>
 
-#include "client/transport.h"
 #include "client/aligned_buffer.h"
+#include "client/command_order.h"
+#include "client/transport.h"
 
 namespace blockps {
 namespace {
@@ -88,9 +89,12 @@ class PosixTransport final : public LuTransport {
         return LuFailure{i, "offset " + std::to_string(commands[i].offset) + " and length " + std::to_string(bytes) +
                                 " must be non-zero multiples of the sector size " + std::to_string(block_size_)};
     }
+    if (std::string why = CommandOrder::check(commands); !why.empty()) return LuFailure{0, why};
+    // psync runs the commands one at a time in index order, which keeps every command after its predecessor.
     if (engine_ == PosixEngine::psync) return run_psync(commands);
     return run_queued(commands, std::min(queue_depth < 1 ? 1 : queue_depth, depth_));
   }
+  LuQueueCounters queue_counters() const override { return counters_; }
 
  private:
   static bool aligned(const IoSegment& s, std::uint32_t block) {
@@ -165,12 +169,18 @@ class PosixTransport final : public LuTransport {
     return std::nullopt;
   }
 
-  // libaio and io_uring: keep up to `depth` commands in flight; slot i's user data is its index.
+  // libaio and io_uring: keep up to `depth` commands in flight, in the order of CommandOrder; slot i's user
+  // data is its index. A command that waits for another is issued from here when that one's completion has
+  // been reaped, for both engines. (io_uring could chain the pair in the kernel with IOSQE_IO_LINK, but a
+  // linked READ must be submitted with its WRITE and then holds a slot for the WRITE's whole flight, halving
+  // the WRITEs in flight; what the link would save is one io_uring_enter per batch of completions, which this
+  // loop makes anyway.)
   std::optional<LuFailure> run_queued(std::span<const LuCommand> commands, int depth) {
     std::vector<PreparedCommand> slots(static_cast<std::size_t>(depth));
     std::vector<std::size_t> free_slots;
     for (std::size_t i = slots.size(); i-- > 0;) free_slots.push_back(i);
-    std::size_t next = 0;
+    CommandOrder order(commands, depth, &counters_);
+    std::size_t first_unissued = 0;  // for the messages of failures that are not one command's
     int in_flight = 0;
     std::optional<LuFailure> failure;
     std::vector<io_event> events(slots.size());
@@ -180,18 +190,24 @@ class PosixTransport final : public LuTransport {
     while (true) {
       // Issue.
       int queued = 0;
+      std::size_t batch_first = commands.size();  // the lowest command of this batch, for a failed submit
       std::vector<iocb> aio_cbs;
       std::vector<iocb*> aio_ptrs;
       aio_cbs.reserve(free_slots.size());
-      while (!failure && next < commands.size() && !free_slots.empty()) {
+      while (!failure && !free_slots.empty()) {
+        if (engine_ == PosixEngine::io_uring && io_uring_sq_space_left(&uring_) == 0) break;  // reap first
+        const std::optional<std::size_t> next = order.next();
+        if (!next) break;
+        first_unissued = std::max(first_unissued, *next + 1);
+        batch_first = std::min(batch_first, *next);
         const std::size_t slot = free_slots.back();
         PreparedCommand& p = slots[slot];
-        if (auto f = prepare(commands[next], next, p)) {
+        if (auto f = prepare(commands[*next], *next, p)) {
           failure = f;
           break;
         }
-        const bool write = commands[next].direction == IoDirection::write;
-        const auto offset = static_cast<long long>(commands[next].offset);
+        const bool write = commands[*next].direction == IoDirection::write;
+        const auto offset = static_cast<long long>(commands[*next].offset);
         const int niov = static_cast<int>(p.iov.size());
         if (engine_ == PosixEngine::libaio) {
           iocb& cb = aio_cbs.emplace_back();
@@ -201,8 +217,7 @@ class PosixTransport final : public LuTransport {
             io_prep_preadv(&cb, fd_, p.iov.data(), niov, offset);
           cb.data = &p;  // the slot, found again by its address
         } else {
-          io_uring_sqe* sqe = io_uring_get_sqe(&uring_);
-          if (sqe == nullptr) break;  // ring full: reap first
+          io_uring_sqe* sqe = io_uring_get_sqe(&uring_);  // there is room: checked above
           if (write)
             io_uring_prep_writev(sqe, fd_, p.iov.data(), static_cast<unsigned>(niov), static_cast<__u64>(offset));
           else
@@ -210,7 +225,6 @@ class PosixTransport final : public LuTransport {
           io_uring_sqe_set_data64(sqe, slot);
         }
         free_slots.pop_back();
-        ++next;
         ++queued;
       }
       if (queued > 0) {
@@ -236,7 +250,7 @@ class PosixTransport final : public LuTransport {
           const int r = io_uring_submit(&uring_);
           if (r < 0) {
             return LuFailure{
-                next - static_cast<std::size_t>(queued),
+                batch_first,
                 "io_uring_submit failed: " + errno_text(-r) + " (the ring is unusable; reopen the cluster)"};
           }
           in_flight += queued;
@@ -247,7 +261,9 @@ class PosixTransport final : public LuTransport {
       auto complete = [&](std::size_t slot, long long res) {
         PreparedCommand& p = slots[slot];
         --in_flight;
-        if (auto f = check(p, res)) {
+        std::optional<LuFailure> f = check(p, res);
+        order.completed(p.index, !f);
+        if (f) {
           if (!failure || f->command < failure->command) failure = f;
         } else {
           finish(p);
@@ -258,7 +274,7 @@ class PosixTransport final : public LuTransport {
         const int n = io_getevents(aio_, 1, static_cast<long>(events.size()), events.data(), nullptr);
         if (n == -EINTR) continue;
         if (n < 0)
-          return LuFailure{next, "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
+          return LuFailure{first_unissued, "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
         for (int k = 0; k < n; ++k) {
           const io_event& e = events[static_cast<std::size_t>(k)];
           complete(slot_of(e.data), static_cast<long long>(static_cast<long>(e.res)));
@@ -268,7 +284,7 @@ class PosixTransport final : public LuTransport {
         const int r = io_uring_wait_cqe(&uring_, &cqe);
         if (r == -EINTR) continue;
         if (r < 0)
-          return LuFailure{next, "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};
+          return LuFailure{first_unissued, "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};
         do {
           complete(static_cast<std::size_t>(io_uring_cqe_get_data64(cqe)), cqe->res);
           io_uring_cqe_seen(&uring_, cqe);
@@ -287,6 +303,7 @@ class PosixTransport final : public LuTransport {
   io_context_t aio_ = nullptr;
   io_uring uring_{};
   bool uring_ready_ = false;
+  LuQueueCounters counters_;
 };
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "client/cluster_file.h"
+#include "client/command_order.h"
 #include "client/iscsi_lun.h"
 #include "client/status.h"
 
@@ -32,8 +33,11 @@ class LuTransport {
   virtual std::uint64_t capacity_bytes() const = 0;
   // Offsets and lengths of commands must be multiples of this.
   virtual std::uint32_t block_size() const = 0;
-  // Runs every command, at most queue_depth in flight. Nothing more is issued after the first failure.
+  // Runs every command, at most queue_depth in flight, in the order of client/command_order.h (a command
+  // with a predecessor only after that one succeeded). Nothing more is issued after the first failure.
   virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) = 0;
+  // What the batches so far did (commands issued, and issued beside the other direction).
+  virtual LuQueueCounters queue_counters() const = 0;
   // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).
   virtual std::uint64_t max_command_bytes() const { return 0; }
   // The largest WRITE this transport sends safely in one command where larger ones are possible but fragile

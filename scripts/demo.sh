@@ -187,7 +187,7 @@ elif [ "$sync_rc" != 0 ]; then
   die "the sync run failed"
 fi
 
-run_ps ps-async ";mode=async" --pipeline double --concurrent || die "the async run failed"
+run_ps ps-async ";mode=async" --pipeline double || die "the async run failed"
 
 echo
 echo "== summary"

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -86,26 +87,70 @@ class ProgressLine {
   std::thread thread_;
 };
 
-// Repeats one whole-model operation until `seconds` have passed (at least once). Error: the first failure.
+const char* op_name(BenchOp op) {
+  switch (op) {
+    case BenchOp::push:
+      return "push";
+    case BenchOp::pull:
+      return "pull";
+    case BenchOp::step:
+      return "step";
+    case BenchOp::exchange:
+      return "exchange";
+    case BenchOp::both:
+      break;
+  }
+  return "both";
+}
+
+// One whole-model operation. step and exchange push the zeros of `buffer` and pull into `pulled`, so that every
+// push stays a zero gradient.
+Status run_once(Cluster& cluster, BenchOp op, std::vector<std::byte>& buffer, std::vector<std::byte>& pulled) {
+  switch (op) {
+    case BenchOp::push:
+      return cluster.push(buffer);
+    case BenchOp::pull:
+      return cluster.pull(buffer);
+    case BenchOp::step:
+      if (Status s = cluster.push(buffer); !s.ok()) return s;
+      return cluster.pull(pulled);
+    case BenchOp::exchange:
+      return cluster.exchange(buffer, pulled);
+    case BenchOp::both:
+      break;
+  }
+  return Status::Error("bench: no such single operation");
+}
+
+// Repeats one whole-model operation until `seconds` have passed (at least once), or `iterations` times, after
+// `warmup` uncounted ones. Error: the first failure.
 Result<PhaseResult> run_phase(Cluster& cluster, BenchOp op, const BenchOptions& options,
                               std::vector<std::byte>& buffer) {
   PhaseResult result;
-  result.op = op == BenchOp::push ? "push" : "pull";
+  result.op = op_name(op);
+  std::vector<std::byte> pulled(op == BenchOp::step || op == BenchOp::exchange ? buffer.size() : 0);
+  // Bytes the link carries per operation: a step or an exchange pushes and pulls the model.
+  const std::uint64_t op_bytes = buffer.size() * (pulled.empty() ? 1 : 2);
+  auto failed = [&](std::uint64_t iteration, const char* what, const Status& s) {
+    return Status::Error("bench " + std::string(result.op) + " (" + what + " " + std::to_string(iteration) +
+                         "): " + s.message());
+  };
+  for (std::uint64_t i = 0; i < options.warmup; ++i)
+    if (Status s = run_once(cluster, op, buffer, pulled); !s.ok()) return failed(i + 1, "warm-up", s);
   std::atomic<std::uint64_t> bytes{0};
   const Clock::time_point start = Clock::now();
   ProgressLine progress(result.op, start, bytes, options.progress);
   for (;;) {
     const Clock::time_point t0 = Clock::now();
-    const Status s = op == BenchOp::push ? cluster.push(buffer) : cluster.pull(buffer);
-    if (!s.ok()) {
+    if (Status s = run_once(cluster, op, buffer, pulled); !s.ok()) {
       progress.finish();
-      return Status::Error("bench " + std::string(result.op) + " (iteration " + std::to_string(result.iterations + 1) +
-                           "): " + s.message());
+      return failed(result.iterations + 1, "iteration", s);
     }
     result.latencies_s.push_back(seconds_since(t0));
     ++result.iterations;
-    bytes += buffer.size();
-    if (seconds_since(start) >= options.seconds) break;
+    bytes += op_bytes;
+    if (options.iterations != 0 ? result.iterations >= options.iterations : seconds_since(start) >= options.seconds)
+      break;
   }
   result.seconds = seconds_since(start);
   result.bytes = bytes.load();
@@ -117,6 +162,15 @@ Result<PhaseResult> run_phase(Cluster& cluster, BenchOp op, const BenchOptions& 
 double percentile(const std::vector<double>& sorted, double q) {
   const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(sorted.size())));
   return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
+}
+
+// {"op": "exchange", "iterations": N, "warmup": K, "model_bytes": B, "seconds": [...], "median_s": M}
+void print_json(const PhaseResult& r, std::uint64_t model_bytes, std::uint64_t warmup) {
+  std::vector<double> sorted = r.latencies_s;
+  std::sort(sorted.begin(), sorted.end());
+  nlohmann::json j = {{"op", r.op},          {"iterations", r.iterations}, {"warmup", warmup},
+                      {"model_bytes", model_bytes}, {"seconds", r.latencies_s}, {"median_s", percentile(sorted, 0.5)}};
+  std::cout << j.dump() << std::endl;
 }
 
 void print_summary(const std::vector<PhaseResult>& results) {
@@ -151,12 +205,19 @@ int run_bench(const std::string& cluster_file, const BenchOptions& options) {
   }
   Cluster& c = *cluster.value();
   std::vector<BenchOp> phases;
-  if (options.op != BenchOp::pull) phases.push_back(BenchOp::push);
-  if (options.op != BenchOp::push) phases.push_back(BenchOp::pull);
+  if (options.op == BenchOp::both) {
+    phases = {BenchOp::push, BenchOp::pull};
+  } else {
+    phases = {options.op};
+  }
 
-  std::cout << "bench: model " << format_bytes(c.model_bytes()) << " (" << to_string(c.config().model.dtype) << ", "
-            << c.config().shards.size() << " shards, " << to_string(c.config().layout) << "), "
-            << format_fixed(options.seconds, 2) << " s per op; pushes send a zero gradient" << std::endl;
+  if (!options.json) {
+    std::cout << "bench: model " << format_bytes(c.model_bytes()) << " (" << to_string(c.config().model.dtype)
+              << ", " << c.config().shards.size() << " shards, " << to_string(c.config().layout) << "), "
+              << (options.iterations != 0 ? std::to_string(options.iterations) + " iterations"
+                                          : format_fixed(options.seconds, 2) + " s")
+              << " per op; pushes send a zero gradient" << std::endl;
+  }
   std::vector<PhaseResult> results;
   for (BenchOp op : phases) {
     // Zeros for the pushes (0.0 in every dtype); the pulls overwrite the same buffer.
@@ -167,9 +228,10 @@ int run_bench(const std::string& cluster_file, const BenchOptions& options) {
       print_error(phase.message());
       return kExitFailed;
     }
+    if (options.json) print_json(phase.value(), c.model_bytes(), options.warmup);
     results.push_back(std::move(phase.value()));
   }
-  print_summary(results);
+  if (!options.json) print_summary(results);
   return kExitOk;
 }
 

@@ -3,6 +3,7 @@
 // returns the process's exit status. Nothing here throws past its caller or aborts.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace blockps::cli {
@@ -35,12 +36,17 @@ struct SaveOptions {
 };
 int run_save(const std::string& cluster_file, const SaveOptions& options);
 
-// Whole-model pushes (a zero gradient) and/or pulls for a while each, then a summary table.
-enum class BenchOp { push, pull, both };
+// Whole-model operations (pushes send a zero gradient) for a while or a number of iterations each, then a
+// summary table (or JSON lines). both = push, then pull; step = a training step's communication done the
+// sequential way (push, then pull); exchange = the same step as one pipelined exchange (Cluster::exchange).
+enum class BenchOp { push, pull, both, step, exchange };
 struct BenchOptions {
-  double seconds = 5.0;  // per operation
+  double seconds = 5.0;        // per operation, when iterations is 0
+  std::uint64_t iterations = 0;  // per operation; 0: run for `seconds`
+  std::uint64_t warmup = 0;    // iterations first run and not counted
   BenchOp op = BenchOp::both;
   bool progress = true;  // a progress line on stderr, about every 0.5 s
+  bool json = false;     // one JSON object per operation on stdout instead of the table
 };
 int run_bench(const std::string& cluster_file, const BenchOptions& options);
 

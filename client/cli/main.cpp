@@ -3,7 +3,8 @@
 //   blockps --cluster cluster.toml status [--json]
 //   blockps -c cluster.toml init --from weights.bin
 //   blockps -c cluster.toml save --to weights.bin
-//   blockps -c cluster.toml bench [--seconds 5] [--op push|pull|both] [--no-progress]
+//   blockps -c cluster.toml bench [--seconds 5 | --iterations N] [--warmup K] [--op push|pull|both|step|exchange]
+//                                 [--json] [--no-progress]
 //
 // Exit status: 0 ok, 1 an operation failed (the message says which and why), 2 a usage error.
 #include <CLI/CLI.hpp>
@@ -45,10 +46,21 @@ int run(int argc, char** argv) {
   bench_cmd->add_option("--seconds", bench.seconds, "how long each operation runs (seconds)")
       ->check(CLI::Range(0.01, 86400.0))
       ->capture_default_str();
-  std::string op = "both";
-  bench_cmd->add_option("--op", op, "push, pull or both (push, then pull)")
-      ->check(CLI::IsMember({"push", "pull", "both"}))
+  bench_cmd->add_option("--iterations", bench.iterations,
+                         "whole-model operations per op, instead of --seconds (0: use --seconds)")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40))
       ->capture_default_str();
+  bench_cmd->add_option("--warmup", bench.warmup, "operations run first and not counted")
+      ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40))
+      ->capture_default_str();
+  std::string op = "both";
+  bench_cmd
+      ->add_option("--op", op,
+                   "push, pull, both (push, then pull), step (each iteration a push then a pull) or exchange (each "
+                   "iteration one pipelined push+pull)")
+      ->check(CLI::IsMember({"push", "pull", "both", "step", "exchange"}))
+      ->capture_default_str();
+  bench_cmd->add_flag("--json", bench.json, "one JSON object per op on stdout (every iteration's seconds)");
   bench_cmd->add_flag("--no-progress", no_progress, "no progress line on stderr");
 
   try {
@@ -57,7 +69,11 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a ParseError with status 0
   }
   bench.progress = !no_progress;
-  bench.op = op == "push" ? BenchOp::push : op == "pull" ? BenchOp::pull : BenchOp::both;
+  bench.op = op == "push"       ? BenchOp::push
+             : op == "pull"     ? BenchOp::pull
+             : op == "step"     ? BenchOp::step
+             : op == "exchange" ? BenchOp::exchange
+                                : BenchOp::both;
 
   if (status_cmd->parsed()) return run_status(cluster_file, status);
   if (init_cmd->parsed()) return run_init(cluster_file, init);

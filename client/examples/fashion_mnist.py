@@ -133,7 +133,7 @@ def cmd_worker(a):
     cluster = open_cluster(a.cluster)
     options = {}
     if a.pipeline == "double":
-        options = {"adaptive_pull": True, "concurrent_push_pull": a.concurrent}
+        options = {"adaptive_pull": True}
     ps = blockps.torch.ParameterServerStep(model, cluster, mode=a.pipeline, **options)
     tag = f"{a.name}/{a.rank}"
     records, start = [], time.monotonic()
@@ -262,7 +262,6 @@ def main():
     s.add_argument("--workers", type=int, required=True)
     s.add_argument("--name", default="ps")
     s.add_argument("--pipeline", choices=["double", "sequential"], default="double")
-    s.add_argument("--concurrent", action="store_true", help="concurrent push/pull (shards in mode=async only)")
     s.add_argument("--out", required=True)
     s = sub.add_parser("evaluate")
     s.add_argument("--cluster", required=True)

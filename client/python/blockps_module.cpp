@@ -87,7 +87,7 @@ py::dict metrics_dict(const blockps::StepMetrics& m) {
   d["push_s"] = m.push_s;
   d["pull_s"] = m.pull_s;
   d["weight_age_s"] = m.weight_age_s;
-  d["concurrent"] = m.concurrent;
+  d["pipelined"] = m.pipelined;
   return d;
 }
 
@@ -113,6 +113,17 @@ PYBIND11_MODULE(_blockps, m) {
            "Push gradients (model_bytes, wire format): each shard runs its optimizer.")
       .def("pull", transfer<&Cluster::pull>("pull"), py::arg("weights"),
            "Pull the current weights into a writable buffer of model_bytes.")
+      .def(
+          "exchange",
+          [](Cluster& c, const py::buffer& grads, const py::buffer& weights) {
+            const std::span<const std::byte> g = model_span(c, grads, false, "exchange (grads)");
+            const std::span<std::byte> w = model_span(c, weights, true, "exchange (weights)");
+            py::gil_scoped_release release;
+            check(c.exchange(g, w));
+          },
+          py::arg("grads"), py::arg("weights"),
+          "Push gradients and pull the new weights in one pipelined operation (both link directions busy); "
+          "weights may be the same buffer as grads.")
       .def("write_weights", transfer<&Cluster::write_weights>("write_weights"), py::arg("weights"),
            "Assign the weights (weights LUs; no optimizer runs).")
       .def("read_weights", transfer<&Cluster::read_weights>("read_weights"), py::arg("weights"),
@@ -126,8 +137,8 @@ PYBIND11_MODULE(_blockps, m) {
       });
 
   py::class_<DoubleBuffer>(m, "DoubleBuffer")
-      .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, bool concurrent_push_pull,
-                       double smoothing, double safety, int warmup_steps) {
+      .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, double smoothing, double safety,
+                       int warmup_steps) {
              blockps::PipelineOptions o;
              if (mode == "double")
                o.mode = blockps::PipelineMode::double_buffer;
@@ -136,7 +147,6 @@ PYBIND11_MODULE(_blockps, m) {
              else
                throw py::value_error("mode = '" + mode + "': must be 'double' or 'sequential'");
              o.adaptive_pull = adaptive_pull;
-             o.concurrent_push_pull = concurrent_push_pull;
              o.smoothing = smoothing;
              o.safety = safety;
              o.warmup_steps = warmup_steps;
@@ -146,7 +156,7 @@ PYBIND11_MODULE(_blockps, m) {
              return std::move(db.value());
            }),
            py::arg("cluster"), py::arg("mode") = "double", py::arg("adaptive_pull") = true,
-           py::arg("concurrent_push_pull") = false, py::arg("smoothing") = 0.2, py::arg("safety") = 0.05,
+           py::arg("smoothing") = 0.2, py::arg("safety") = 0.05,
            py::arg("warmup_steps") = 3, py::keep_alive<1, 2>(),
            "Two weights+gradients buffers over the cluster (it is kept alive). Pulls the weights into both.")
       .def_property_readonly("weights", buffer_view<&DoubleBuffer::weights>(),

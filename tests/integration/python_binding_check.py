@@ -45,6 +45,14 @@ c.push(t.numpy())
 t2 = torch.empty(n)
 c.pull(t2.numpy())
 check(torch.equal(t2, torch.from_numpy(base + 3)), "torch tensors through .numpy(): base + 3")
+# The pipelined exchange: push and pull in one call, into another array or in place.
+g = np.full(n, 0.5, np.float32)
+c.exchange(g, w)
+check(np.array_equal(w, base + 3.5), "exchange of 0.5 gives base + 3.5")
+c.exchange(g, g)
+check(np.array_equal(g, base + 4), "exchange in place gives base + 4")
+raises(ValueError, lambda: c.exchange(np.ones(n, np.float32), np.empty(n + 1, np.float32)), "exchange (weights)")
+c.push(np.full(n, -1.0, np.float32))  # back to base + 3 for what follows
 raises(ValueError, lambda: c.push(np.ones(n + 1, np.float32)), "the model has")
 raises(ValueError, lambda: c.pull(np.empty((n, 2), np.float32)[:, 0]), "C-contiguous")
 raises(blockps.Error, lambda: blockps.Cluster("/nonexistent.toml"), "/nonexistent.toml")
@@ -57,7 +65,7 @@ for k in range(1, 7):
     db.grads[:] = 1
     db.weights[:] = np.nan
     m = db.step()
-    check(set(m) >= {"compute_s", "stall_s", "bubble_s", "push_s", "pull_s", "weight_age_s", "concurrent"},
+    check(set(m) >= {"compute_s", "stall_s", "bubble_s", "push_s", "pull_s", "weight_age_s", "pipelined"},
           f"metrics keys {sorted(m)}")
     check(np.all(db.weights == base + 3 + max(0, k - 1)), f"step {k}: weights {db.weights[:4]}")
     addresses.append(db.weights.ctypes.data)

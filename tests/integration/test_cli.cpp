@@ -230,6 +230,41 @@ TEST_F(CliTest, BenchRunsBothOpsWithProgressAndSummary) {
   EXPECT_TRUE(contains(quiet.output, "\npull  ")) << quiet.output;
 }
 
+// step and exchange, counted by iterations after a warm-up, as the JSON lines bench/cluster reads.
+TEST_F(CliTest, BenchStepAndExchangeByIterationsAsJson) {
+  auto cluster = Cluster::open(cluster_file_);
+  ASSERT_TRUE(cluster.ok()) << cluster.message();
+  auto pushes = [&] {
+    std::vector<std::uint64_t> n;
+    auto pages = cluster.value()->status_pages();
+    EXPECT_TRUE(pages.ok()) << pages.message();
+    if (pages.ok())
+      for (const auto& page : pages.value()) n.push_back(nlohmann::json::parse(page.json)["counters"]["pushes"]);
+    return n;
+  };
+  const auto before = pushes();
+  for (const char* op : {"step", "exchange"}) {
+    const CommandResult r = cli({"-c", cluster_file_, "bench", "--op", op, "--iterations", "3", "--warmup", "1",
+                                 "--json", "--no-progress"});
+    ASSERT_TRUE(r.ok()) << r.describe();
+    const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
+    ASSERT_FALSE(j.is_discarded()) << "not one JSON object: " << r.output;
+    EXPECT_EQ(j["op"], op);
+    EXPECT_EQ(j["iterations"], 3);
+    EXPECT_EQ(j["warmup"], 1);
+    EXPECT_EQ(j["model_bytes"], kModelBytes);
+    ASSERT_EQ(j["seconds"].size(), 3u);
+    EXPECT_GT(j["median_s"].get<double>(), 0);
+  }
+  // Each op pushed the whole model 1 + 3 times: every shard counted the same number of WRITEs for each.
+  const auto after = pushes();
+  ASSERT_EQ(after.size(), before.size());
+  for (std::size_t s = 0; s < after.size(); ++s) {
+    EXPECT_GT(after[s], before[s]) << "shard " << s;
+    EXPECT_EQ((after[s] - before[s]) % 8, 0u) << "shard " << s << ": " << after[s] - before[s] << " pushes";
+  }
+}
+
 TEST_F(CliTest, StatusWithADownShardShowsTheOthersAndFails) {
   ASSERT_TRUE(tgtd_[1].stop().ok());
   const CommandResult table = cli({"-c", cluster_file_, "status"});

@@ -281,6 +281,65 @@ TEST_F(ClientTest, AsyncHandlesCallbacksAndBlockRanges) {
   EXPECT_EQ(cluster->push_blocks(15, 2, g1).message(), "push: blocks [15, 17) are outside the model's 16 blocks");
 }
 
+// The pipelined exchange (async shards, opt=sum): every pulled block includes this push of it, so each
+// exchange returns init + every gradient so far, exactly; READs went out while WRITEs were in flight on each
+// shard's one session (the transport's own counters, not a clock).
+TEST_F(ClientTest, ExchangeReturnsTheWeightsWithItsOwnPushOfEveryBlock) {
+  const ModelShape m{2048 * K, 64 * K, LayoutKind::stripe};  // 32 blocks
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  // 64K requests: 16 WRITEs and 16 READs per shard at queue depth 4.
+  const std::string path = cluster_file(m);
+  std::string text = read_text_file(path);
+  text.replace(text.find("max_request = \"1M\""), 18, "max_request = \"64K\"");
+  std::ofstream(path) << text;
+  auto cluster = open(path);
+  ASSERT_TRUE(cluster);
+  const std::size_t n = cluster->model_bytes() / 4;
+  const auto init = whole_numbers(n, 1);
+  ASSERT_TRUE(cluster->write_weights(f32_bytes(init)).ok());
+  std::vector<float> expected = init;
+  std::vector<std::byte> pulled(cluster->model_bytes());
+  for (int round = 0; round < 3; ++round) {
+    const auto g = whole_numbers(n, 20 + round);
+    const Status s = cluster->exchange(f32_bytes(g), pulled);
+    ASSERT_TRUE(s.ok()) << s.message();
+    for (std::size_t i = 0; i < n; ++i) expected[i] += g[i];
+    ASSERT_EQ(f32_values(pulled), expected) << "round " << round;
+  }
+  // In place: the gradients' buffer receives the weights.
+  const auto g_inplace = whole_numbers(n, 30);
+  auto inplace = f32_bytes(g_inplace);
+  for (std::size_t i = 0; i < n; ++i) expected[i] += g_inplace[i];
+  ASSERT_TRUE(cluster->exchange(inplace, inplace).ok());
+  EXPECT_EQ(f32_values(inplace), expected);
+  // Asynchronous, on blocks [3, 11), with a callback.
+  const std::uint64_t first = 3, count = 8;
+  std::vector<float> ones(count * m.block / 4, 1.0f);
+  std::vector<std::byte> part(count * m.block);
+  std::promise<std::string> called;
+  const auto ones_bytes = f32_bytes(ones);
+  Operation op = cluster->exchange_blocks_async(first, count, ones_bytes, part,
+                                                [&](const Status& s) { called.set_value(s.ok() ? "ok" : s.message()); });
+  ASSERT_TRUE(op.wait().ok());
+  EXPECT_EQ(called.get_future().get(), "ok");
+  for (std::uint64_t i = first * m.block / 4; i < (first + count) * m.block / 4; ++i) expected[i] += 1.0f;
+  EXPECT_EQ(f32_values(part),
+            std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(first * m.block / 4),
+                               expected.begin() + static_cast<std::ptrdiff_t>((first + count) * m.block / 4)));
+  auto counters = cluster->grad_queue_counters();
+  ASSERT_TRUE(counters.ok()) << counters.message();
+  for (int s = 0; s < kShards; ++s) {
+    EXPECT_GT((*counters)[s].issued_beside_other_direction, 0u) << "shard " << s << ": READs and WRITEs never "
+                                                                << "shared the session's queue";
+  }
+  // Wrong sizes are errors naming the buffer, before any I/O.
+  std::vector<std::byte> small(100);
+  EXPECT_EQ(cluster->exchange(small, pulled).message(),
+            "exchange: the gradient buffer holds 100 bytes, blocks [0, 32) are 2097152 bytes");
+  EXPECT_EQ(cluster->exchange(pulled, small).message(),
+            "exchange: the weights buffer holds 100 bytes, blocks [0, 32) are 2097152 bytes");
+}
+
 TEST_F(ClientTest, ThreeConcurrentWorkersGiveExactlyTheSum) {
   const ModelShape m{1024 * K, 64 * K, LayoutKind::stripe};
   ASSERT_NO_FATAL_FAILURE(start_shards(m));
@@ -375,6 +434,9 @@ TEST_F(ClientTest, ADeadShardIsAnErrorNamingItNotACrash) {
   // The session stays down: later calls fail fast with the same shard named, and the other shard still works.
   const Status again = cluster->push(buf);
   EXPECT_NE(again.message().find("shard 'shard1'"), std::string::npos) << again.message();
+  // An exchange fails the same way, naming the shard, and returns (nothing waits for the dead shard's READs).
+  const Status exchanged = cluster->exchange(buf, buf);
+  EXPECT_NE(exchanged.message().find("shard 'shard1'"), std::string::npos) << exchanged.message();
   // A cluster whose shard is unreachable does not open.
   auto c = Cluster::open(cluster_file(m));
   ASSERT_FALSE(c.ok());

@@ -152,6 +152,34 @@ TEST_F(ClientCTest, PushesSumAndPullsGiveExactValues) {
   ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
   EXPECT_EQ(snapshot, expected) << "the weights LUs and the grad LUs disagree";
 
+  // The pipelined exchange (API version 3): blocking, in place, and asynchronous on a block range.
+  std::vector<float> grads(n, 2.0f), weights(n);
+  r = blockps_exchange(cluster_, grads.data(), weights.data(), kModelBytes);
+  ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
+  for (float& e : expected) e += 2.0f;
+  EXPECT_EQ(weights, expected);
+  std::fill(grads.begin(), grads.end(), -1.0f);
+  r = blockps_exchange(cluster_, grads.data(), grads.data(), kModelBytes);
+  ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
+  for (float& e : expected) e -= 1.0f;
+  EXPECT_EQ(grads, expected) << "an exchange in place";
+  op = nullptr;
+  r = blockps_exchange_blocks_async(cluster_, first, count, ones.data(), part.data(), part_bytes, &op);
+  ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
+  EXPECT_EQ(blockps_op_wait(op), BLOCKPS_OK) << blockps_last_error();
+  blockps_op_free(op);
+  for (std::uint64_t i = offset / 4; i < (offset + part_bytes) / 4; ++i) expected[i] += 1.0f;
+  EXPECT_EQ(part, std::vector<float>(expected.begin() + static_cast<std::ptrdiff_t>(offset / 4),
+                                     expected.begin() + static_cast<std::ptrdiff_t>((offset + part_bytes) / 4)));
+  r = blockps_exchange(cluster_, nullptr, weights.data(), kModelBytes);
+  EXPECT_EQ(r, BLOCKPS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(blockps_last_error(), "blockps_exchange: grads is NULL with bytes = 1048576");
+  op = reinterpret_cast<blockps_op*>(&r);  // must come back NULL
+  r = blockps_exchange_async(cluster_, grads.data(), weights.data(), 100, &op);
+  EXPECT_EQ(r, BLOCKPS_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(op, nullptr);
+  EXPECT_STREQ(blockps_last_error(), "exchange: the gradient buffer holds 100 bytes, blocks [0, 16) are 1048576 bytes");
+
   // Wrong sizes are refused before any I/O.
   r = blockps_pull(cluster_, pulled.data(), 100);
   EXPECT_EQ(r, BLOCKPS_ERR_INVALID_ARGUMENT);

@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <future>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#include "client/blockps.h"
 #include "client/iscsi_lun.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
@@ -97,6 +99,20 @@ class SyncModeTest : public ::testing::Test {
     std::vector<std::byte> page(1 << 20);
     if (!status.read(0, page).ok()) return {};
     return nlohmann::json::parse(reinterpret_cast<const char*>(page.data()));
+  }
+
+  // Worker `who` through libblockps (its own session): 64K requests, so an exchange is 4 WRITEs and 4 READs at
+  // queue depth 4.
+  std::unique_ptr<Cluster> open_worker(const std::string& who) {
+    const std::string path = dir_.path("cluster-" + who + ".toml");
+    std::ofstream(path) << "[model]\nsize = \"256K\"\nblock = \"64K\"\n[client]\nqueue_depth = 4\nmax_request = "
+                           "\"64K\"\ninitiator = \""
+                        << worker_iqn(who) << "\"\n[[shard]]\nname = \"s0\"\ngrad = \"" << tgtd_.url(kTarget, 1)
+                        << "\"\nweights = \"" << tgtd_.url(kTarget, 2) << "\"\nstatus = \"" << tgtd_.url(kTarget, 3)
+                        << "\"\n";
+    auto c = Cluster::open(path);
+    EXPECT_TRUE(c.ok()) << c.message();
+    return c.ok() ? std::move(c.value()) : nullptr;
   }
 
   // Worker `who` as a separate blockps_lu_io process: it pushes the whole LU, then READs it back (parked until
@@ -193,6 +209,92 @@ TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
   EXPECT_NE(cli.output.find("sync rounds"), std::string::npos) << cli.output;
   EXPECT_NE(cli.output.find("3/3"), std::string::npos) << cli.output;
   EXPECT_NE(cli.output.find(worker_iqn("c")), std::string::npos) << cli.output;
+}
+
+// The client's pipelined exchange against BSP: each worker's one session carries its WRITEs and its READs (a
+// READ parked until the block's round closes while the worker's later WRITEs still go out), and every worker
+// reads exactly the averaged step of each round. One session per worker: the shard counts 3 workers, not 6.
+TEST_F(SyncModeTest, ThreeWorkersExchangingReadTheAveragedStepOfEveryRound) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=3;straggler_ms=60000"));
+  std::vector<std::unique_ptr<Cluster>> workers;
+  for (const char* who : {"a", "b", "c"}) ASSERT_NO_FATAL_FAILURE(workers.push_back(open_worker(who)));
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    SCOPED_TRACE("round " + std::to_string(r));
+    const std::vector<std::vector<float>> grads{values(10 * r + 1), values(10 * r + 2), values(10 * r + 3)};
+    reference_round(expected, grads, 0.5f);
+    std::vector<std::future<Pulled>> futures;
+    for (std::size_t k = 0; k < workers.size(); ++k) {
+      futures.push_back(std::async(std::launch::async, [&, k] {
+        Pulled p;
+        std::vector<std::byte> back(kBytes);
+        const Status s = workers[k]->exchange(bytes_of(grads[k]), back);
+        if (!s.ok()) p.result = ScsiResult{kScsiTransportError, 0, 0, s.message()};
+        p.weights = floats_of(back);
+        return p;
+      }));
+    }
+    const auto deadline = Clock::now() + 15s;
+    for (auto& f : futures) {
+      if (f.wait_until(deadline) != std::future_status::ready) {
+        ADD_FAILURE() << "an exchange did not finish within 15 s";
+        std::abort();  // a hung libiscsi call cannot be cancelled; dying is the bounded outcome
+      }
+      const Pulled p = f.get();
+      ASSERT_TRUE(p.result.ok()) << p.result.describe();
+      EXPECT_EQ(p.weights, expected) << "a worker read something other than the averaged step";
+    }
+  }
+  const auto s = status_page();
+  EXPECT_EQ(s["rounds"]["rounds_min"], 3);
+  EXPECT_EQ(s["rounds"]["live_workers"].size(), 3u) << "one session per worker";
+  for (auto& w : workers) {
+    auto counters = w->grad_queue_counters();
+    ASSERT_TRUE(counters.ok()) << counters.message();
+    EXPECT_GT(counters->front().issued_beside_other_direction, 0u) << "READs and WRITEs never shared the queue";
+  }
+}
+
+// ssp:K with the exchange: pushes are applied at once and READs never wait, so each exchange returns the
+// weights with this worker's own pushes and at most K + 1 of the other's beyond (or behind) them; at the end
+// every push is in.
+TEST_F(SyncModeTest, SspExchangesStayWithinTheStalenessBound) {
+  constexpr int kK = 1, kSteps = 6;
+  const Status started = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"),
+                                           "size=256K;block=64K;opt=sgd;lr=0.25;mode=ssp:" + std::to_string(kK));
+  ASSERT_TRUE(started.ok()) << started.message();
+  std::vector<std::unique_ptr<Cluster>> workers;
+  for (const char* who : {"a", "b"}) ASSERT_NO_FATAL_FAILURE(workers.push_back(open_worker(who)));
+  std::vector<std::byte> start(kBytes);
+  ASSERT_TRUE(workers[0]->pull(start).ok());
+  const float w0 = floats_of(start)[0];
+  // Gradients of 1: each push subtracts exactly 0.25; a weight says how many pushes are in it.
+  const std::vector<float> ones(kBytes / 4, 1.0f);
+  std::vector<std::string> errors(workers.size());
+  std::vector<std::thread> threads;
+  for (std::size_t k = 0; k < workers.size(); ++k) {
+    threads.emplace_back([&, k] {
+      std::vector<std::byte> back(kBytes);
+      for (int step = 1; step <= kSteps; ++step) {
+        if (Status s = workers[k]->exchange(bytes_of(ones), back); !s.ok()) {
+          errors[k] = s.message();
+          return;
+        }
+        for (float w : floats_of(back)) {
+          const float pushes = (w0 - w) / 0.25f;
+          if (pushes != std::round(pushes) || pushes < step || pushes > std::min(2 * kSteps, 2 * step + kK + 1)) {
+            errors[k] = "step " + std::to_string(step) + ": a weight holds " + std::to_string(pushes) + " pushes";
+            return;
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (std::size_t k = 0; k < workers.size(); ++k) EXPECT_EQ(errors[k], "") << "worker " << k;
+  std::vector<std::byte> end(kBytes);
+  ASSERT_TRUE(workers[0]->pull(end).ok());
+  for (float w : floats_of(end)) ASSERT_EQ(w, w0 - 0.25f * 2 * kSteps);
 }
 
 TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {

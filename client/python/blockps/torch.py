@@ -60,8 +60,8 @@ class ParameterServerStep:
     """Binds a model's parameters and gradients to a blockps DoubleBuffer (see the module's doc).
 
     mode: "double" (double buffering: compute on one buffer while the other is pushed and pulled) or
-    "sequential" (push then pull inside step(), no overlap). adaptive_pull, concurrent_push_pull, smoothing,
-    safety, warmup_steps: as blockps.DoubleBuffer (docs/OPTIONS.md, "Double buffering").
+    "sequential" (one pipelined push+pull exchange inside step(), no overlap with compute). adaptive_pull,
+    smoothing, safety, warmup_steps: as blockps.DoubleBuffer (docs/OPTIONS.md, "Double buffering").
     """
 
     def __init__(self, model, cluster, mode="double", **options):

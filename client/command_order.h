@@ -1,0 +1,108 @@
+// The order in which a transport issues a batch of commands where some wait for others (LuCommand::after):
+// the one definition both transports (libiscsi's queue, the posix engines) follow.
+//
+// Commands without a predecessor go out in index order. A command whose predecessor completed joins a ready
+// queue and goes out before the next independent command: it is the older work (in the exchange, the READ of
+// a block whose WRITE has just been applied). The queue depth is thereby shared between the two directions by
+// the traffic itself: each completed WRITE hands its slot to its READ, each completed READ to the next WRITE,
+// and both directions of the link stay busy.
+//
+// One slot stays with the independent commands while any are left: a READ of a sync shard parks at the target
+// until every worker has pushed its block, so READs holding every slot could stop this worker's remaining
+// WRITEs, and another worker that waits on those, forever.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "client/iscsi_lun.h"
+
+namespace blockps {
+
+// What a transport's batches did, summed over its life: enough to show from the transport itself (not from a
+// clock) that READs and WRITEs were in flight at the same time.
+struct LuQueueCounters {
+  std::uint64_t commands = 0;  // issued
+  // Issued while at least one command of the other direction was in flight.
+  std::uint64_t issued_beside_other_direction = 0;
+};
+
+class CommandOrder {
+ public:
+  // "" when every `after` names an earlier command, else what is wrong.
+  static std::string check(std::span<const LuCommand> commands) {
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      const std::size_t a = commands[i].after;
+      if (a != kNoPredecessor && a >= i)
+        return "command " + std::to_string(i) + " waits for command " + std::to_string(a) +
+               ", which is not an earlier command of the batch";
+    }
+    return "";
+  }
+
+  // `depth`: the most commands the transport keeps in flight (>= 1). `counters` (optional) is added to.
+  CommandOrder(std::span<const LuCommand> commands, int depth, LuQueueCounters* counters = nullptr)
+      : commands_(commands), depth_(depth < 1 ? 1 : depth), counters_(counters), successors_(commands.size()) {
+    for (std::size_t i = 0; i < commands.size(); ++i) {
+      if (commands[i].after == kNoPredecessor) {
+        ++independent_left_;
+      } else {
+        successors_[commands[i].after].push_back(i);
+      }
+    }
+  }
+
+  // The command to issue now, counted as issued; nullopt when none can go until one completes (or none is left).
+  // Call only with a free slot.
+  std::optional<std::size_t> next() {
+    const bool reserve_for_independent = independent_left_ > 0 && dependents_in_flight_ + 1 >= depth_;
+    std::optional<std::size_t> pick;
+    if (!ready_.empty() && !reserve_for_independent) {
+      pick = ready_.front();
+      ready_.pop_front();
+      ++dependents_in_flight_;
+    } else if (independent_left_ > 0) {
+      while (commands_[next_independent_].after != kNoPredecessor) ++next_independent_;
+      pick = next_independent_++;
+      --independent_left_;
+    }
+    if (!pick) return std::nullopt;
+    const int direction = static_cast<int>(commands_[*pick].direction);
+    if (counters_ != nullptr) {
+      ++counters_->commands;
+      if (in_flight_[1 - direction] > 0) ++counters_->issued_beside_other_direction;
+    }
+    ++in_flight_[direction];
+    ++issued_;
+    return pick;
+  }
+
+  // Command i (issued by next()) completed; with success its successors become ready.
+  void completed(std::size_t i, bool ok) {
+    --in_flight_[static_cast<int>(commands_[i].direction)];
+    if (commands_[i].after != kNoPredecessor) --dependents_in_flight_;
+    if (!ok) return;
+    for (std::size_t s : successors_[i]) ready_.push_back(s);
+  }
+
+  bool all_issued() const { return issued_ == commands_.size(); }
+
+ private:
+  std::span<const LuCommand> commands_;
+  int depth_;
+  LuQueueCounters* counters_;
+  std::vector<std::vector<std::size_t>> successors_;
+  std::deque<std::size_t> ready_;
+  std::size_t independent_left_ = 0;
+  std::size_t next_independent_ = 0;
+  std::size_t issued_ = 0;
+  int dependents_in_flight_ = 0;
+  int in_flight_[2] = {0, 0};  // by IoDirection
+};
+
+}  // namespace blockps

@@ -1,0 +1,88 @@
+// CommandOrder (client/command_order.h): the order in which a transport issues an exchange's WRITEs and READs.
+#include "client/command_order.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace blockps {
+namespace {
+
+// n WRITEs, then n READs, READ i after WRITE i: what Cluster::exchange gives each shard.
+std::vector<LuCommand> exchange_batch(std::size_t n) {
+  std::vector<LuCommand> c;
+  for (std::size_t i = 0; i < n; ++i) c.push_back({IoDirection::write, i * 4096, {}});
+  for (std::size_t i = 0; i < n; ++i) c.push_back({IoDirection::read, i * 4096, {}, i});
+  return c;
+}
+
+TEST(CommandOrderTest, WithoutPredecessorsCommandsGoInIndexOrder) {
+  std::vector<LuCommand> c(5);
+  CommandOrder order(c, 2);
+  EXPECT_EQ(order.next(), 0u);
+  EXPECT_EQ(order.next(), 1u);
+  order.completed(1, true);
+  EXPECT_EQ(order.next(), 2u);
+  order.completed(0, true);
+  EXPECT_EQ(order.next(), 3u);
+  EXPECT_EQ(order.next(), 4u);
+  EXPECT_TRUE(order.all_issued());
+  EXPECT_EQ(order.next(), std::nullopt);
+}
+
+TEST(CommandOrderTest, AReadGoesAsSoonAsItsWriteCompletedAheadOfLaterWrites) {
+  const auto c = exchange_batch(6);
+  LuQueueCounters counters;
+  CommandOrder order(c, 4, &counters);
+  for (std::size_t w = 0; w < 4; ++w) EXPECT_EQ(order.next(), w);  // the queue fills with WRITEs
+  EXPECT_EQ(counters.issued_beside_other_direction, 0u);
+  order.completed(1, true);  // WRITE 1 done (out of order): its READ (index 6 + 1) goes next
+  EXPECT_EQ(order.next(), 7u);
+  EXPECT_EQ(counters.issued_beside_other_direction, 1u) << "a READ issued while WRITEs are in flight";
+  order.completed(7, true);  // the READ's slot goes back to the WRITEs
+  EXPECT_EQ(order.next(), 4u);
+  EXPECT_EQ(counters.issued_beside_other_direction, 1u) << "no READ was in flight when WRITE 4 went";
+}
+
+TEST(CommandOrderTest, AReadNeverGoesBeforeItsWriteCompletedWithSuccess) {
+  const auto c = exchange_batch(2);
+  CommandOrder order(c, 8);
+  EXPECT_EQ(order.next(), 0u);
+  EXPECT_EQ(order.next(), 1u);
+  EXPECT_EQ(order.next(), std::nullopt) << "both READs wait for their WRITEs";
+  order.completed(0, false);
+  EXPECT_EQ(order.next(), std::nullopt) << "a failed WRITE's READ never goes";
+  order.completed(1, true);
+  EXPECT_EQ(order.next(), 3u);
+  EXPECT_FALSE(order.all_issued());
+}
+
+// A sync shard parks READs until every worker pushed the block: READs must never hold every slot while this
+// worker still has WRITEs to send.
+TEST(CommandOrderTest, OneSlotStaysWithTheWritesWhileAnyAreLeft) {
+  const auto c = exchange_batch(8);
+  CommandOrder order(c, 4);
+  for (std::size_t w = 0; w < 4; ++w) EXPECT_EQ(order.next(), w);
+  for (std::size_t w = 0; w < 4; ++w) order.completed(w, true);  // four READs ready, four slots free
+  EXPECT_EQ(order.next(), 8u);
+  EXPECT_EQ(order.next(), 9u);
+  EXPECT_EQ(order.next(), 10u);
+  EXPECT_EQ(order.next(), 4u) << "the fourth slot goes to a WRITE, not to READ 3";
+  order.completed(4, true);  // READ 3 and READ 4 ready; three READs in flight
+  EXPECT_EQ(order.next(), 5u);
+  order.completed(5, true);
+  order.completed(6 + 2, true);  // READ 0 done: the slot
+  EXPECT_EQ(order.next(), 11u);
+}
+
+TEST(CommandOrderTest, OnlyEarlierCommandsCanBePredecessors) {
+  std::vector<LuCommand> c(2);
+  EXPECT_EQ(CommandOrder::check(c), "");
+  c[0].after = 1;
+  EXPECT_EQ(CommandOrder::check(c), "command 0 waits for command 1, which is not an earlier command of the batch");
+  c[0].after = 0;
+  EXPECT_NE(CommandOrder::check(c), "");
+}
+
+}  // namespace
+}  // namespace blockps
