@@ -188,6 +188,34 @@ TEST_P(PosixClientTest, LoopDevicesStandInForTheShardDevices) {
   }
 }
 
+// The exchange on the /dev path: a device returns what was written, so every block read back must be this
+// exchange's own push of it (a READ issued before its WRITE completed could return the old bytes); libaio and
+// io_uring keep WRITEs and READs in flight together (the transport's counters), psync runs one at a time.
+TEST_P(PosixClientTest, ExchangeReadsEveryBlockAfterItsWrite) {
+  // 16 blocks of 64K, 64K requests: 8 WRITEs and 8 READs per shard at queue depth 4.
+  ClusterConfig config = make_cluster(LayoutKind::stripe, 16 * 64 * K, 64 * K);
+  config.client.max_request_bytes = 64 * K;
+  auto cluster = Cluster::open(config);
+  ASSERT_TRUE(cluster.ok()) << cluster.message();
+  Cluster& c = *cluster.value();
+  for (int round = 0; round < 5; ++round) {
+    const auto pushed = pattern(c.model_bytes(), 200 + round);
+    std::vector<std::byte> pulled(c.model_bytes());
+    const Status st = c.exchange(pushed, pulled);
+    ASSERT_TRUE(st.ok()) << st.message();
+    ASSERT_EQ(pulled, pushed) << "round " << round;
+  }
+  auto counters = c.grad_queue_counters();
+  ASSERT_TRUE(counters.ok()) << counters.message();
+  for (std::size_t s = 0; s < kShards; ++s) {
+    if (GetParam() == PosixEngine::psync) {
+      EXPECT_EQ((*counters)[s].issued_beside_other_direction, 0u) << "psync has one command in flight";
+    } else {
+      EXPECT_GT((*counters)[s].issued_beside_other_direction, 0u) << "shard " << s;
+    }
+  }
+}
+
 TEST_P(PosixClientTest, AShrunkDeviceIsAnErrorNamingTheShardAndOffset) {
   const ClusterConfig config = make_cluster(LayoutKind::stripe, 1024 * K, 64 * K);
   auto cluster = Cluster::open(config);

@@ -162,6 +162,7 @@ for job in "$repo"/fio_jobs/*.fio; do
   case "$name" in
     matrix-*) fio_run "$name" "${short[@]}" "$job" "BLOCKPS_GRAD_DEV=$u0/1" ;;
     all-shards) fio_run "$name" "${short[@]}" "$job" "BLOCKPS_GRAD_DEV0=$u0/1" "BLOCKPS_GRAD_DEV1=$u1/1" ;;
+    exchange) fio_run "$name" "${short[@]}" "$job" "BLOCKPS_GRAD_DEV=$u0/1" ;;
     verify-weights) fio_run "$name" --set size=2M "$job" "BLOCKPS_WEIGHTS_DEV=$u1/2" ;;
     stress) fio_run "$name" --set runtime=3 "$job" "BLOCKPS_GRAD_DEV=$u0/1" "BLOCKPS_WEIGHTS_DEV=$u0/2" \
       "BLOCKPS_STATUS_DEV=$u0/3" ;;
@@ -169,7 +170,7 @@ for job in "$repo"/fio_jobs/*.fio; do
   esac
   ran=$((ran + 1))
 done
-[ "$ran" -ge 5 ] || fail "only $ran job files in fio_jobs/"
+[ "$ran" -ge 6 ] || fail "only $ran job files in fio_jobs/"
 "$PY" - "$tmp/matrix-libaio-qd16.json" "$tmp/matrix-psync-qd1.json" <<'EOF' || fail "the matrix jobs are incomplete"
 import json, sys
 for path in sys.argv[1:]:
