@@ -297,6 +297,41 @@ TEST_F(SyncModeTest, SspExchangesStayWithinTheStalenessBound) {
   for (float w : floats_of(end)) ASSERT_EQ(w, w0 - 0.25f * 2 * kSteps);
 }
 
+// A shard that dies mid-exchange: worker a's WRITEs are in, its READs are parked (b has not pushed), and the
+// shard's tgtd is killed. The exchange fails at once, naming the shard and the LU; nothing waits forever.
+TEST_F(SyncModeTest, AShardKilledMidExchangeFailsItNamingTheShard) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000"));
+  auto a = open_worker("a");
+  ASSERT_NE(a, nullptr);
+  std::vector<std::byte> back(kBytes);
+  const auto g = values(5);
+  Operation op = a->exchange_async(bytes_of(g), back);
+  const auto parked_by = Clock::now() + 10s;
+  for (;;) {  // every READ parked: the exchange is in the middle, waiting on the round
+    const auto page = status_page();
+    if (!page.is_null() && page["rounds"]["parked_commands"] == 4) break;
+    ASSERT_LT(Clock::now(), parked_by) << "the exchange's READs never parked: " << page.dump();
+    std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_FALSE(op.ready());
+  const auto killed_at = Clock::now();
+  ASSERT_TRUE(tgtd_.kill9().ok());
+  std::promise<Status> outcome;
+  std::thread waiter([&] { outcome.set_value(op.wait()); });
+  auto f = outcome.get_future();
+  if (f.wait_for(30s) != std::future_status::ready) {
+    ADD_FAILURE() << "the exchange still waits 30 s after its shard died";
+    std::abort();  // a hung libiscsi call cannot be cancelled; dying is the bounded outcome
+  }
+  waiter.join();
+  const Status s = f.get();
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("shard 's0' grad LU (" + tgtd_.url(kTarget, 1) + "): read of "), std::string::npos)
+      << s.message();
+  std::cout << "the exchange failed " << std::chrono::duration<double>(Clock::now() - killed_at).count()
+            << " s after the kill: " << s.message() << "\n";
+}
+
 TEST_F(SyncModeTest, AWorkerKilledWithAParkedReadDoesNotStopTheOthers) {
   ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=2;straggler_ms=1000;worker_timeout_ms=5000"));
   // Worker c is a separate process: it pushes, its READ parks (a and b have not pushed), and it is killed -9.
