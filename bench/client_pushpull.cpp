@@ -209,10 +209,10 @@ class NullWorker {
       const auto t0 = Clock::now();
       std::string errors[kShards];
       std::thread other([&] {
-        CommandBatchResult r = luns_[1].run_commands((*commands)[1], queue_depth);
+        CommandBatchResult r = luns_[1].run_commands((*commands)[1], {.depth = queue_depth});
         if (!r.ok()) errors[1] = "null LU 1: " + r.error.describe();
       });
-      CommandBatchResult r = luns_[0].run_commands((*commands)[0], queue_depth);
+      CommandBatchResult r = luns_[0].run_commands((*commands)[0], {.depth = queue_depth});
       if (!r.ok()) errors[0] = "null LU 0: " + r.error.describe();
       other.join();
       for (auto& e : errors)

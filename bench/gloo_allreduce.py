@@ -8,11 +8,17 @@ one JSON line:
    "torch": "1.13.1", "threads": 1}
 
 Run with Debian's python3-torch: /usr/bin/python3 bench/gloo_allreduce.py --bytes 64M (bench/client_pushpull runs it).
+
+Across hosts (bench/cluster runs it so, one process per worker host, GLOO_SOCKET_IFNAME set to the host's link):
+--rank R --master ADDR:PORT runs this process as rank R of --world-size, rendezvous over TCP at ADDR:PORT (rank 0
+listens there). Each timed allreduce is timed on its own and rank 0 prints the same JSON line with two more keys:
+"seconds": [one per iteration] and "median_s".
 """
 import argparse
 import json
 import os
 import sys
+import statistics
 import tempfile
 import time
 
@@ -23,25 +29,48 @@ def parse_bytes(text):
     return int(text[:-1] if text[-1:] in "KMG" else text) * mult
 
 
-def worker(rank, args, init_file, results):
+def worker(rank, args, init_method, results):
     import torch
     import torch.distributed as dist
 
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.world_size)
+    dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=args.world_size)
     t = torch.full((args.bytes // 4,), float(rank + 1), dtype=torch.float32)
     dist.all_reduce(t)  # warm-up (connections, buffers)
     expected = sum(range(1, args.world_size + 1))
     if t[0].item() != expected:
         raise RuntimeError(f"allreduce gave {t[0].item()}, expected {expected}")
     dist.barrier()
+    laps = []
     start = time.perf_counter()
     for _ in range(args.iterations):
+        lap_start = time.perf_counter()
         dist.all_reduce(t)
+        laps.append(time.perf_counter() - lap_start)
     elapsed = time.perf_counter() - start
     dist.barrier()
-    results.put((rank, elapsed))
+    results.put((rank, elapsed, laps))
     dist.destroy_process_group()
+
+
+def one_rank_of_many(args):
+    """This process is rank --rank of a job spread over hosts: returns its exit status."""
+    import torch
+
+    class Collected:
+        def put(self, item):
+            self.item = item
+
+    collected = Collected()
+    worker(args.rank, args, "tcp://" + args.master, collected)
+    if args.rank != 0:
+        return 0
+    _, elapsed, laps = collected.item
+    print(json.dumps({"backend": "gloo", "world_size": args.world_size, "bytes": args.bytes,
+                      "iterations": args.iterations, "seconds_per_allreduce": elapsed / args.iterations,
+                      "seconds": laps, "median_s": statistics.median(laps),
+                      "torch": torch.__version__, "threads": args.threads}))
+    return 0
 
 
 def main():
@@ -50,9 +79,19 @@ def main():
     ap.add_argument("--world-size", type=int, default=2)
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process")
+    ap.add_argument("--rank", type=int, help="run only this rank (0..world-size-1), rendezvous at --master")
+    ap.add_argument("--master", metavar="ADDR:PORT", help="rank 0's address and a free port (with --rank)")
     args = ap.parse_args()
     if args.bytes <= 0 or args.bytes % 4 != 0:
         ap.error("--bytes must be a positive multiple of 4")
+    if args.world_size < 1 or args.iterations < 1:
+        ap.error("--world-size and --iterations must be at least 1")
+    if (args.rank is None) != (args.master is None):
+        ap.error("--rank and --master go together")
+    if args.rank is not None:
+        if not 0 <= args.rank < args.world_size:
+            ap.error(f"--rank {args.rank} is not in 0..{args.world_size - 1}")
+        return one_rank_of_many(args)
 
     import torch
     import torch.multiprocessing as mp
@@ -60,11 +99,11 @@ def main():
     ctx = mp.get_context("spawn")
     results = ctx.SimpleQueue()
     with tempfile.TemporaryDirectory(prefix="gloo-allreduce-") as tmp:
-        init_file = os.path.join(tmp, "rendezvous")
-        mp.spawn(worker, args=(args, init_file, results), nprocs=args.world_size, join=True)
+        init_method = "file://" + os.path.join(tmp, "rendezvous")
+        mp.spawn(worker, args=(args, init_method, results), nprocs=args.world_size, join=True)
     times = {}
     while not results.empty():
-        rank, elapsed = results.get()
+        rank, elapsed, _ = results.get()
         times[rank] = elapsed
     if len(times) != args.world_size:
         print(f"gloo_allreduce: only {len(times)} of {args.world_size} ranks reported", file=sys.stderr)

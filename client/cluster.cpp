@@ -41,7 +41,7 @@ struct OperationState {
 
 class ShardWorker {
  public:
-  ShardWorker(const ShardSpec& spec, int queue_depth) : spec_(spec), queue_depth_(queue_depth) {}
+  ShardWorker(const ShardSpec& spec, QueueLimits limits) : spec_(spec), limits_(limits) {}
   ~ShardWorker() {
     {
       std::lock_guard lock(mutex_);
@@ -84,7 +84,7 @@ class ShardWorker {
   // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
   // the model, for the message.
   Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets) {
-    const std::optional<LuFailure> f = lu(role).run(commands, queue_depth_);
+    const std::optional<LuFailure> f = lu(role).run(commands, limits_);
     if (!f) return Status::Ok();
     const LuCommand& c = commands[f->command];
     std::string where = lu_name(role) + ": " + (c.direction == IoDirection::write ? "write" : "read") + " of " +
@@ -121,7 +121,7 @@ class ShardWorker {
   }
 
   ShardSpec spec_;
-  int queue_depth_;
+  QueueLimits limits_;
   std::unique_ptr<LuTransport> lus_[3];
   std::thread thread_;
   std::mutex mutex_;
@@ -244,7 +244,8 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
     {
       // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
       for (std::size_t i = 0; i < config.shards.size(); ++i) {
-        cluster->shards_.push_back(std::make_unique<ShardWorker>(config.shards[i], config.client.queue_depth));
+        cluster->shards_.push_back(std::make_unique<ShardWorker>(
+          config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}));
       }
       // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
       // may escape a thread's function (that would terminate the process too).

@@ -273,7 +273,7 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
   if (!s.ok()) return s;
   if (client != nullptr) {
     const Where cw{source, "client"};
-    if (s = refuse_unknown_keys(cw, *client, {"initiator", "queue_depth", "engine", "max_request"}); !s.ok()) return s;
+    if (s = refuse_unknown_keys(cw, *client, {"initiator", "queue_depth", "exchange_writes", "engine", "max_request"}); !s.ok()) return s;
     if (const toml::node* n = client->get("initiator")) {
       auto v = n->value_exact<std::string>();
       if (!v || v->rfind("iqn.", 0) != 0 || v->size() < 5 || v->size() > 223)
@@ -285,6 +285,13 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
       if (!v || *v < 1 || *v > kMaxQueueDepth)
         return cw.bad("queue_depth", show(*n), "must be a whole number from 1 to " + std::to_string(kMaxQueueDepth));
       c.client.queue_depth = static_cast<int>(*v);
+    }
+    if (const toml::node* n = client->get("exchange_writes")) {
+      auto v = n->value_exact<std::int64_t>();
+      if (!v || *v < 1 || *v > c.client.queue_depth)
+        return cw.bad("exchange_writes", show(*n),
+                      "must be a whole number from 1 to queue_depth (" + std::to_string(c.client.queue_depth) + ")");
+      c.client.exchange_writes = static_cast<int>(*v);
     }
     if (s = read_choice<PosixEngine>(
             cw, *client, "engine",

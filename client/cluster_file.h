@@ -11,6 +11,7 @@
 //   [client]
 //   initiator = "iqn..."  # default iqn.2026-11.io.blockps:worker-<hostname>-<pid>
 //   queue_depth = 16      # commands in flight per shard
+//   exchange_writes = 2   # of those, WRITEs in flight during an exchange (1..queue_depth)
 //   engine = "libaio"     # posix transport: psync, libaio, io_uring
 //   max_request = "1M"    # largest request (a run of blocks contiguous on one shard)
 //   [[shard]]
@@ -65,6 +66,7 @@ struct ModelSpec {
 struct ClientSpec {
   std::string initiator;  // always set after loading (the default is filled in)
   int queue_depth = 16;
+  int exchange_writes = 2;  // WRITEs in flight per shard during an exchange (client/command_order.h says why)
   PosixEngine engine = PosixEngine::libaio;
   std::uint64_t max_request_bytes = std::uint64_t{1024} * 1024;
 };

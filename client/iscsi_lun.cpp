@@ -536,11 +536,11 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   return result;
 }
 
-CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, int queue_depth,
+CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, QueueLimits limits,
                                           LuQueueCounters* counters) {
   CommandBatchResult result;
-  if (queue_depth < 1) {
-    result.error = usage_error("queue depth " + std::to_string(queue_depth) + " must be >= 1");
+  if (limits.depth < 1) {
+    result.error = usage_error("queue depth " + std::to_string(limits.depth) + " must be >= 1");
     return result;
   }
   if (std::string why = CommandOrder::check(commands); !why.empty()) {
@@ -555,8 +555,9 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, i
     }
   }
   std::vector<QueueSlot> slots(
-      static_cast<std::size_t>(std::min<std::size_t>(queue_depth, std::max<std::size_t>(commands.size(), 1))));
-  CommandOrder order(commands, static_cast<int>(slots.size()), counters);
+      static_cast<std::size_t>(std::min<std::size_t>(limits.depth, std::max<std::size_t>(commands.size(), 1))));
+  limits.depth = static_cast<int>(slots.size());
+  CommandOrder order(commands, limits, counters);
   std::vector<bool> finished(commands.size(), false);
   const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {

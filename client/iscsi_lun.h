@@ -83,6 +83,15 @@ struct LuCommand {
   }
 };
 
+// How many commands a transport keeps in flight on one LU.
+struct QueueLimits {
+  int depth = 16;  // commands in flight (>= 1)
+  // In a batch where some commands wait for others (an exchange), independent commands (its WRITEs) in
+  // flight; 0: no limit but `depth`. The cluster file's [client] exchange_writes;
+  // client/command_order.h says why.
+  int exchange_writes = 0;
+};
+
 // What run_commands() did: ok, or the first command that failed and why.
 struct CommandBatchResult {
   ScsiResult error;                // ok() when every command completed with GOOD
@@ -175,11 +184,11 @@ class IscsiLun {
   // Runs spec and measures it (see PipelineSpec).
   PipelineResult run_pipeline(const PipelineSpec& spec);
 
-  // Runs every command (READ16 / WRITE16 with the segments as the data buffer), at most queue_depth in
-  // flight, in the order client/command_order.h gives (the order given, where no command waits for another).
-  // After the first failure nothing more is issued; what is in flight is waited for. A transport failure drops
-  // the session (as in read()). `counters` (optional) is added to.
-  CommandBatchResult run_commands(std::span<const LuCommand> commands, int queue_depth,
+  // Runs every command (READ16 / WRITE16 with the segments as the data buffer), within `limits`, in the order
+  // client/command_order.h gives (the order given, where no command waits for another). After the first
+  // failure nothing more is issued; what is in flight is waited for. A transport failure drops the session (as
+  // in read()). `counters` (optional) is added to.
+  CommandBatchResult run_commands(std::span<const LuCommand> commands, QueueLimits limits,
                                   LuQueueCounters* counters = nullptr);
 
  private:

@@ -12,9 +12,9 @@ class LibiscsiTransport final : public LuTransport {
   std::uint32_t block_size() const override { return lun_.block_size(); }
   std::uint64_t max_command_bytes() const override { return lun_.max_command_bytes(); }
   std::uint64_t max_safe_write_bytes() const override { return kLibiscsiImmediateWriteBytes; }
-  std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) override {
+  std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) override {
     if (!lun_.connected()) return LuFailure{0, "disconnected (an earlier transport failure dropped the session)"};
-    const CommandBatchResult r = lun_.run_commands(commands, queue_depth, &counters_);
+    const CommandBatchResult r = lun_.run_commands(commands, limits, &counters_);
     if (r.ok()) return std::nullopt;
     return LuFailure{r.failed_command, r.error.describe()};
   }

@@ -82,7 +82,7 @@ class PosixTransport final : public LuTransport {
   std::uint64_t capacity_bytes() const override { return capacity_; }
   std::uint32_t block_size() const override { return block_size_; }
 
-  std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) override {
+  std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) override {
     for (std::size_t i = 0; i < commands.size(); ++i) {
       const std::uint64_t bytes = commands[i].bytes();
       if (commands[i].offset % block_size_ != 0 || bytes % block_size_ != 0 || bytes == 0)
@@ -92,7 +92,8 @@ class PosixTransport final : public LuTransport {
     if (std::string why = CommandOrder::check(commands); !why.empty()) return LuFailure{0, why};
     // psync runs the commands one at a time in index order, which keeps every command after its predecessor.
     if (engine_ == PosixEngine::psync) return run_psync(commands);
-    return run_queued(commands, std::min(queue_depth < 1 ? 1 : queue_depth, depth_));
+    limits.depth = std::min(limits.depth < 1 ? 1 : limits.depth, depth_);
+    return run_queued(commands, limits);
   }
   LuQueueCounters queue_counters() const override { return counters_; }
 
@@ -169,17 +170,17 @@ class PosixTransport final : public LuTransport {
     return std::nullopt;
   }
 
-  // libaio and io_uring: keep up to `depth` commands in flight, in the order of CommandOrder; slot i's user
+  // libaio and io_uring: keep up to `limits.depth` commands in flight, in the order of CommandOrder; slot i's user
   // data is its index. A command that waits for another is issued from here when that one's completion has
   // been reaped, for both engines. (io_uring could chain the pair in the kernel with IOSQE_IO_LINK, but a
   // linked READ must be submitted with its WRITE and then holds a slot for the WRITE's whole flight, halving
   // the WRITEs in flight; what the link would save is one io_uring_enter per batch of completions, which this
   // loop makes anyway.)
-  std::optional<LuFailure> run_queued(std::span<const LuCommand> commands, int depth) {
-    std::vector<PreparedCommand> slots(static_cast<std::size_t>(depth));
+  std::optional<LuFailure> run_queued(std::span<const LuCommand> commands, QueueLimits limits) {
+    std::vector<PreparedCommand> slots(static_cast<std::size_t>(limits.depth));
     std::vector<std::size_t> free_slots;
     for (std::size_t i = slots.size(); i-- > 0;) free_slots.push_back(i);
-    CommandOrder order(commands, depth, &counters_);
+    CommandOrder order(commands, limits, &counters_);
     std::size_t first_unissued = 0;  // for the messages of failures that are not one command's
     int in_flight = 0;
     std::optional<LuFailure> failure;

@@ -33,9 +33,9 @@ class LuTransport {
   virtual std::uint64_t capacity_bytes() const = 0;
   // Offsets and lengths of commands must be multiples of this.
   virtual std::uint32_t block_size() const = 0;
-  // Runs every command, at most queue_depth in flight, in the order of client/command_order.h (a command
-  // with a predecessor only after that one succeeded). Nothing more is issued after the first failure.
-  virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, int queue_depth) = 0;
+  // Runs every command, within `limits`, in the order of client/command_order.h (a command with a predecessor
+  // only after that one succeeded). Nothing more is issued after the first failure.
+  virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) = 0;
   // What the batches so far did (commands issued, and issued beside the other direction).
   virtual LuQueueCounters queue_counters() const = 0;
   // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).

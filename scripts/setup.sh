@@ -31,8 +31,9 @@ packages=(
   shellcheck
   # the kernel-path test in a VM (tests/vm/run.sh): the Debian image and QEMU's TCG emulator
   debootstrap qemu-system-x86 e2fsprogs
-  # bench/client_pushpull compares against PyTorch's gloo allreduce (bench/gloo_allreduce.py, /usr/bin/python3)
-  python3-torch
+  # bench/client_pushpull and bench/cluster compare against PyTorch's gloo allreduce (bench/gloo_allreduce.py,
+  # /usr/bin/python3); bench/cluster measures its link ceiling with iperf3
+  iperf3 python3-torch
   # the Python binding (client/python) and the main job (scripts/demo.sh): Fashion-MNIST with PyTorch, its plot
   pybind11-dev python3-dev python3-numpy python3-matplotlib dataset-fashion-mnist
 )

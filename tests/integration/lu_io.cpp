@@ -79,7 +79,7 @@ ScsiResult push(IscsiLun& lun, std::uint64_t offset, std::vector<std::byte>& dat
     const std::uint64_t n = std::min<std::uint64_t>(blockps::kLibiscsiImmediateWriteBytes, data.size() - at);
     commands.push_back({blockps::IoDirection::write, offset + at, {{data.data() + at, static_cast<std::size_t>(n)}}});
   }
-  return lun.run_commands(commands, 4).error;
+  return lun.run_commands(commands, {.depth = 4}).error;
 }
 
 int fail(const std::string& msg) {

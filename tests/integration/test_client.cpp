@@ -458,12 +458,12 @@ TEST_F(ClientTest, TheLibiscsiTransportReportsSenseAsAValue) {
       {IoDirection::read, 256 * K - 4096, {{buf.data() + 64 * K, 64 * K}}},
       {IoDirection::read, 64 * K, {{buf.data() + 128 * K, 64 * K}}},
   };
-  const auto failure = lu.value()->run(commands, 1);
+  const auto failure = lu.value()->run(commands, {.depth = 1});
   ASSERT_TRUE(failure.has_value());
   EXPECT_EQ(failure->command, 1u);
   EXPECT_EQ(failure->reason, "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)");
   // The session survives a SCSI error: the next batch works.
-  EXPECT_FALSE(lu.value()->run(std::span(commands).first(1), 4).has_value());
+  EXPECT_FALSE(lu.value()->run(std::span(commands).first(1), {.depth = 4}).has_value());
 }
 
 TEST_F(ClientTest, AnIserUrlWithoutRdmaIsAClearError) {

@@ -35,6 +35,7 @@ kind = "range"
 [client]
 initiator = "iqn.2026-11.io.blockps:me"
 queue_depth = 8
+exchange_writes = 3
 engine = "io_uring"
 max_request = "2M"
 )"),
@@ -46,6 +47,7 @@ max_request = "2M"
   EXPECT_EQ(c->layout, LayoutKind::range);
   EXPECT_EQ(c->client.initiator, "iqn.2026-11.io.blockps:me");
   EXPECT_EQ(c->client.queue_depth, 8);
+  EXPECT_EQ(c->client.exchange_writes, 3);
   EXPECT_EQ(c->client.engine, PosixEngine::io_uring);
   EXPECT_EQ(c->client.max_request_bytes, 2u << 20);
   ASSERT_EQ(c->shards.size(), 2u);
@@ -63,6 +65,7 @@ TEST(ClusterFile, Defaults) {
   EXPECT_EQ(c->model.block_bytes, 256u << 10);
   EXPECT_EQ(c->layout, LayoutKind::stripe);
   EXPECT_EQ(c->client.queue_depth, 16);
+  EXPECT_EQ(c->client.exchange_writes, 2);
   EXPECT_EQ(c->client.engine, PosixEngine::libaio);
   EXPECT_EQ(c->client.max_request_bytes, 1u << 20);
   EXPECT_EQ(c->client.initiator.rfind("iqn.2026-11.io.blockps:worker-", 0), 0u) << c->client.initiator;
@@ -130,7 +133,12 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
       {"unknown layout key", kGoodModel + std::string("[layout]\nshards = 2\n") + one_shard,
        ": [layout] unknown key 'shards' (known: kind)"},
       {"unknown client key", kGoodModel + std::string("[client]\ndepth = 2\n") + one_shard,
-       ": [client] unknown key 'depth' (known: initiator, queue_depth, engine, max_request)"},
+       ": [client] unknown key 'depth' (known: initiator, queue_depth, exchange_writes, engine, max_request)"},
+      {"exchange writes above the queue depth",
+       kGoodModel + std::string("[client]\nqueue_depth = 4\nexchange_writes = 5\n") + one_shard,
+       ": [client] exchange_writes = 5: must be a whole number from 1 to queue_depth (4)"},
+      {"exchange writes 0", kGoodModel + std::string("[client]\nexchange_writes = 0\n") + one_shard,
+       ": [client] exchange_writes = 0: must be a whole number from 1 to queue_depth (16)"},
       {"bad initiator", kGoodModel + std::string("[client]\ninitiator = \"worker1\"\n") + one_shard,
        ": [client] initiator = \"worker1\": must be an iSCSI name \"iqn.YYYY-MM.domain:name\" of at most 223 bytes"},
       {"queue depth 0", kGoodModel + std::string("[client]\nqueue_depth = 0\n") + one_shard,

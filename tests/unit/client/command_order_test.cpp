@@ -18,7 +18,7 @@ std::vector<LuCommand> exchange_batch(std::size_t n) {
 
 TEST(CommandOrderTest, WithoutPredecessorsCommandsGoInIndexOrder) {
   std::vector<LuCommand> c(5);
-  CommandOrder order(c, 2);
+  CommandOrder order(c, {.depth = 2});
   EXPECT_EQ(order.next(), 0u);
   EXPECT_EQ(order.next(), 1u);
   order.completed(1, true);
@@ -33,7 +33,7 @@ TEST(CommandOrderTest, WithoutPredecessorsCommandsGoInIndexOrder) {
 TEST(CommandOrderTest, AReadGoesAsSoonAsItsWriteCompletedAheadOfLaterWrites) {
   const auto c = exchange_batch(6);
   LuQueueCounters counters;
-  CommandOrder order(c, 4, &counters);
+  CommandOrder order(c, {.depth = 4}, &counters);
   for (std::size_t w = 0; w < 4; ++w) EXPECT_EQ(order.next(), w);  // the queue fills with WRITEs
   EXPECT_EQ(counters.issued_beside_other_direction, 0u);
   order.completed(1, true);  // WRITE 1 done (out of order): its READ (index 6 + 1) goes next
@@ -46,7 +46,7 @@ TEST(CommandOrderTest, AReadGoesAsSoonAsItsWriteCompletedAheadOfLaterWrites) {
 
 TEST(CommandOrderTest, AReadNeverGoesBeforeItsWriteCompletedWithSuccess) {
   const auto c = exchange_batch(2);
-  CommandOrder order(c, 8);
+  CommandOrder order(c, {.depth = 8});
   EXPECT_EQ(order.next(), 0u);
   EXPECT_EQ(order.next(), 1u);
   EXPECT_EQ(order.next(), std::nullopt) << "both READs wait for their WRITEs";
@@ -61,7 +61,7 @@ TEST(CommandOrderTest, AReadNeverGoesBeforeItsWriteCompletedWithSuccess) {
 // worker still has WRITEs to send.
 TEST(CommandOrderTest, OneSlotStaysWithTheWritesWhileAnyAreLeft) {
   const auto c = exchange_batch(8);
-  CommandOrder order(c, 4);
+  CommandOrder order(c, {.depth = 4});
   for (std::size_t w = 0; w < 4; ++w) EXPECT_EQ(order.next(), w);
   for (std::size_t w = 0; w < 4; ++w) order.completed(w, true);  // four READs ready, four slots free
   EXPECT_EQ(order.next(), 8u);
@@ -73,6 +73,26 @@ TEST(CommandOrderTest, OneSlotStaysWithTheWritesWhileAnyAreLeft) {
   order.completed(5, true);
   order.completed(6 + 2, true);  // READ 0 done: the slot
   EXPECT_EQ(order.next(), 11u);
+}
+
+// A READ queues behind every WRITE already sent on the session's connection: an exchange keeps only
+// exchange_writes WRITEs in flight, and a batch without READs waiting for WRITEs (a push) is not limited.
+TEST(CommandOrderTest, AnExchangeKeepsAtMostExchangeWritesWritesInFlight) {
+  const auto c = exchange_batch(6);
+  CommandOrder order(c, {.depth = 8, .exchange_writes = 2});
+  EXPECT_EQ(order.next(), 0u);
+  EXPECT_EQ(order.next(), 1u);
+  EXPECT_EQ(order.next(), std::nullopt) << "two WRITEs in flight: the third waits although slots are free";
+  order.completed(0, true);
+  EXPECT_EQ(order.next(), 6u) << "WRITE 0's READ first";
+  EXPECT_EQ(order.next(), 2u) << "then the WRITE that takes WRITE 0's place";
+  EXPECT_EQ(order.next(), std::nullopt);
+  order.completed(6, true);
+  EXPECT_EQ(order.next(), std::nullopt) << "a READ's completion frees no WRITE place";
+
+  const std::vector<LuCommand> push(6, LuCommand{IoDirection::write, 0, {}});
+  CommandOrder plain(push, {.depth = 4, .exchange_writes = 1});
+  for (std::size_t w = 0; w < 4; ++w) EXPECT_EQ(plain.next(), w) << "no READ waits here: the whole depth";
 }
 
 TEST(CommandOrderTest, OnlyEarlierCommandsCanBePredecessors) {

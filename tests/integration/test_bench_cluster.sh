@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# bench/cluster cannot rot: its --help, its refusals, and a tiny real run (2 workers, 2 dedicated shard hosts, a
+# 4M model on 100 Mbit/s links, async) that must print every figure (iperf3 both ways, step, exchange, gloo) and
+# leave no namespace, tgtd or work directory behind. Not timed: the figures are checked for presence and sanity
+# (a step cannot beat its ideal at the nominal rate by more than the measurement's noise), not for speed.
+# Skipped (77) without root, iperf3, tc's tbf or python3-torch, said loudly.
+#   test_bench_cluster.sh --repo REPO --build-dir BUILD
+set -euo pipefail
+# shellcheck source=tests/integration/shell_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+build=''
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --build-dir) build=$2; shift 2 ;;
+    *) parse_test_args "$1" "$2"; shift 2 ;;
+  esac
+done
+if [ -z "$repo" ] || [ -z "$build" ]; then echo "usage: $0 --repo REPO --build-dir BUILD" >&2; exit 2; fi
+cluster=$repo/bench/cluster
+prefix=bpct$((RANDOM % 1000))
+tmp=$(mktemp -d /tmp/blockps-test-cluster.XXXXXX)
+export BLOCKPS_CONTROL_OFFSET=31600 BLOCKPS_STATE_DIR=$tmp/state  # the state directory: only for shell_lib's failure dump
+trap 'finish_test $? "$tmp"' EXIT
+
+step "--help names every option"
+"$cluster" --help >"$tmp/help" || fail "--help exited $?"
+for option in --workers --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
+  --exchange-writes --mtu \
+  --iperf-seconds --prefix --build-dir --keep; do
+  grep -q -- "$option" "$tmp/help" || fail "--help does not mention $option"
+done
+
+step "wrong options are refused with exit 2 and the reason"
+refused() { # EXPECTED-TEXT ARGS...
+  local expected=$1 rc=0
+  shift
+  "$cluster" --build-dir "$build" "$@" >"$tmp/out" 2>&1 || rc=$?
+  [ "$rc" -eq 2 ] || fail "bench/cluster $* exited $rc, expected 2: $(cat "$tmp/out")"
+  grep -q -- "$expected" "$tmp/out" || fail "bench/cluster $*: expected '$expected' in: $(cat "$tmp/out")"
+}
+refused "--placement 'rack': must be dedicated or colocated" --placement rack
+refused "--rate '1gbps': must be a whole number with kbit, mbit or gbit" --rate 1gbps
+refused "--model-size '768K': must be a non-zero multiple of 2 shards x 256K" --model-size 768K
+refused "--workers '0': must be a whole number in 1..64" --workers 0
+refused "unknown argument '--fast'" --fast
+
+[ "$(id -u)" = 0 ] || skip "bench/cluster needs root (network namespaces, tgtd)"
+command -v iperf3 >/dev/null || skip "iperf3 is not installed (scripts/setup.sh installs it)"
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip "/usr/bin/python3 has no torch (python3-torch)"
+command -v tgtd >/dev/null || [ -x /usr/sbin/tgtd ] || skip "tgtd is not installed (tgt)"
+
+step "a namespace of the prefix already there: refused, and left alone"
+ip netns add "$prefix-sw"
+refused "network namespaces named $prefix-\* exist already" --prefix "$prefix"
+ip netns list | grep -q "^$prefix-sw" || fail "the refusal removed a namespace it did not make"
+ip netns del "$prefix-sw"
+
+step "a tiny cluster: 2 workers, 2 shard hosts, 4M model, 100mbit links"
+rc=0
+"$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --shards 2 --model-size 4M --rate 100mbit \
+  --steps 3 --warmup 1 --iperf-seconds 1 >"$tmp/run" 2>&1 || rc=$?
+cat "$tmp/run"
+[ "$rc" -eq 0 ] || fail "bench/cluster exited $rc"
+if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
+for control in $((BLOCKPS_CONTROL_OFFSET + 900)) $((BLOCKPS_CONTROL_OFFSET + 901)); do
+  [ ! -e "/var/run/tgtd/socket.$control" ] || fail "the tgtd of control $control was not stopped by ps-down"
+done
+work=$(sed -n 's/.*work directory \(\/tmp\/blockps-cluster\.[A-Za-z0-9]*\).*/\1/p' "$tmp/run")
+[ -n "$work" ] || fail "the run did not name its work directory"
+[ ! -e "$work" ] || fail "the work directory $work was left behind"
+
+grep -Eq "link ceiling .* w0->s0 [0-9.]+ Mbit/s, s0->w0 [0-9.]+ Mbit/s, both at once [0-9.]+ [0-9.]+ Mbit/s" "$tmp/run" ||
+  fail "no link ceiling line with both directions and --bidir"
+# A row: op, w0, w1, slowest, ideal, fraction of the ideal, gloo/blockps.
+for op in step exchange gloo; do
+  grep -Eq "^cluster: $op +([0-9.]+|-) +([0-9.]+|-) +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$tmp/run" ||
+    fail "no complete '$op' row in the report"
+done
+# The fraction of the ideal is measured against the nominal rate: above 1.05 the report (or the shaping) is wrong.
+awk '/^cluster: (step|exchange|gloo) / { if ($(NF - 1) > 1.05 || $(NF - 1) <= 0) { print "implausible: " $0; bad = 1 } }
+     END { exit bad }' "$tmp/run" || fail "a fraction of the ideal above 1.05 or not positive"
+for op in step exchange; do
+  grep -Eq "^cluster: link use per step, $op .*: w0 +[0-9]+%/ *[0-9]+% w1 +[0-9]+%/ *[0-9]+% s0 " "$tmp/run" ||
+    fail "no link use line for '$op'"
+done
+grep -Eq "^cluster: cpu busy .*: step [0-9]+%, exchange [0-9]+%$" "$tmp/run" || fail "no cpu busy line with both runs"
