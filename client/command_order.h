@@ -15,7 +15,7 @@
 // iSCSI session every command shares one TCP connection: a READ issued now is sent behind the data of every
 // WRITE already queued, so each WRITE in flight beyond what keeps the link busy delays every pull by its
 // transmission time (bench/cluster, 2 workers and 2 shard hosts on 1 Gbit/s links, 64 MiB: 16 WRITEs in flight
-// per shard gave 1.22 x M/B per exchange, 2 gave 1.07).
+// per shard gave 1.15-1.22 x M/B per exchange, 2 gave 1.055-1.07; bench/RESULTS.md).
 #pragma once
 
 #include <cstddef>
