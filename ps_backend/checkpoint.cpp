@@ -9,6 +9,7 @@
 #include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <vector>
 
 namespace blockps {
@@ -105,17 +106,31 @@ std::variant<CheckpointHeader, std::string> read_header(CrcReader& in, const std
   if (!in.get(text.data(), len)) return path + ": checkpoint truncated in its header";
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded() || !j.is_object()) return path + ": checkpoint header is not JSON";
-  if (j.value("format", 0) != kFormat)
-    return path + ": checkpoint format " + j.value("format", nlohmann::json()).dump() + " is not " +
-           std::to_string(kFormat);
-  const auto opts = parse_lu_options("role=grad;" + j.value("options", std::string()), 1);
+  // Each field is checked for its type before it is read: json::value() throws on a field of another type.
+  const auto number = [&j](const char* key) -> std::optional<std::uint64_t> {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_unsigned()) return std::nullopt;
+    return it->get<std::uint64_t>();
+  };
+  const auto field_text = [&j](const char* key) { return j.contains(key) ? j[key].dump() : std::string("missing"); };
+  if (number("format") != std::optional<std::uint64_t>(kFormat))
+    return path + ": checkpoint format " + field_text("format") + " is not " + std::to_string(kFormat);
+  const auto options = j.find("options");
+  if (options == j.end() || !options->is_string())
+    return path + ": checkpoint header's options are " + field_text("options") + ", not a string";
+  const auto opts = parse_lu_options("role=grad;" + options->get<std::string>(), 1);
   if (const auto* e = std::get_if<OptionError>(&opts)) return path + ": checkpoint options: " + e->message;
   CheckpointHeader h;
   h.config = std::get<LuOptions>(opts).config;
-  h.created_unix = j.value("created", std::uint64_t{0});
+  if (j.contains("created")) {
+    const auto created = number("created");
+    if (!created) return path + ": checkpoint header's created " + field_text("created") + " is not a Unix time";
+    h.created_unix = *created;
+  }
   if (const std::string err = geometry_error(h.config.geometry); !err.empty()) return path + ": " + err;
-  if (j.value("blocks", std::uint64_t{0}) != h.config.geometry.blocks())
-    return path + ": checkpoint block count does not match its geometry";
+  if (number("blocks") != std::optional<std::uint64_t>(h.config.geometry.blocks()))
+    return path + ": checkpoint block count " + field_text("blocks") + " does not match its geometry (" +
+           std::to_string(h.config.geometry.blocks()) + " blocks)";
   return h;
 }
 

@@ -154,9 +154,10 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     const std::uint64_t base = b * geometry_.block_bytes;
     const auto [begin, stop] = sector_span(b);
     const auto [first_sector, sectors] = sector_range(b);
-    const auto claim = [&](Contribution& c) {
-      for (std::uint64_t s = first_sector; s < first_sector + sectors; ++s) c.claimed[s] = true;
-      c.claimed_n += static_cast<std::uint32_t>(sectors);
+    // Copies, not the bindings themselves: clang before 16 cannot capture structured bindings in a lambda.
+    const auto claim = [&, first = first_sector, count = sectors](Contribution& c) {
+      for (std::uint64_t s = first; s < first + count; ++s) c.claimed[s] = true;
+      c.claimed_n += static_cast<std::uint32_t>(count);
     };
     if (const auto t = br.dropped.find(worker.itn); t != br.dropped.end()) {
       if (!t->second->claims_any(first_sector, sectors)) {  // the rest of the dropped push

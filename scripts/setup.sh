@@ -29,6 +29,8 @@ packages=(
   iproute2 procps psmisc
   # lint of the shell scripts (a test)
   shellcheck
+  # the libFuzzer targets with AddressSanitizer and UndefinedBehaviorSanitizer (tests/fuzz/run.sh)
+  clang libclang-rt-14-dev
   # the kernel-path test in a VM (tests/vm/run.sh): the Debian image and QEMU's TCG emulator
   debootstrap qemu-system-x86 e2fsprogs
   # bench/client_pushpull and bench/cluster compare against PyTorch's gloo allreduce (bench/gloo_allreduce.py,

@@ -109,6 +109,39 @@ TEST(Checkpoint, CorruptionIsDetected) {
   EXPECT_NE(std::get<std::string>(r).find("not a blockps checkpoint"), std::string::npos);
 }
 
+// Found by tests/fuzz (fuzz_checkpoint): a header field of another JSON type made json::value() throw out of
+// read_checkpoint_header instead of returning the reason.
+TEST(Checkpoint, AHeaderFieldOfAnotherTypeIsRefusedWithItsName) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  const auto write_header = [&](const std::string& json) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const auto len = static_cast<std::uint32_t>(json.size());
+    out.write("BLKPSCK1", 8);
+    out.write(reinterpret_cast<const char*>(&len), sizeof len);
+    out << json;
+  };
+  const std::string options = R"("options":"size=2K;block=1K;opt=sgd")";
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"format":1,"blocks":2,"created":"yesterday",)" + options + "}", "created \"yesterday\""},
+      {R"({"format":"1","blocks":2,)" + options + "}", "format \"1\""},
+      {R"({"format":1,"blocks":2,"options":5})", "options are 5"},
+      {R"({"format":1,"blocks":-2,)" + options + "}", "block count -2"},
+      {R"({"format":1,)" + options + "}", "block count missing"},
+  };
+  for (const auto& [json, expected] : cases) {
+    write_header(json);
+    std::variant<CheckpointHeader, std::string> r;
+    ASSERT_NO_THROW(r = read_checkpoint_header(path)) << json;
+    ASSERT_TRUE(std::holds_alternative<std::string>(r)) << json;
+    EXPECT_NE(std::get<std::string>(r).find(expected), std::string::npos) << std::get<std::string>(r);
+  }
+  write_header(R"({"format":1,"blocks":2,)" + options + "}");  // and the same header, well typed, is read
+  const auto good = read_checkpoint_header(path);
+  ASSERT_TRUE(std::holds_alternative<CheckpointHeader>(good)) << std::get<std::string>(good);
+  EXPECT_EQ(std::get<CheckpointHeader>(good).config.geometry.bytes, 2048u);
+}
+
 TEST(Checkpoint, EmptyFileMeansNewShardAndSizeIsThenRequired) {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");

@@ -1,0 +1,15 @@
+// libFuzzer target: the client's cluster file (TOML through toml++, then our checks). It must return a config
+// or an error for any text, never crash or throw.
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "client/cluster_file.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)blockps::parse_cluster_text(text, "fuzz.toml");
+  std::uint64_t bytes = 0;
+  (void)blockps::parse_byte_count(text, bytes);
+  return 0;
+}

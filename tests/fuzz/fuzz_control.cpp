@@ -1,0 +1,41 @@
+// libFuzzer target: control lines written to a shard's status LU (lr=, checkpoint, reset-rounds ...), on a
+// mode=sync shard so that every keyword has something to act on. Any text gets "" or a reason, never a crash.
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "ps_backend/lu_options.h"
+#include "ps_backend/served_shard.h"
+#include "tests/fuzz/fuzz_dir.h"
+
+namespace {
+
+std::shared_ptr<blockps::ServedShard>& shard() {
+  // Made before the shard, so removed after it (the shard writes a last checkpoint into it at exit).
+  static blockps::fuzz::FuzzDir dir("control");
+  static std::shared_ptr<blockps::ServedShard> s = [] {
+    const auto opts = blockps::parse_lu_options(
+        "role=status;size=64K;block=16K;opt=momentum;mode=sync;workers=2;min_workers=1;checkpoint_s=0", 512);
+    const auto created = blockps::ServedShard::create(dir.path + "/model.ckpt", std::get<blockps::LuOptions>(opts));
+    if (const auto* why = std::get_if<std::string>(&created)) {
+      std::fprintf(stderr, "cannot make the shard: %s\n", why->c_str());
+      std::abort();
+    }
+    return std::get<std::shared_ptr<blockps::ServedShard>>(created);
+  }();
+  return s;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  (void)shard()->control(text);
+  (void)shard()->status_json();
+  return 0;
+}
