@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The build configurations users and packagers run, each from scratch with warnings as errors: Release (-O3, the
 # packager's build) and Debug, every target (product, tests, benchmarks; the CUDA engine where nvcc is found).
+# Debug is built with AddressSanitizer and UndefinedBehaviorSanitizer (-DBLOCKPS_SANITIZE=ON), and its unit tests
+# run: a report fails them.
 # Then the Release build installs as a packager installs it: `cmake --install` of every component into a staging
 # directory (DESTDIR), the files checked, the module's symbols checked against the installed tgtd
 # (tests/module_symbols.sh), and the client package built and run by a consumer (tests/unit/client_c/test_package.sh).
@@ -39,9 +41,19 @@ for type in $types; do
   case $type in Release | Debug | RelWithDebInfo | MinSizeRel) ;; *) die "build type '$type' is not a CMake one" ;; esac
   dir=$work/$type
   rm -rf "$dir"
+  sanitize=OFF
+  [ "$type" != Debug ] || sanitize=ON
   run_phase "configure-$type" cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DBLOCKPS_WERROR=ON \
-    -DTGT_SOURCE_DIR="$tgt_source" >"$work/configure-$type.log" || { cat "$work/configure-$type.log"; die "$type: configure failed"; }
+    -DBLOCKPS_SANITIZE="$sanitize" -DTGT_SOURCE_DIR="$tgt_source" >"$work/configure-$type.log" ||
+    { cat "$work/configure-$type.log"; die "$type: configure failed"; }
   run_phase "build-$type" cmake --build "$dir" -j"$(nproc)" || die "$type: the build failed (warnings are errors)"
+  if [ "$sanitize" = ON ]; then
+    run_phase "unit-tests-$type-sanitized" env ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+      UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 ctest --test-dir "$dir" -L unit -j"$(nproc)" --timeout 300 \
+      --output-on-failure >"$work/unit-$type.log" 2>&1 ||
+      { tail -n 80 "$work/unit-$type.log"; die "$type: a unit test failed under AddressSanitizer/UndefinedBehaviorSanitizer"; }
+    say "$type: unit tests clean under AddressSanitizer and UndefinedBehaviorSanitizer"
+  fi
 done
 
 case " $types " in *" Release "*) ;; *) exit 0 ;; esac

@@ -156,6 +156,9 @@ TEST(ServedLu, VerifyComparesWithTheWeights) {
   EXPECT_EQ(l.weights.execute({v11.data(), 1024, 0, {}, same}).status, kGood);
   v11[13] = 3;  // the third block holds zeros
   EXPECT_EQ(l.weights.execute({v11.data(), 1024, 0, {}, same}).sense_key, kMiscompare);
+  // VERIFY of no blocks (a conformance check sends one) has no data buffer at all: GOOD, and no compare of a
+  // null pointer (the sanitizer build's integration run found memcmp given one).
+  EXPECT_EQ(l.weights.execute({v.data(), 0, 0, {}, {}}).status, kGood);
   // The data read back from a grad LU is weights, never the gradient just sent: refused.
   EXPECT_EQ(do_write(l.grad, 0, block, kWriteVerify16).asc, kAscInvalidOpcode);
 }
