@@ -31,6 +31,8 @@
 
 namespace blockps {
 
+class Trace;  // client/trace.h
+
 namespace detail {
 struct OperationState;
 class ShardWorker;
@@ -124,6 +126,8 @@ class Cluster {
   // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands
   // in flight), in cluster-file order: how much of the traffic used both directions at once.
   Result<std::vector<LuQueueCounters>> grad_queue_counters();
+  // The trace BLOCKPS_TRACE switched on (client/trace.h), or null.
+  Trace* trace() const { return trace_.get(); }
 
  private:
   enum class Transfer { push, pull, exchange, assign_weights, read_weights };
@@ -147,6 +151,8 @@ class Cluster {
   // (LuTransport::max_safe_write_bytes); READs use max_request.
   std::uint64_t max_write_request_bytes_ = 0;
   std::unique_ptr<Layout> layout_;
+  // Before shards_: destroyed after them, so that their last spans are in the file (client/trace.h).
+  std::unique_ptr<Trace> trace_;
   std::vector<std::unique_ptr<detail::ShardWorker>> shards_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "client/blockps.h"
 #include "client/aligned_buffer.h"
+#include "client/trace.h"
 #include "client/transport.h"
 
 namespace blockps {
@@ -289,6 +290,13 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
       }
     }
     cluster->max_write_request_bytes_ = std::min(cluster->config_.client.max_request_bytes, write_cap);
+    auto trace = Trace::from_environment();
+    if (!trace.ok()) return trace.status();
+    cluster->trace_ = std::move(trace.value());
+    if (cluster->trace_) {
+      for (std::size_t i = 0; i < cluster->shards_.size(); ++i)
+        cluster->trace_->name_lane(Trace::shard_lane(i), "shard " + cluster->shards_[i]->spec().name);
+    }
     for (auto& shard : cluster->shards_) shard->start();
     return cluster;
   } catch (const std::exception& e) {
@@ -378,7 +386,15 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
     if (parts[i].commands.empty()) continue;
     ShardWorker* shard = shards_[i].get();
     shard->post(
-        [shard, role, part = std::move(parts[i])] { return shard->run(role, part.commands, part.model_offsets); },
+        [shard, role, part = std::move(parts[i]), trace = trace_.get(), what, lane = Trace::shard_lane(i)] {
+          if (trace == nullptr) return shard->run(role, part.commands, part.model_offsets);
+          const auto begin = Trace::Clock::now();
+          Status s = shard->run(role, part.commands, part.model_offsets);
+          std::uint64_t bytes = 0;
+          for (const LuCommand& c : part.commands) bytes += c.bytes();
+          trace->span(what, lane, begin, Trace::Clock::now(), bytes);
+          return s;
+        },
         state);
   }
   return Operation(std::move(state));

@@ -9,6 +9,8 @@
 #include <new>
 #include <string>
 
+#include "client/trace.h"
+
 namespace blockps {
 namespace {
 
@@ -193,6 +195,10 @@ Result<StepMetrics> DoubleBuffer::step() {
     next = other;
   }
   const auto now = Clock::now();
+  if (Trace* trace = cluster_.trace(); trace != nullptr) {
+    trace->span("compute", Trace::kLoopLane, compute_started_, called);
+    trace->span("wait", Trace::kLoopLane, called, now);
+  }
   m.stall_s = seconds(now - called);
   m.bubble_s = next->bubble_s;
   m.push_s = next->push_s;

@@ -1,7 +1,7 @@
 # libblockps against real shards (each its own tgtd with grad, weights and status blockps LUs over libiscsi),
 # and the posix transport's engines against files on the local disk. Included from CMakeLists.txt.
 blockps_integration_test(blockps_client_tests test_client.cpp)
-target_link_libraries(blockps_client_tests PRIVATE blockps)
+target_link_libraries(blockps_client_tests PRIVATE blockps nlohmann_json::nlohmann_json)
 
 blockps_integration_test(blockps_client_posix_tests test_client_posix.cpp)
 target_link_libraries(blockps_client_posix_tests PRIVATE blockps)

@@ -10,10 +10,14 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
 #include "client/blockps.h"
+#include "client/double_buffer.h"
+#include "client/trace.h"
 #include "client/iscsi_lun.h"
 #include "client/transport.h"
 #include "tests/support/process.h"
@@ -338,6 +342,77 @@ TEST_F(ClientTest, ExchangeReturnsTheWeightsWithItsOwnPushOfEveryBlock) {
             "exchange: the gradient buffer holds 100 bytes, blocks [0, 32) are 2097152 bytes");
   EXPECT_EQ(cluster->exchange(pulled, small).message(),
             "exchange: the weights buffer holds 100 bytes, blocks [0, 32) are 2097152 bytes");
+}
+
+// BLOCKPS_TRACE: every transfer is a span on its shard's lane with the bytes it moved, every double-buffer step
+// a compute and a wait span on the loop's lane, and the file is a trace-event array that a JSON parser reads.
+TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
+  const ModelShape m{512 * K, 64 * K, LayoutKind::stripe};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  const std::string prefix = dir_.path("trace");
+  ASSERT_EQ(::setenv(Trace::kEnvironmentVariable, prefix.c_str(), 1), 0);
+  auto cluster = open(cluster_file(m));
+  ::unsetenv(Trace::kEnvironmentVariable);
+  ASSERT_TRUE(cluster);
+  ASSERT_NE(cluster->trace(), nullptr);
+  const std::string path = cluster->trace()->path();
+  EXPECT_EQ(path.rfind(prefix + "." + std::to_string(::getpid()) + ".", 0), 0u) << path;
+  std::vector<std::byte> grads(cluster->model_bytes()), weights(cluster->model_bytes());
+  ASSERT_TRUE(cluster->push(grads).ok());
+  ASSERT_TRUE(cluster->pull(weights).ok());
+  ASSERT_TRUE(cluster->exchange(grads, weights).ok());
+  {
+    PipelineOptions options;
+    options.mode = PipelineMode::double_buffer;
+    options.adaptive_pull = false;  // every step one exchange (no bubble splitting it into push and pull)
+    auto db = DoubleBuffer::create(*cluster, options);
+    ASSERT_TRUE(db.ok()) << db.message();
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(db.value()->step().ok());
+  }
+  cluster.reset();  // closes the trace
+  // Off: no trace, nothing timed. A prefix whose file cannot be made: the open fails and says why.
+  ASSERT_EQ(std::unique_ptr<Cluster>(open(cluster_file(m)))->trace(), nullptr);
+  ASSERT_EQ(::setenv(Trace::kEnvironmentVariable, dir_.path("no-such-dir/trace").c_str(), 1), 0);
+  const auto refused = Cluster::open(cluster_file(m));
+  ::unsetenv(Trace::kEnvironmentVariable);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.message().find("BLOCKPS_TRACE: cannot create " + dir_.path("no-such-dir/trace")), std::string::npos)
+      << refused.message();
+
+  std::ifstream in(path);
+  const nlohmann::json events = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  ASSERT_TRUE(events.is_array()) << path << " is not a JSON array";
+  std::map<int, std::string> lane_names;
+  std::map<std::pair<int, std::string>, int> spans;  // (lane, name) -> count
+  std::map<int, std::uint64_t> transfer_bytes;        // lane -> bytes of its push, pull and exchange spans
+  for (const auto& e : events) {
+    if (e.at("ph") == "M") {
+      lane_names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
+      continue;
+    }
+    ASSERT_EQ(e.at("ph"), "X") << e.dump();
+    EXPECT_GE(e.at("dur").get<double>(), 0.0) << e.dump();
+    EXPECT_GE(e.at("ts").get<double>(), 0.0) << e.dump();
+    const int lane = e.at("tid").get<int>();
+    const std::string name = e.at("name").get<std::string>();
+    ++spans[{lane, name}];
+    if (lane != Trace::kLoopLane && name != "read_weights" && name != "write_weights")
+      transfer_bytes[lane] += e.at("args").at("bytes").get<std::uint64_t>();
+  }
+  const auto count = [&spans](int lane, const std::string& name) { return spans[std::pair(lane, name)]; };
+  const auto layout = make_layout(m.layout, m.size, m.block, kShards);
+  for (int s = 0; s < kShards; ++s) {
+    const int lane = Trace::shard_lane(static_cast<std::size_t>(s));
+    EXPECT_EQ(lane_names[lane], "shard shard" + std::to_string(s));
+    EXPECT_EQ(count(lane, "push"), 1);
+    EXPECT_EQ(count(lane, "pull"), 1 + 1);  // DoubleBuffer::create pulls once for both buffers
+    EXPECT_EQ(count(lane, "exchange"), 1 + 3);
+    // Shard bytes moved: push 1, pull 1, exchange 2 (its WRITEs and its READs), the double buffer's pull 1 and
+    // three exchanges 6.
+    EXPECT_EQ(transfer_bytes[lane], (1 + 1 + 2 + 1 + 6) * layout->shard_bytes(static_cast<std::size_t>(s)));
+  }
+  EXPECT_EQ(count(Trace::kLoopLane, "compute"), 3);
+  EXPECT_EQ(count(Trace::kLoopLane, "wait"), 3);
 }
 
 TEST_F(ClientTest, ThreeConcurrentWorkersGiveExactlyTheSum) {
