@@ -89,7 +89,8 @@ int run(const std::string& model_size, int steps, int warmup, int rounds, const 
   blockps::testing::LocalCluster local;
   if (auto s = local.start({.model_bytes = model_bytes,
                             .block_bytes = 256 * 1024,
-                            .shard_options = "dtype=f32;opt=sgd;lr=0.000001"},
+                            .shard_options = "dtype=f32;opt=sgd;lr=0.000001",
+                            .client_options = ""},
                            "blockps-overlap-");
       !s.ok()) {
     std::fprintf(stderr, "overlap: starting the shards: %s\n", s.message().c_str());

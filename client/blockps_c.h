@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 3
+#define BLOCKPS_API_VERSION 4
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -72,7 +72,12 @@ typedef enum blockps_result {
   BLOCKPS_ERR_NO_MEMORY = 6,
   /* Anything else: an error the library could not classify (e.g. an exception on an I/O thread, such as
    * memory running out there). The message says what. */
-  BLOCKPS_ERR_INTERNAL = 7
+  BLOCKPS_ERR_INTERNAL = 7,
+  /* (API version 4) A shard's session was lost and could not be logged in again within the cluster file's
+   * [client] reconnect_s; the message names the shard, the LU and the last login error. Pulls of the operation
+   * were retried on the new session while it could be had; a push whose answer was lost was not sent again
+   * (it may have been applied once, never twice). */
+  BLOCKPS_ERR_UNREACHABLE = 8
 } blockps_result;
 
 /* A connected cluster (every LU of every shard). */

@@ -82,6 +82,8 @@ blockps_result result_of(StatusCode code) noexcept {
       return BLOCKPS_ERR_IO;
     case StatusCode::mismatch:
       return BLOCKPS_ERR_MISMATCH;
+    case StatusCode::unreachable:
+      return BLOCKPS_ERR_UNREACHABLE;
     case StatusCode::unknown:
       break;
   }
@@ -206,6 +208,8 @@ const char* blockps_result_name(blockps_result result) {
       return "BLOCKPS_ERR_NO_MEMORY";
     case BLOCKPS_ERR_INTERNAL:
       return "BLOCKPS_ERR_INTERNAL";
+    case BLOCKPS_ERR_UNREACHABLE:
+      return "BLOCKPS_ERR_UNREACHABLE";
   }
   return "BLOCKPS_ERR_UNKNOWN";
 }
@@ -400,8 +404,8 @@ blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t 
   if (blockps_result r = check_exchange_grads(what, grads, bytes); r != BLOCKPS_OK) return r;
   return asynchronous(what, cluster, weights, bytes, out_op,
                       [&](blockps::Cluster& c, blockps::CompletionCallback done) {
-                        return c.exchange_blocks_async(first_block, block_count, in(grads, bytes),
-                                                       out(weights, bytes), std::move(done));
+                        return c.exchange_blocks_async(first_block, block_count, in(grads, bytes), out(weights, bytes),
+                                                       std::move(done));
                       });
 }
 
@@ -462,8 +466,8 @@ void blockps_op_free(blockps_op* op) {
 void blockps_double_buffer_options_init(blockps_double_buffer_options* options) {
   if (options == nullptr) return;
   const blockps::PipelineOptions d;
-  options->mode = d.mode == blockps::PipelineMode::sequential ? BLOCKPS_PIPELINE_SEQUENTIAL
-                                                              : BLOCKPS_PIPELINE_DOUBLE_BUFFER;
+  options->mode =
+      d.mode == blockps::PipelineMode::sequential ? BLOCKPS_PIPELINE_SEQUENTIAL : BLOCKPS_PIPELINE_DOUBLE_BUFFER;
   options->adaptive_pull = d.adaptive_pull ? 1 : 0;
   options->concurrent_push_pull = 0;  // ignored since API version 3
   options->smoothing = d.smoothing;
@@ -501,7 +505,9 @@ void* blockps_double_buffer_weights(blockps_double_buffer* db) {
   return db == nullptr ? nullptr : db->db->weights().data();
 }
 
-void* blockps_double_buffer_grads(blockps_double_buffer* db) { return db == nullptr ? nullptr : db->db->grads().data(); }
+void* blockps_double_buffer_grads(blockps_double_buffer* db) {
+  return db == nullptr ? nullptr : db->db->grads().data();
+}
 
 blockps_result blockps_double_buffer_step(blockps_double_buffer* db, blockps_step_metrics* metrics) {
   constexpr const char* what = "blockps_double_buffer_step";

@@ -7,8 +7,8 @@
 #include <optional>
 #include <thread>
 
-#include "client/blockps.h"
 #include "client/aligned_buffer.h"
+#include "client/blockps.h"
 #include "client/trace.h"
 #include "client/transport.h"
 
@@ -92,7 +92,7 @@ class ShardWorker {
                         std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
     if (f->command < model_offsets.size())
       where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
-    return Status::Error(StatusCode::io, where + " failed: " + f->reason);
+    return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + f->reason);
   }
 
  private:
@@ -240,13 +240,16 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
     if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
     auto layout = make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
     std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(layout)));
-    const TransportOptions options{config.client.initiator, config.client.engine, config.client.queue_depth};
+    const TransportOptions options{
+        config.client.initiator, config.client.engine, config.client.queue_depth,
+        std::chrono::milliseconds(static_cast<std::int64_t>(config.client.reconnect_s * 1000)),
+        std::chrono::seconds(config.client.timeout_s)};
     std::vector<std::optional<Status>> outcome(config.shards.size());
     {
       // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
       for (std::size_t i = 0; i < config.shards.size(); ++i) {
         cluster->shards_.push_back(std::make_unique<ShardWorker>(
-          config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}));
+            config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}));
       }
       // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
       // may escape a thread's function (that would terminate the process too).
@@ -334,19 +337,19 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
   for (const auto& [bytes, name] : {std::pair{buffers.data_bytes, exchanging ? "gradient buffer" : "buffer"},
                                     std::pair{exchanging ? buffers.pulled_bytes : need, "weights buffer"}}) {
     if (bytes != need) {
-      return finished(Status::Error(StatusCode::invalid_argument,
-                                    std::string(what) + ": the " + name + " holds " + std::to_string(bytes) +
-                                        " bytes, blocks [" + std::to_string(first_block) + ", " +
-                                        std::to_string(first_block + block_count) + ") are " + std::to_string(need) +
-                                        " bytes"),
-                      on_done);
+      return finished(
+          Status::Error(StatusCode::invalid_argument,
+                        std::string(what) + ": the " + name + " holds " + std::to_string(bytes) + " bytes, blocks [" +
+                            std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
+                            std::to_string(need) + " bytes"),
+          on_done);
     }
   }
   if (block_count == 0) return finished(Status::Ok(), on_done);
 
   const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights || exchanging;
-  const LuRole role = transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights
-                                                                                                 : LuRole::grad;
+  const LuRole role =
+      transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights : LuRole::grad;
   struct ShardPart {
     std::vector<LuCommand> commands;
     std::vector<std::uint64_t> model_offsets;

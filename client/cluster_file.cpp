@@ -273,7 +273,11 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
   if (!s.ok()) return s;
   if (client != nullptr) {
     const Where cw{source, "client"};
-    if (s = refuse_unknown_keys(cw, *client, {"initiator", "queue_depth", "exchange_writes", "engine", "max_request"}); !s.ok()) return s;
+    if (s = refuse_unknown_keys(
+            cw, *client,
+            {"initiator", "queue_depth", "exchange_writes", "engine", "max_request", "reconnect_s", "timeout_s"});
+        !s.ok())
+      return s;
     if (const toml::node* n = client->get("initiator")) {
       auto v = n->value_exact<std::string>();
       if (!v || v->rfind("iqn.", 0) != 0 || v->size() < 5 || v->size() > 223)
@@ -299,6 +303,24 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
             c.client.engine);
         !s.ok())
       return s;
+    if (const toml::node* n = client->get("reconnect_s")) {
+      // An integer or a float; a whole day at most (a limit that catches a unit mistake such as milliseconds).
+      const std::optional<double> v = n->is_integer()
+                                          ? std::optional<double>(static_cast<double>(*n->value<std::int64_t>()))
+                                          : n->value_exact<double>();
+      if (!v || !(*v >= 0 && *v <= kMaxReconnectSeconds))
+        return cw.bad("reconnect_s", show(*n),
+                      "must be a number of seconds from 0 (never reconnect) to " +
+                          std::to_string(static_cast<int>(kMaxReconnectSeconds)));
+      c.client.reconnect_s = *v;
+    }
+    if (const toml::node* n = client->get("timeout_s")) {
+      auto v = n->value_exact<std::int64_t>();
+      if (!v || *v < 1 || *v > kMaxTimeoutSeconds)
+        return cw.bad("timeout_s", show(*n),
+                      "must be a whole number of seconds from 1 to " + std::to_string(kMaxTimeoutSeconds));
+      c.client.timeout_s = static_cast<int>(*v);
+    }
     const std::uint64_t block = c.model.block_bytes;
     if (s = read_bytes(cw, *client, "max_request", false, c.client.max_request_bytes,
                        "must be a byte count from the model block (" + std::to_string(block) + ") to 16M",

@@ -14,6 +14,8 @@
 //   exchange_writes = 2   # of those, WRITEs in flight during an exchange (1..queue_depth)
 //   engine = "libaio"     # posix transport: psync, libaio, io_uring
 //   max_request = "1M"    # largest request (a run of blocks contiguous on one shard)
+//   reconnect_s = 60      # libiscsi: how long a lost session is logged in again; 0 = never
+//   timeout_s = 30        # libiscsi: a login or a session with no command completing for this long fails
 //   [[shard]]
 //   name = "shard0"
 //   grad = "iscsi://10.0.0.1:3260/iqn.2026-11.io.blockps:shard0/1"   # or iser://..., or /dev/...
@@ -69,6 +71,12 @@ struct ClientSpec {
   int exchange_writes = 2;  // WRITEs in flight per shard during an exchange (client/command_order.h says why)
   PosixEngine engine = PosixEngine::libaio;
   std::uint64_t max_request_bytes = std::uint64_t{1024} * 1024;
+  // How long a libiscsi session that was lost is logged in again before the operation fails (0: never). A
+  // minute covers a shard restarted by its supervisor (tgtd's start, the LUs, loading the checkpoint).
+  double reconnect_s = 60;
+  // libiscsi: a login, or a session on which no command completed for this long, is given up (then
+  // reconnect_s applies). The time to notice a shard whose host went silent rather than closed its connection.
+  int timeout_s = 30;
 };
 
 struct ClusterConfig {
@@ -84,6 +92,8 @@ inline constexpr std::uint64_t kLuBlockBytes = 512;                         // s
 inline constexpr std::uint64_t kMaxBlockBytes = std::uint64_t{512} * 1024;  // the shards' limit on block=
 inline constexpr std::uint64_t kMaxRequestBytes = 16ull << 20;              // one SCSI command
 inline constexpr int kMaxQueueDepth = 1024;
+inline constexpr double kMaxReconnectSeconds = 86400;
+inline constexpr int kMaxTimeoutSeconds = 3600;
 
 // Parses cluster-file text; `source` names it in messages.
 Result<ClusterConfig> parse_cluster_text(std::string_view text, const std::string& source);

@@ -37,6 +37,10 @@ struct LuQueueCounters {
   std::uint64_t commands = 0;  // issued
   // Issued while at least one command of the other direction was in flight.
   std::uint64_t issued_beside_other_direction = 0;
+  // The libiscsi transport's recovery (client/libiscsi_transport.cpp): sessions logged in again after a transport
+  // failure, and WRITEs (pushes) given up because the session was lost before their answer came.
+  std::uint64_t reconnects = 0;
+  std::uint64_t unanswered_writes_dropped = 0;
 };
 
 class CommandOrder {
@@ -54,7 +58,9 @@ class CommandOrder {
 
   // `counters` (optional) is added to.
   CommandOrder(std::span<const LuCommand> commands, QueueLimits limits, LuQueueCounters* counters = nullptr)
-      : commands_(commands), depth_(limits.depth < 1 ? 1 : limits.depth), counters_(counters),
+      : commands_(commands),
+        depth_(limits.depth < 1 ? 1 : limits.depth),
+        counters_(counters),
         successors_(commands.size()) {
     bool has_dependents = false;
     for (std::size_t i = 0; i < commands.size(); ++i) {

@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <random>
 #include <thread>
 #include <vector>
 
@@ -75,14 +76,15 @@ ScsiResult usage_error(std::string message) { return ScsiResult{kScsiTransportEr
 std::string libiscsi_error(const char* err) {
   std::string text = err != nullptr ? err : "";
   if (text.find("cmdsn < expcmdsn") != std::string::npos) {
-    text += " [libiscsi 1.19 answered the target's NOP-In with a stale CmdSN while WRITE data (Data-Out PDUs) was "
-            "queued; WRITEs of at most " + std::to_string(kLibiscsiImmediateWriteBytes) +
-            " bytes need none on targets with ImmediateData=Yes and MaxRecvDataSegmentLength >= 262144 "
-            "(configs/*.conf; docs/OPTIONS.md, \"WRITEs over libiscsi and the target's NOP-In\")]";
+    text +=
+        " [libiscsi 1.19 answered the target's NOP-In with a stale CmdSN while WRITE data (Data-Out PDUs) was "
+        "queued; WRITEs of at most " +
+        std::to_string(kLibiscsiImmediateWriteBytes) +
+        " bytes need none on targets with ImmediateData=Yes and MaxRecvDataSegmentLength >= 262144 "
+        "(configs/*.conf; docs/OPTIONS.md, \"WRITEs over libiscsi and the target's NOP-In\")]";
   }
   return text;
 }
-
 
 }  // namespace
 
@@ -98,10 +100,10 @@ struct IscsiLun::Completion {
 // A place in the queue of run_pipeline() and run_commands(): one command at a time.
 struct IscsiLun::QueueSlot {
   Completion c;
-  bool busy = false;             // a command of this slot is queued and not taken back yet
-  std::vector<scsi_iovec> iov;   // its data; must live until the command completes
-  AlignedBuffer buffer;          // run_pipeline's read target
-  std::uint64_t tag = 0;         // the caller's name for the command (run_commands: its index)
+  bool busy = false;            // a command of this slot is queued and not taken back yet
+  std::vector<scsi_iovec> iov;  // its data; must live until the command completes
+  AlignedBuffer buffer;         // run_pipeline's read target
+  std::uint64_t tag = 0;        // the caller's name for the command (run_commands: its index)
 };
 
 std::string ScsiResult::describe() const {
@@ -123,6 +125,10 @@ IscsiLun::IscsiLun(IscsiLun&& other) noexcept
     : ctx_(other.ctx_),
       lun_(other.lun_),
       url_(std::move(other.url_)),
+      initiator_(std::move(other.initiator_)),
+      isid_random_(other.isid_random_),
+      isid_qualifier_(other.isid_qualifier_),
+      isid_chosen_(other.isid_chosen_),
       options_(other.options_),
       capacity_bytes_(other.capacity_bytes_),
       block_size_(other.block_size_),
@@ -136,6 +142,10 @@ IscsiLun& IscsiLun::operator=(IscsiLun&& other) noexcept {
     ctx_ = other.ctx_;
     lun_ = other.lun_;
     url_ = std::move(other.url_);
+    initiator_ = std::move(other.initiator_);
+    isid_random_ = other.isid_random_;
+    isid_qualifier_ = other.isid_qualifier_;
+    isid_chosen_ = other.isid_chosen_;
     options_ = other.options_;
     capacity_bytes_ = other.capacity_bytes_;
     block_size_ = other.block_size_;
@@ -163,6 +173,15 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
   const bool iser = parsed->transport == ISER_TRANSPORT;
   iscsi_set_targetname(ctx, parsed->target);
   iscsi_set_session_type(ctx, ISCSI_SESSION_NORMAL);
+  if (!isid_chosen_ || initiator_iqn != initiator_ || url != url_) {
+    std::random_device random;
+    isid_random_ = random() & 0xffffffu;  // 24 bits (the field's B and C)
+    isid_qualifier_ = random() & 0xffffu;
+    isid_chosen_ = true;
+  }
+  iscsi_set_isid_random(ctx, isid_random_, isid_qualifier_);
+  url_ = url;
+  initiator_ = initiator_iqn;
   if (parsed->user[0] != '\0') iscsi_set_initiator_username_pwd(ctx, parsed->user, parsed->passwd);
   iscsi_destroy_url(parsed);
   if (iser && iscsi_init_transport(ctx, ISER_TRANSPORT) != 0) {
@@ -184,16 +203,35 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
                       std::to_string(lun) + " as " + initiator_iqn +
                       " failed: " + without_trailing_space(iscsi_get_error(ctx));
     if (iser) msg += " (iSER needs a working RDMA device on this host; iscsi:// URLs use TCP)";
+    // libiscsi's words for a connection refused or closed during login.
+    if (msg.find("Can not reconnect right now") != std::string::npos)
+      msg += " (the portal refused or closed the connection: is the shard's tgtd running and the target there?)";
     iscsi_destroy_context(ctx);
     return Status::Error(msg);
   }
   ctx_ = ctx;
   lun_ = lun;
-  url_ = url;
   max_command_bytes_ = iser ? kLibiscsiIserMaxCommandBytes : 0;
   if (ScsiResult r = read_capacity(); !r.ok()) {
     disconnect();
     return Status::Error("READ CAPACITY 16 on " + url + " failed: " + r.describe());
+  }
+  return Status::Ok();
+}
+
+Status IscsiLun::reconnect() {
+  if (!isid_chosen_) return Status::Error("reconnect() before a first connect()");
+  const std::uint64_t capacity = capacity_bytes_;
+  const std::uint32_t block = block_size_;
+  const std::string url = url_, initiator = initiator_;
+  // A session dropped by a transport failure keeps the last size it read; one the caller disconnect()ed has none.
+  const bool known_size = capacity != 0;
+  if (Status s = connect(url, initiator, options_); !s.ok()) return s;
+  if (known_size && (capacity_bytes_ != capacity || block_size_ != block)) {
+    const std::string now = std::to_string(capacity_bytes_) + " bytes in blocks of " + std::to_string(block_size_);
+    disconnect();
+    return Status::Error("after reconnecting, " + url + " has " + now + "; before, it had " + std::to_string(capacity) +
+                         " bytes in blocks of " + std::to_string(block) + ": not the LU this session was using");
   }
   return Status::Ok();
 }
@@ -219,10 +257,9 @@ void IscsiLun::on_command_done(iscsi_context* ctx, int status, void* command_dat
     r.sense_key = task->sense.key;
     r.asc = task->sense.ascq;  // libiscsi keeps ASC << 8 | ASCQ here
   }
-  if (status != SCSI_STATUS_GOOD) {
-    r.message = status == SCSI_STATUS_CHECK_CONDITION ? std::string{} : libiscsi_error(iscsi_get_error(ctx));
-    r.message = r.describe();
-  }
+  // libiscsi's error text says why for a transport error or timeout; a command it cancels (the context is being
+  // destroyed) gets none, and its error text then is whatever an earlier call left there.
+  if (status == SCSI_STATUS_ERROR || status == SCSI_STATUS_TIMEOUT) r.message = libiscsi_error(iscsi_get_error(ctx));
   c->result = std::move(r);
   c->done = true;
   if (!c->keep_task && c->task != nullptr) {
@@ -511,8 +548,8 @@ PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
   std::uint64_t next = 0;  // range-relative offset of the next request
   const auto issue = [&](QueueSlot& s) {
     if ((spec.requests != 0 && issued >= spec.requests) || Clock::now() >= stop_issuing_at) return Issue::stop;
-    std::byte* data = writing ? const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size())
-                              : s.buffer.get();
+    std::byte* data =
+        writing ? const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size()) : s.buffer.get();
     s.iov.assign(1, scsi_iovec{data, req});
     if (!queue(s, spec.direction, spec.range_offset + next, static_cast<std::uint32_t>(req))) {
       if (result.error.ok()) result.error = not_queued(spec.direction);
@@ -558,7 +595,7 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
       static_cast<std::size_t>(std::min<std::size_t>(limits.depth, std::max<std::size_t>(commands.size(), 1))));
   limits.depth = static_cast<int>(slots.size());
   CommandOrder order(commands, limits, counters);
-  std::vector<bool> finished(commands.size(), false);
+  result.outcomes.assign(commands.size(), CommandOutcome::not_issued);
   const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {
       result.error = std::move(r);
@@ -577,20 +614,29 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
       fail(not_queued(cmd.direction), *index);
       return Issue::stop;
     }
+    result.outcomes[*index] = CommandOutcome::unanswered;  // until an answer comes
     return Issue::queued;
   };
   const auto completed = [&](QueueSlot& s) {
-    order.completed(s.tag, s.c.result.ok());
-    finished[s.tag] = true;
-    if (s.c.result.ok()) return true;
+    const int status = s.c.result.status;
+    order.completed(s.tag, status == kScsiGood);
+    if (status == kScsiGood) {
+      result.outcomes[s.tag] = CommandOutcome::succeeded;
+      return true;
+    }
+    // A transport status (cancelled, error, timeout) is libiscsi's, not the target's: no answer came.
+    if (status < kScsiTransportCancelled) result.outcomes[s.tag] = CommandOutcome::refused;
     fail(s.c.result, s.tag);
     return false;
   };
   if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok()) {
     // The queue ended early: the first command that never completed is the one that failed.
-    const auto first_unfinished = std::find(finished.begin(), finished.end(), false) - finished.begin();
-    fail(std::move(r), static_cast<std::size_t>(first_unfinished));
+    const auto first_unfinished = std::find_if(result.outcomes.begin(), result.outcomes.end(), [](CommandOutcome o) {
+      return o == CommandOutcome::unanswered || o == CommandOutcome::not_issued;
+    });
+    fail(std::move(r), static_cast<std::size_t>(first_unfinished - result.outcomes.begin()));
   }
+  result.session_lost = ctx_ == nullptr;
   return result;
 }
 

@@ -51,7 +51,10 @@ struct ScsiResult {
 
 struct ConnectOptions {
   std::chrono::seconds timeout{30};  // login and each blocking command
-  // Off: a lost connection is an error (what tests of a crashing target want). On: libiscsi reconnects.
+  // Off: a lost connection is an error that drops the session; the caller decides whether to reconnect() and
+  // what to send again (LibiscsiTransport does). On: libiscsi reconnects by itself and sends every command in
+  // flight again, WRITEs included, which may apply a push twice: only for tools that know their commands are
+  // idempotent.
   bool auto_reconnect = false;
   // Header digest NONE (what the benchmark and tgt's defaults use). true: CRC32C.
   bool header_digest = false;
@@ -92,10 +95,21 @@ struct QueueLimits {
   int exchange_writes = 0;
 };
 
+// What became of one command of a batch (run_commands), for a caller that decides what may be sent again.
+enum class CommandOutcome {
+  not_issued,  // never handed to libiscsi: sending it later is its first time
+  succeeded,   // GOOD
+  refused,     // the target answered with another status (CHECK CONDITION ...)
+  unanswered,  // handed to libiscsi, and the session was lost before an answer came: the target may or may not
+               // have executed it
+};
+
 // What run_commands() did: ok, or the first command that failed and why.
 struct CommandBatchResult {
-  ScsiResult error;                // ok() when every command completed with GOOD
-  std::size_t failed_command = 0;  // index of the first failure in the batch
+  ScsiResult error;                      // ok() when every command completed with GOOD
+  std::size_t failed_command = 0;        // index of the first failure in the batch
+  std::vector<CommandOutcome> outcomes;  // one per command of the batch
+  bool session_lost = false;             // a transport failure dropped the session (connected() is false)
   bool ok() const { return error.ok(); }
 };
 
@@ -157,6 +171,11 @@ class IscsiLun {
   // InitialR2T=No, and reads the LU's capacity (READ CAPACITY 16). Error when the URL is malformed, the
   // target is unreachable, login is refused or the LUN does not exist.
   Status connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options = {});
+  // Logs in again after a transport failure (or disconnect()), to the same URL as the same initiator with the
+  // same ISID, so the target reinstates the session (it closes what is left of the old one, RFC 7143 6.3.5)
+  // instead of seeing a second I_T nexus of this worker. Error as connect(), or when the LU's capacity or
+  // block size changed, or when connect() never succeeded.
+  Status reconnect();
   // Logs out (best effort) and frees the session. Safe to call when not connected.
   void disconnect();
   bool connected() const { return ctx_ != nullptr; }
@@ -217,6 +236,11 @@ class IscsiLun {
   iscsi_context* ctx_ = nullptr;
   int lun_ = 0;
   std::string url_;
+  std::string initiator_;
+  // The session's ISID (its random and qualifier fields, RFC 7143 10.12.5): drawn at the first connect(), kept
+  // by reconnect().
+  std::uint32_t isid_random_ = 0, isid_qualifier_ = 0;
+  bool isid_chosen_ = false;
   ConnectOptions options_;
   std::uint64_t capacity_bytes_ = 0;
   std::uint32_t block_size_ = 0;

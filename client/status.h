@@ -18,6 +18,7 @@ enum class StatusCode {
   connect,           // an LU cannot be reached or opened
   io,                // a read or write on a shard's LU failed
   mismatch,          // a shard disagrees with the cluster file (capacity, size, dtype, block)
+  unreachable,       // a shard's session was lost and could not be logged in again within [client] reconnect_s
 };
 
 // The outcome of an operation that has no other result: ok, or an error message that says what went wrong.

@@ -6,6 +6,7 @@
 // A transport is used by one thread at a time (the shard's I/O thread).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -23,6 +24,8 @@ namespace blockps {
 struct LuFailure {
   std::size_t command = 0;
   std::string reason;
+  // The session was lost and could not be logged in again within TransportOptions::reconnect_for.
+  bool unreachable = false;
 };
 
 class LuTransport {
@@ -50,6 +53,12 @@ struct TransportOptions {
   std::string initiator;  // libiscsi: our IQN
   PosixEngine engine = PosixEngine::libaio;
   int queue_depth = 16;  // posix: sizes the libaio / io_uring rings
+  // libiscsi: how long a lost session is logged in again (with backoff) before a batch fails; 0: never. A
+  // Cluster passes the cluster file's [client] reconnect_s (ClientSpec). client/libiscsi_transport.cpp says
+  // what is sent again.
+  std::chrono::milliseconds reconnect_for{0};
+  // libiscsi: a login, or a batch in which no command completed for this long, fails (IscsiLun's default: 30 s).
+  std::chrono::seconds timeout = ConnectOptions{}.timeout;
 };
 
 // Opens the LU at `address` with the transport its kind needs (URLs: libiscsi; paths: posix).

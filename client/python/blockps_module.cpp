@@ -22,9 +22,17 @@ namespace {
 struct BlockpsError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+// blockps.ShardUnreachableError, a blockps.Error: a shard's session was lost for longer than [client]
+// reconnect_s. A training loop may catch it to checkpoint and wait for the operator, where any other
+// blockps.Error means a bug or a bad configuration.
+struct ShardUnreachable : BlockpsError {
+  using BlockpsError::BlockpsError;
+};
 
 void check(const blockps::Status& s) {
-  if (!s.ok()) throw BlockpsError(s.message());
+  if (s.ok()) return;
+  if (s.code() == blockps::StatusCode::unreachable) throw ShardUnreachable(s.message());
+  throw BlockpsError(s.message());
 }
 
 // The bytes of a C-contiguous buffer, checked against the model's size.
@@ -32,8 +40,8 @@ std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writ
   py::buffer_info info = b.request(writable);
   const auto bytes = static_cast<std::uint64_t>(info.size) * static_cast<std::uint64_t>(info.itemsize);
   if (bytes != c.model_bytes())
-    throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes) +
-                          " bytes, the model has " + std::to_string(c.model_bytes()));
+    throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes) + " bytes, the model has " +
+                          std::to_string(c.model_bytes()));
   py::ssize_t expect = info.itemsize;  // C-contiguous: strides from the last axis up
   for (auto i = info.ndim; i-- > 0;) {
     if (info.shape[static_cast<std::size_t>(i)] > 1 && info.strides[static_cast<std::size_t>(i)] != expect)
@@ -95,12 +103,14 @@ py::dict metrics_dict(const blockps::StepMetrics& m) {
 
 PYBIND11_MODULE(_blockps, m) {
   m.doc() = "blockps: push gradients to and pull weights from a blockps parameter server";
-  py::register_exception<BlockpsError>(m, "Error");
+  const auto& error = py::register_exception<BlockpsError>(m, "Error");
+  // After Error: pybind11 tries the translators registered last first.
+  py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
 
   py::class_<Cluster>(m, "Cluster")
       .def(py::init([](const std::string& cluster_file) {
              auto c = Cluster::open(cluster_file);
-             if (!c.ok()) throw BlockpsError(c.message());
+             check(c.status());
              return std::move(c.value());
            }),
            py::arg("cluster_file"), "Open a cluster file (TOML) and connect every shard.")
@@ -152,12 +162,11 @@ PYBIND11_MODULE(_blockps, m) {
              o.warmup_steps = warmup_steps;
              py::gil_scoped_release release;
              auto db = DoubleBuffer::create(c, o);
-             if (!db.ok()) throw BlockpsError(db.message());
+             check(db.status());
              return std::move(db.value());
            }),
-           py::arg("cluster"), py::arg("mode") = "double", py::arg("adaptive_pull") = true,
-           py::arg("smoothing") = 0.2, py::arg("safety") = 0.05,
-           py::arg("warmup_steps") = 3, py::keep_alive<1, 2>(),
+           py::arg("cluster"), py::arg("mode") = "double", py::arg("adaptive_pull") = true, py::arg("smoothing") = 0.2,
+           py::arg("safety") = 0.05, py::arg("warmup_steps") = 3, py::keep_alive<1, 2>(),
            "Two weights+gradients buffers over the cluster (it is kept alive). Pulls the weights into both.")
       .def_property_readonly("weights", buffer_view<&DoubleBuffer::weights>(),
                              "numpy view of the compute buffer's weights (no copy); another buffer after step()")
@@ -172,7 +181,7 @@ PYBIND11_MODULE(_blockps, m) {
               py::gil_scoped_release release;
               r = db.step();
             }
-            if (!r.ok()) throw BlockpsError(r.message());
+            check(r.status());
             return metrics_dict(r.value());
           },
           "Push this buffer's gradients, pull fresh weights into it, swap. Returns the step's metrics (dict).")

@@ -20,3 +20,13 @@ if(TARGET blockps_python)
   target_compile_definitions(blockps_double_buffer_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_PYTHON_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/python_binding_check.py")
 endif()
+
+# Workers that reconnect: a shard killed -9 and restarted mid-training, sessions the target drops, a shard that
+# stays away (C++, C and Python errors).
+blockps_integration_test(blockps_reconnect_tests test_reconnect.cpp)
+target_link_libraries(blockps_reconnect_tests PRIVATE blockps_test_cluster blockps::blockps)
+if(TARGET blockps_python)
+  add_dependencies(blockps_reconnect_tests blockps_python)
+  target_compile_definitions(blockps_reconnect_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}")
+endif()

@@ -492,10 +492,11 @@ TEST_F(ClientTest, MismatchesWithTheShardsAreRefusedWithTheirMessage) {
   }
 }
 
+// With reconnect_s = 0 (test_reconnect.cpp has the default's recovery).
 TEST_F(ClientTest, ADeadShardIsAnErrorNamingItNotACrash) {
   const ModelShape m{1024 * K, 64 * K, LayoutKind::stripe};
   ASSERT_NO_FATAL_FAILURE(start_shards(m));
-  auto cluster = open(cluster_file(m));
+  auto cluster = open(cluster_file(m, "reconnect_s = 0\n"));
   ASSERT_TRUE(cluster);
   std::vector<std::byte> buf(cluster->model_bytes());
   ASSERT_TRUE(cluster->pull(buf).ok());

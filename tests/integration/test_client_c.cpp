@@ -60,11 +60,12 @@ class ClientCTest : public ::testing::Test {
       if (tgtd_[s].running()) std::cerr << "---- shard " << s << " tgtd log ----\n" << tgtd_[s].log_text() << "\n";
   }
 
-  // A cluster file for the running shards saying `block` (the shards have kBlockBytes).
+  // A cluster file for the running shards saying `block` (the shards have kBlockBytes). reconnect_s = 0: the dead
+  // shard's test wants the failure at once (test_reconnect.cpp has the recovery).
   std::string cluster_file(std::uint64_t block = kBlockBytes) {
     std::string text = "[model]\nsize = " + std::to_string(kModelBytes) +
                        "\ndtype = \"f32\"\nblock = " + std::to_string(block) +
-                       "\n[client]\nqueue_depth = 4\nmax_request = \"256K\"\n";
+                       "\n[client]\nqueue_depth = 4\nmax_request = \"256K\"\nreconnect_s = 0\n";
     for (int s = 0; s < kShards; ++s) {
       text += "[[shard]]\nname = \"shard" + std::to_string(s) + "\"\n";
       text += "grad = \"" + tgtd_[s].url(shard_iqn(s), 1) + "\"\n";

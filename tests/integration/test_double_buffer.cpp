@@ -42,9 +42,12 @@ class DoubleBufferTest : public ::testing::Test {
     if (HasFailure()) std::cerr << local_.logs();
   }
   // 2 MiB in 64 KiB blocks over 2 shards: a pull is 32 blocks, several commands per shard, so a buffer handed
-  // back early would show blocks of the poison.
+  // back early would show blocks of the poison. reconnect_s = 0: a dead shard fails the step at once
+  // (test_reconnect.cpp has the recovery).
   void start(std::uint64_t model_bytes = 2048 * K, std::uint64_t block_bytes = 64 * K) {
-    const Status s = local_.start({.model_bytes = model_bytes, .block_bytes = block_bytes}, "blockps-dbuf-");
+    const Status s = local_.start(
+        {.model_bytes = model_bytes, .block_bytes = block_bytes, .client_options = "reconnect_s = 0\n"},
+        "blockps-dbuf-");
     ASSERT_TRUE(s.ok()) << s.message();
     auto c = Cluster::open(local_.cluster_file());
     ASSERT_TRUE(c.ok()) << c.message();

@@ -102,11 +102,11 @@ class SyncModeTest : public ::testing::Test {
   }
 
   // Worker `who` through libblockps (its own session): 64K requests, so an exchange is 4 WRITEs and 4 READs at
-  // queue depth 4.
+  // queue depth 4. reconnect_s = 0: a killed shard fails the exchange at once (test_reconnect.cpp has the recovery).
   std::unique_ptr<Cluster> open_worker(const std::string& who) {
     const std::string path = dir_.path("cluster-" + who + ".toml");
     std::ofstream(path) << "[model]\nsize = \"256K\"\nblock = \"64K\"\n[client]\nqueue_depth = 4\nmax_request = "
-                           "\"64K\"\ninitiator = \""
+                           "\"64K\"\nreconnect_s = 0\ninitiator = \""
                         << worker_iqn(who) << "\"\n[[shard]]\nname = \"s0\"\ngrad = \"" << tgtd_.url(kTarget, 1)
                         << "\"\nweights = \"" << tgtd_.url(kTarget, 2) << "\"\nstatus = \"" << tgtd_.url(kTarget, 3)
                         << "\"\n";

@@ -8,9 +8,11 @@
         metrics = db.step()                         # push grads, pull fresh weights, swap (dict of times)
 
 push/pull/write_weights/read_weights take any C-contiguous buffer of model_bytes (numpy arrays; torch tensors
-through .numpy()). Errors raise blockps.Error with the library's message. blockps.torch gives a PyTorch model
+through .numpy()). Errors raise blockps.Error with the library's message; blockps.ShardUnreachableError (a
+blockps.Error) when a shard's session stayed lost for longer than the cluster file's [client] reconnect_s.
+blockps.torch gives a PyTorch model
 flat parameter/gradient views on the double buffer.
 """
-from ._blockps import Cluster, DoubleBuffer, Error  # noqa: F401
+from ._blockps import Cluster, DoubleBuffer, Error, ShardUnreachableError  # noqa: F401
 
-__all__ = ["Cluster", "DoubleBuffer", "Error"]
+__all__ = ["Cluster", "DoubleBuffer", "Error", "ShardUnreachableError"]

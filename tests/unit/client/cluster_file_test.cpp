@@ -38,6 +38,8 @@ queue_depth = 8
 exchange_writes = 3
 engine = "io_uring"
 max_request = "2M"
+reconnect_s = 2.5
+timeout_s = 7
 )"),
                               "c.toml");
   ASSERT_TRUE(c.ok()) << c.message();
@@ -50,6 +52,8 @@ max_request = "2M"
   EXPECT_EQ(c->client.exchange_writes, 3);
   EXPECT_EQ(c->client.engine, PosixEngine::io_uring);
   EXPECT_EQ(c->client.max_request_bytes, 2u << 20);
+  EXPECT_EQ(c->client.reconnect_s, 2.5);
+  EXPECT_EQ(c->client.timeout_s, 7);
   ASSERT_EQ(c->shards.size(), 2u);
   EXPECT_EQ(c->shards[0].name, "a");
   EXPECT_EQ(c->shards[0].grad.kind, LuAddress::Kind::iscsi_url);
@@ -68,6 +72,8 @@ TEST(ClusterFile, Defaults) {
   EXPECT_EQ(c->client.exchange_writes, 2);
   EXPECT_EQ(c->client.engine, PosixEngine::libaio);
   EXPECT_EQ(c->client.max_request_bytes, 1u << 20);
+  EXPECT_EQ(c->client.reconnect_s, 60);
+  EXPECT_EQ(c->client.timeout_s, 30);
   EXPECT_EQ(c->client.initiator.rfind("iqn.2026-11.io.blockps:worker-", 0), 0u) << c->client.initiator;
   EXPECT_EQ(c->client.initiator.find_first_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_ "), std::string::npos);
 }
@@ -133,7 +139,18 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
       {"unknown layout key", kGoodModel + std::string("[layout]\nshards = 2\n") + one_shard,
        ": [layout] unknown key 'shards' (known: kind)"},
       {"unknown client key", kGoodModel + std::string("[client]\ndepth = 2\n") + one_shard,
-       ": [client] unknown key 'depth' (known: initiator, queue_depth, exchange_writes, engine, max_request)"},
+       ": [client] unknown key 'depth' (known: initiator, queue_depth, exchange_writes, engine, max_request, "
+       "reconnect_s, timeout_s)"},
+      {"reconnect below 0", kGoodModel + std::string("[client]\nreconnect_s = -1\n") + one_shard,
+       ": [client] reconnect_s = -1: must be a number of seconds from 0 (never reconnect) to 86400"},
+      {"reconnect in milliseconds", kGoodModel + std::string("[client]\nreconnect_s = 60000000\n") + one_shard,
+       ": [client] reconnect_s = 60000000: must be a number of seconds from 0 (never reconnect) to 86400"},
+      {"reconnect as text", kGoodModel + std::string("[client]\nreconnect_s = \"60s\"\n") + one_shard,
+       ": [client] reconnect_s = \"60s\": must be a number of seconds from 0 (never reconnect) to 86400"},
+      {"timeout 0", kGoodModel + std::string("[client]\ntimeout_s = 0\n") + one_shard,
+       ": [client] timeout_s = 0: must be a whole number of seconds from 1 to 3600"},
+      {"timeout fractional", kGoodModel + std::string("[client]\ntimeout_s = 1.5\n") + one_shard,
+       ": [client] timeout_s = 1.5: must be a whole number of seconds from 1 to 3600"},
       {"exchange writes above the queue depth",
        kGoodModel + std::string("[client]\nqueue_depth = 4\nexchange_writes = 5\n") + one_shard,
        ": [client] exchange_writes = 5: must be a whole number from 1 to queue_depth (4)"},
