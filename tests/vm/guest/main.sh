@@ -175,6 +175,62 @@ step_fsync_checkpoint() {
     /var/lib/blockps/shard0/model.ckpt || die "fsync over TCP"
 }
 
+# The kernel initiator's counterpart of libblockps' [client] reconnect_s: open-iscsi's replacement_timeout (a
+# session's recovery_tmo in sysfs): how long I/O on a lost session waits for the session to come back before it
+# fails up to the application. Shard 1's tgtd is killed with -9 and started again by ps-up.sh (as a supervisor
+# would), first with a replacement_timeout that outlasts the outage: a read issued meanwhile waits and then
+# returns the weights of the shard's last checkpoint; then with a short one and no restart in time: the read
+# fails with EIO instead of hanging, and once the shard is back the session recovers by itself (iscsid keeps
+# logging in) and I/O works again.
+session_of() { # DEV: the iSCSI session (sessionN) a /dev/sdX belongs to
+  readlink -f "/sys/block/${1#/dev/}/device" | grep -o 'session[0-9]*' | head -n 1
+}
+restart_shard1() {
+  BLOCKPS_ISER=yes BLOCKPS_ISER_POOL_MB=128 "$repo/scripts/ps-up.sh" "${CONFS[1]}" || die "ps-up.sh of shard1 after kill -9"
+}
+step_shard_restart() {
+  local dev grad sess tgtd pid t0 took
+  dev=$(dev_of "$state/tcp.toml" 1 weights)
+  grad=$(dev_of "$state/tcp.toml" 1 grad)
+  sess=$(session_of "$dev")
+  if [ -z "$sess" ] || [ ! -f "/sys/class/iscsi_session/$sess/recovery_tmo" ]; then
+    die "$dev: no iSCSI session found in sysfs"
+  fi
+  # The state the restarted shard comes back with: a checkpoint now (fsync of the grad device), these weights.
+  python3 -c "import os,sys; fd=os.open(sys.argv[1], os.O_RDWR); os.fsync(fd)" "$grad" || die "fsync $grad"
+  dd if="$dev" of="$state/weights.before" bs=1M count=1 iflag=direct status=none || die "read $dev"
+  echo 120 >"/sys/class/iscsi_session/$sess/recovery_tmo"
+  tgtd=$(cat /run/blockps/shard1/pid)
+  kill -9 "$tgtd"
+  dd if="$dev" of="$state/weights.after" bs=1M count=1 iflag=direct status=none &
+  pid=$!
+  sleep 3
+  kill -0 "$pid" 2>/dev/null || die "a read issued 3 s into the outage did not wait for the session (replacement_timeout 120 s)"
+  restart_shard1
+  t0=$SECONDS
+  wait "$pid" || die "the read issued during the outage failed after the shard came back"
+  echo "the read issued during the outage completed $((SECONDS - t0)) s after the restart"
+  cmp "$state/weights.before" "$state/weights.after" || die "the restarted shard's weights are not those of its checkpoint"
+  # A short replacement_timeout, and the shard stays away longer: EIO, not a hang.
+  echo 5 >"/sys/class/iscsi_session/$sess/recovery_tmo"
+  kill -9 "$(cat /run/blockps/shard1/pid)"
+  t0=$SECONDS
+  if timeout 60 dd if="$dev" of=/dev/null bs=1M count=1 iflag=direct status=none; then
+    die "a read succeeded with the shard down"
+  fi
+  took=$((SECONDS - t0))
+  [ "$took" -lt 60 ] || die "the read hung past the timeout instead of failing after replacement_timeout 5 s"
+  echo "with replacement_timeout 5 s the read failed after ${took} s"
+  restart_shard1
+  t0=$SECONDS
+  until dd if="$dev" of=/dev/null bs=1M count=1 iflag=direct status=none 2>/dev/null; do
+    [ $((SECONDS - t0)) -lt 90 ] || die "$dev: no I/O 90 s after the shard came back (the session did not recover)"
+    sleep 2
+  done
+  echo "the session recovered $((SECONDS - t0)) s after the restart"
+  echo 120 >"/sys/class/iscsi_session/$sess/recovery_tmo"
+}
+
 # Hooks: programs of other parts run through tests/vm/guest/hooks/NAME.sh ISER_TOML TCP_TOML OUTDIR (the
 # cluster files attach.sh wrote; the LR/momentum of the shards in LR and MU). Missing hook: SKIPPED, loudly.
 run_hook() { # NAME WHAT
@@ -230,7 +286,7 @@ exec > >(tee -a "$res/console.log") 2>&1
 steps=(
   "rdma 60 1" "ps-up 120 1" "attach-iser 240 1" "attach-tcp 120 1"
   "posix-weights 90 0" "posix-grad 90 0" "client-posix-libaio 180 0" "client-libiscsi-iser 180 0"
-  "fio 300 0" "fsync-checkpoint 60 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
+  "fio 300 0" "fsync-checkpoint 60 0" "shard-restart 120 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
   "detach 120 0" "ps-down 90 0"
 )
 say "guest test starts (kernel $(uname -r))"
