@@ -4,6 +4,7 @@
  * Commands run on tgt's per-LU I/O thread pool (bs_thread), so tgtd's main thread never does the math.
  * mode=sync grad LUs first ask the core whether a READ/WRITE must wait for a round (it is then held with tgt's
  * asynchronous completion, never by blocking a pool thread) and watch an eventfd for when held ones may go on.
+ * A status LU with admins= hands each WRITE's sender (its initiator name) to the core the same way first.
  */
 #include <sys/epoll.h>
 #include <errno.h>
@@ -82,7 +83,7 @@ static int blockps_cmd_submit(struct scsi_cmd *cmd)
 	struct blockps_worker worker;
 	char id[512];
 
-	if (blockps_lu_may_park(priv->core, cmd->scb)) {
+	if (blockps_lu_needs_admission(priv->core, cmd->scb)) {
 		worker.tid = cmd->c_target->tid;
 		worker.itn_id = cmd->cmd_itn_id;
 		worker.iqn = initiator_name(cmd, id, sizeof(id));

@@ -4,11 +4,11 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <memory>
-#include <atomic>
 #include <string>
 
 #include "ps_backend/log.h"
@@ -68,14 +68,14 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
       return -1;
     }
     auto shard = std::get<std::shared_ptr<blockps::ServedShard>>(std::move(attached));
-    if (lu->options.role != blockps::LuRole::status &&
-        shard->model().geometry().bytes % lu->lu_block_bytes != 0) {
+    if (lu->options.role != blockps::LuRole::status && shard->model().geometry().bytes % lu->lu_block_bytes != 0) {
       set_error(error, error_size,
                 "shard size " + std::to_string(shard->model().geometry().bytes) +
                     " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
       return -1;
     }
-    auto served = std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes);
+    auto served =
+        std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes, lu->options.admins);
     // After everything that may throw: a subscribed eventfd must never outlive a failed attach.
     if (lu->options.role == blockps::LuRole::grad && served->shard().rounds()) {
       lu->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -90,8 +90,13 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
     }
     *capacity = served->capacity_bytes();
     lu->served.store(std::move(served));
+    std::string writers;
+    if (lu->options.role == blockps::LuRole::status)
+      writers = lu->options.admins.empty() ? "; control lines accepted from every initiator (no admins=)"
+                                           : "; control lines accepted from " +
+                                                 std::to_string(lu->options.admins.size()) + " administrator(s)";
     blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu->options.role)) +
-                      " LU attached, capacity " + std::to_string(*capacity) + " bytes");
+                      " LU attached, capacity " + std::to_string(*capacity) + " bytes" + writers);
     return 0;
   } catch (const std::exception& e) {
     set_error(error, error_size, e.what());
@@ -103,7 +108,8 @@ void blockps_lu_detach(blockps_lu* lu) {
   try {
     if (!lu) return;
     if (lu->wake_fd >= 0) {
-      if (auto served = lu->served.load(); served && served->shard().rounds()) served->shard().rounds()->unsubscribe(lu);
+      if (auto served = lu->served.load(); served && served->shard().rounds())
+        served->shard().rounds()->unsubscribe(lu);
       ::close(lu->wake_fd);
       lu->wake_fd = -1;
     }
@@ -120,9 +126,12 @@ uint32_t blockps_lu_io_threads(const blockps_lu* lu) { return lu ? lu->options.i
 const char* blockps_lu_product_id(const blockps_lu* lu) {
   if (!lu) return "BLOCKPS";
   switch (lu->options.role) {
-    case blockps::LuRole::grad: return "BLOCKPS-GRAD";
-    case blockps::LuRole::weights: return "BLOCKPS-WEIGHTS";
-    case blockps::LuRole::status: return "BLOCKPS-STATUS";
+    case blockps::LuRole::grad:
+      return "BLOCKPS-GRAD";
+    case blockps::LuRole::weights:
+      return "BLOCKPS-WEIGHTS";
+    case blockps::LuRole::status:
+      return "BLOCKPS-STATUS";
   }
   return "BLOCKPS";
 }
@@ -132,8 +141,15 @@ int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
 blockps_admission blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
                                    uint32_t length, const blockps_worker* worker) {
   try {
-    if (!lu || lu->wake_fd < 0 || !cdb || !worker) return BLOCKPS_ADMIT_RUN;
+    if (!lu || !cdb || !worker) return BLOCKPS_ADMIT_RUN;
     const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
+    if (served && served->checks_writers() && blockps::scsi::is_write(cdb[0])) {
+      // The write runs either way: execute() refuses it there unless it was admitted here (the glue can set a
+      // sense only on a command that completes through the I/O threads or asynchronously).
+      served->admit_writer(handle, worker->iqn ? worker->iqn : "");
+      return BLOCKPS_ADMIT_RUN;
+    }
+    if (lu->wake_fd < 0) return BLOCKPS_ADMIT_RUN;
     blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
     const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
     if (!rounds || (!push && !pull)) return BLOCKPS_ADMIT_RUN;
@@ -192,8 +208,12 @@ void blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* ops) {
   }
 }
 
-int blockps_lu_may_park(const blockps_lu* lu, const uint8_t* cdb) {
-  return lu && lu->wake_fd >= 0 && cdb && (blockps::scsi::is_read(cdb[0]) || blockps::scsi::is_write(cdb[0]));
+int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
+  if (!lu || !cdb) return 0;
+  const bool read = blockps::scsi::is_read(cdb[0]), write = blockps::scsi::is_write(cdb[0]);
+  if (lu->wake_fd >= 0 && (read || write)) return 1;  // may park on a round
+  // A control write: its sender must be an administrator (from the options: no shard lookup on the hot path).
+  return write && lu->options.role == blockps::LuRole::status && !lu->options.admins.empty() ? 1 : 0;
 }
 
 void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {
@@ -202,10 +222,12 @@ void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outc
   try {
     const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
     if (served && cmd && cmd->cdb) {
-      const blockps::LuCommand c{
-          cmd->cdb, cmd->offset, cmd->transfer_length,
-          {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
-          {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0}, cmd->handle};
+      const blockps::LuCommand c{cmd->cdb,
+                                 cmd->offset,
+                                 cmd->transfer_length,
+                                 {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
+                                 {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
+                                 cmd->handle};
       r = served->execute(c);
     }
   } catch (...) {

@@ -66,8 +66,9 @@ enum blockps_admission {
                               resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
 };
 
-/* Main thread, before a command is queued to the I/O threads: only LUs with a wake fd (mode=sync grad LUs) park
- * anything; for every other LU this returns RUN at once. */
+/* Main thread, before a command is queued to the I/O threads, for a command blockps_lu_needs_admission named: a
+ * READ/WRITE of a mode=sync grad LU may park; a WRITE of a status LU with admins= has its sender checked (RUN; the
+ * I/O thread then refuses it unless the sender is an administrator). RUN at once for anything else. */
 enum blockps_admission blockps_lu_admit(struct blockps_lu *lu, const void *handle, const uint8_t *cdb, uint64_t offset,
                                         uint32_t length, const struct blockps_worker *worker);
 
@@ -90,9 +91,10 @@ void blockps_lu_on_wake(struct blockps_lu *lu, const struct blockps_parked_ops *
  * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever. */
 void blockps_lu_fail_parked(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
 
-/* Whether a command with this CDB may have to wait on this LU (a READ or WRITE of a mode=sync/ssp grad LU):
- * only those need blockps_lu_admit and the worker's identity. */
-int blockps_lu_may_park(const struct blockps_lu *lu, const uint8_t *cdb);
+/* Whether a command with this CDB needs blockps_lu_admit and its sender's identity: a READ or WRITE of a
+ * mode=sync/ssp grad LU (it may have to wait), or a WRITE of a status LU with admins= (a control line, accepted
+ * only from an administrator). */
+int blockps_lu_needs_admission(const struct blockps_lu *lu, const uint8_t *cdb);
 
 /* Execute one command (called from tgt's I/O threads, several at once). */
 void blockps_lu_execute(struct blockps_lu *lu, const struct blockps_command *cmd, struct blockps_outcome *outcome);

@@ -1,5 +1,7 @@
 #include "ps_backend/lu_options.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -83,6 +85,15 @@ KeyDef round_key(std::string_view name, std::string_view def, std::string_view m
                 [=](const ShardConfig& c) { return std::to_string(c.rounds.*field); }};
 }
 
+// An iSCSI name as RFC 3720 3.2.6 writes it: the type prefix, then letters, digits, '.', '-', ':'.
+bool is_iscsi_name(std::string_view n) {
+  if (n.size() < 5 || n.size() > 223) return false;
+  if (n.substr(0, 4) != "iqn." && n.substr(0, 4) != "eui." && n.substr(0, 4) != "naa.") return false;
+  return std::all_of(n.begin(), n.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-' || c == ':';
+  });
+}
+
 bool parse_bool(std::string_view v, bool& out) {
   if (v == "1" || v == "true" || v == "yes" || v == "on") return out = true, true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return out = false, true;
@@ -99,6 +110,27 @@ const std::vector<KeyDef>& key_table() {
          else if (v == "weights") o.role = LuRole::weights;
          else if (v == "status") o.role = LuRole::status;
          else return bad(key, v, "must be grad, weights or status");
+         return "";
+       },
+       nullptr},
+      {{"admins", "(none: every initiator)",
+        "role=status only: the initiators whose control lines (WRITEs) are accepted, as iSCSI names separated by "
+        "'|' (iqn.2026-11.io.blockps:admin|iqn...:ops); any other writer gets CHECK CONDITION ILLEGAL REQUEST, "
+        "ACCESS DENIED - NO ACCESS RIGHTS (0x20/0x02). Reads of the status page stay open"},
+       false, false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+         o.admins.clear();
+         while (!v.empty()) {
+           const auto bar = v.find('|');
+           const std::string_view name = trim(v.substr(0, bar));
+           v = bar == std::string_view::npos ? std::string_view{} : v.substr(bar + 1);
+           if (!is_iscsi_name(name))
+             return bad(key, name.empty() ? std::string_view("(empty)") : name,
+                        "must be iSCSI names (iqn.YYYY-MM.domain:name, eui.HEX or naa.HEX; letters, digits, '.', "
+                        "'-', ':'; at most 223 bytes) separated by '|'");
+           o.admins.emplace_back(name);
+         }
+         if (o.admins.empty()) return bad(key, "(empty)", "must name at least one initiator");
          return "";
        },
        nullptr},
@@ -343,6 +375,9 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
     if (def->shard_key) o.given.insert(std::string(key));
   }
   if (!seen.count("role")) return OptionError{"role= is required (grad, weights or status)"};
+  if (!o.admins.empty() && o.role != LuRole::status)
+    return OptionError{"admins= applies to the status LU (role=status), where control lines are written; this LU is "
+                       "role=" + std::string(to_string(o.role))};
 
   // Sizes the LU exposes must be whole LU blocks (tgt addresses by LBA) and whole elements.
   const ShardGeometry& g = o.config.geometry;

@@ -19,8 +19,8 @@ std::string_view to_string(LuRole r);
 /// How a new shard's weights start (ignored when a checkpoint is loaded).
 struct InitSpec {
   enum class Kind { zeros, uniform, normal, file } kind = Kind::zeros;
-  double scale = 0;   // uniform: a (U(-a, a)); normal: standard deviation
-  std::string path;   // file: raw wire-dtype bytes, exactly `size` bytes
+  double scale = 0;  // uniform: a (U(-a, a)); normal: standard deviation
+  std::string path;  // file: raw wire-dtype bytes, exactly `size` bytes
   bool operator==(const InitSpec&) const = default;
 };
 std::string to_string(const InitSpec& s);
@@ -28,10 +28,10 @@ std::string to_string(const InitSpec& s);
 /// How pushes from several workers become optimizer steps (DESIGN.md "Aggregation semantics").
 struct RoundPolicy {
   enum class Mode { async, sync, ssp } mode = Mode::async;
-  std::uint32_t staleness = 0;            // ssp:K: how many pushes a worker may run ahead of the slowest
-  std::uint32_t workers = 1;              // expected workers: a round closes early once all of them pushed
-  std::uint32_t min_workers = 1;          // fewer live workers: the grad LU fails commands instead of waiting
-  std::uint32_t straggler_ms = 2000;      // a round closes without the missing workers after this long
+  std::uint32_t staleness = 0;              // ssp:K: how many pushes a worker may run ahead of the slowest
+  std::uint32_t workers = 1;                // expected workers: a round closes early once all of them pushed
+  std::uint32_t min_workers = 1;            // fewer live workers: the grad LU fails commands instead of waiting
+  std::uint32_t straggler_ms = 2000;        // a round closes without the missing workers after this long
   std::uint32_t worker_timeout_ms = 10000;  // no push for this long: dropped; also the longest a command parks
   bool operator==(const RoundPolicy&) const = default;
 };
@@ -56,6 +56,9 @@ struct LuOptions {
   // Threads of tgt's I/O pool for this LU (tgtd -t is for all of tgtd's stores and defaults to 16, which
   // oversubscribes small hosts: bench/pushpull measured 4 best on 2 cores).
   std::uint32_t io_threads = 4;
+  // role=status: the initiators (iSCSI names) whose WRITEs of control lines are accepted; every other writer is
+  // refused. Empty: every initiator may write them (no admins= given; the LU says so in the log).
+  std::vector<std::string> admins;
   ShardConfig config;
   std::set<std::string> given;
 };

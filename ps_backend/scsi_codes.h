@@ -7,21 +7,40 @@
 namespace blockps::scsi {
 
 enum Opcode : std::uint8_t {
-  kRead6 = 0x08, kRead10 = 0x28, kRead12 = 0xa8, kRead16 = 0x88,
-  kWrite6 = 0x0a, kWrite10 = 0x2a, kWrite12 = 0xaa, kWrite16 = 0x8a,
-  kWriteVerify10 = 0x2e, kWriteVerify12 = 0xae, kWriteVerify16 = 0x8e,
-  kVerify10 = 0x2f, kVerify12 = 0xaf, kVerify16 = 0x8f,
-  kWriteSame10 = 0x41, kWriteSame16 = 0x93,
+  kRead6 = 0x08,
+  kRead10 = 0x28,
+  kRead12 = 0xa8,
+  kRead16 = 0x88,
+  kWrite6 = 0x0a,
+  kWrite10 = 0x2a,
+  kWrite12 = 0xaa,
+  kWrite16 = 0x8a,
+  kWriteVerify10 = 0x2e,
+  kWriteVerify12 = 0xae,
+  kWriteVerify16 = 0x8e,
+  kVerify10 = 0x2f,
+  kVerify12 = 0xaf,
+  kVerify16 = 0x8f,
+  kWriteSame10 = 0x41,
+  kWriteSame16 = 0x93,
   kOrWrite16 = 0x8b,
-  kPreFetch10 = 0x34, kPreFetch16 = 0x90,
-  kSynchronizeCache10 = 0x35, kSynchronizeCache16 = 0x91,
+  kPreFetch10 = 0x34,
+  kPreFetch16 = 0x90,
+  kSynchronizeCache10 = 0x35,
+  kSynchronizeCache16 = 0x91,
 };
 
 enum Status : std::uint8_t { kGood = 0x00, kCheckCondition = 0x02 };
 
 enum SenseKey : std::uint8_t {
-  kNoSense = 0x00, kNotReady = 0x02, kMediumError = 0x03, kHardwareError = 0x04, kIllegalRequest = 0x05, kDataProtect = 0x07,
-  kAbortedCommand = 0x0b, kMiscompare = 0x0e,
+  kNoSense = 0x00,
+  kNotReady = 0x02,
+  kMediumError = 0x03,
+  kHardwareError = 0x04,
+  kIllegalRequest = 0x05,
+  kDataProtect = 0x07,
+  kAbortedCommand = 0x0b,
+  kMiscompare = 0x0e,
 };
 
 // ASC << 8 | ASCQ
@@ -37,6 +56,7 @@ enum Asc : std::uint16_t {
   // ("LOGICAL UNIT NOT READY, MANUAL INTERVENTION REQUIRED": initiators fail it instead of retrying).
   kAscNotReadyManualIntervention = 0x0403,
   kAscWriteProtect = 0x2700,
+  kAscAccessDeniedNoAccessRights = 0x2002,
   kAscInternalTargetFailure = 0x4400,
 };
 

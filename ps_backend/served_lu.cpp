@@ -15,9 +15,7 @@ using namespace scsi;
 LuOutcome good() { return {}; }
 LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
 
-bool is_write_verify(std::uint8_t op) {
-  return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16;
-}
+bool is_write_verify(std::uint8_t op) { return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16; }
 bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
 
 std::uint64_t get_be(const std::uint8_t* p, int bytes) {
@@ -32,8 +30,28 @@ void put_be(std::byte* p, std::uint64_t v, int bytes) {
 
 }  // namespace
 
-ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes)
-    : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes) {}
+ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes,
+                   std::vector<std::string> admins)
+    : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes), admins_(std::move(admins)) {}
+
+bool ServedLu::admit_writer(const void* handle, std::string_view initiator) {
+  const bool admin = std::find(admins_.begin(), admins_.end(), initiator) != admins_.end();
+  {
+    std::lock_guard lock(admitted_mutex_);
+    // Also on a refusal: a finished command's handle (its address) may come back as this one.
+    if (admin)
+      admitted_writes_.insert(handle);
+    else
+      admitted_writes_.erase(handle);
+  }
+  if (!admin) {
+    std::string names;
+    for (const std::string& a : admins_) names += (names.empty() ? "" : "|") + a;
+    log_line(shard_->path() + ": control write from " + std::string(initiator) +
+             " refused: not an administrator of this shard (admins=" + names + " on its status LU)");
+  }
+  return admin;
+}
 
 std::uint64_t ServedLu::capacity_bytes() const {
   return role_ == LuRole::status ? kStatusLuBytes : shard_->model().geometry().bytes;
@@ -63,7 +81,7 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
       if (bytchk == 0 || cmd.out.empty()) return good();
       if (bytchk == 0x01) return verify(cmd.offset, cmd.out);
       if (bytchk != 0x03 || cmd.out.size() < lu_block_bytes_) return check(kIllegalRequest, kAscInvalidFieldInCdb);
-      const std::uint64_t blocks = op == kVerify10 ? get_be(cmd.cdb + 7, 2)
+      const std::uint64_t blocks = op == kVerify10   ? get_be(cmd.cdb + 7, 2)
                                    : op == kVerify12 ? get_be(cmd.cdb + 6, 4)
                                                      : get_be(cmd.cdb + 10, 4);
       for (std::uint64_t b = 0; b < blocks; ++b)
@@ -73,13 +91,18 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
     }
     switch (op) {
       case kWriteSame10:
-      case kWriteSame16: return write_same(cmd);
-      case kOrWrite16: return or_write(cmd);
+      case kWriteSame16:
+        return write_same(cmd);
+      case kOrWrite16:
+        return or_write(cmd);
       case kPreFetch10:
-      case kPreFetch16: return good();  // everything is in memory already
+      case kPreFetch16:
+        return good();  // everything is in memory already
       case kSynchronizeCache10:
-      case kSynchronizeCache16: return synchronize_cache(cmd);
-      default: return check(kIllegalRequest, kAscInvalidOpcode);
+      case kSynchronizeCache16:
+        return synchronize_cache(cmd);
+      default:
+        return check(kIllegalRequest, kAscInvalidOpcode);
     }
   } catch (...) {
     shard_->counters().io_errors.fetch_add(1, std::memory_order_relaxed);
@@ -95,7 +118,8 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
 }
 
 LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
-  if (offset > capacity_bytes() || out.size() > capacity_bytes() - offset) return check(kIllegalRequest, kAscLbaOutOfRange);
+  if (offset > capacity_bytes() || out.size() > capacity_bytes() - offset)
+    return check(kIllegalRequest, kAscLbaOutOfRange);
   if (role_ == LuRole::status) {
     // The page is made afresh for each READ; read it in one command (it is far smaller than the LU).
     const std::string page = shard_->status_json();
@@ -116,7 +140,7 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
 }
 
 LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle) {
-  if (role_ == LuRole::status) return control(data);
+  if (role_ == LuRole::status) return control(data, handle);
   if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
     return check(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
@@ -154,12 +178,15 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
     k.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
   }
   shard_->note_mutation();
-  if (fua && !shard_->checkpoint().empty())
-    return check(kMediumError, kAscWriteError);
+  if (fua && !shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
   return good();
 }
 
-LuOutcome ServedLu::control(std::span<const std::byte> data) {
+LuOutcome ServedLu::control(std::span<const std::byte> data, const void* handle) {
+  if (checks_writers()) {
+    std::lock_guard lock(admitted_mutex_);
+    if (admitted_writes_.erase(handle) == 0) return check(kIllegalRequest, kAscAccessDeniedNoAccessRights);
+  }
   const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
   if (std::string err = shard_->control(text); !err.empty()) {
     log_line(shard_->path() + ": refused " + err);
@@ -178,8 +205,8 @@ LuOutcome ServedLu::verify(std::uint64_t offset, std::span<const std::byte> expe
 }
 
 LuOutcome ServedLu::write_same(const LuCommand& cmd) {
-  if (role_ != LuRole::weights) return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect)
-                                                             : check(kIllegalRequest, kAscInvalidOpcode);
+  if (role_ != LuRole::weights)
+    return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
   const std::uint64_t cap = capacity_bytes();
   if (cmd.offset > cap) return check(kIllegalRequest, kAscLbaOutOfRange);
   // The length comes from the CDB: tgt's transfer length is 32 bits and wraps for WRITE SAME(16) of 4 GiB or
@@ -210,8 +237,8 @@ LuOutcome ServedLu::write_same(const LuCommand& cmd) {
 }
 
 LuOutcome ServedLu::or_write(const LuCommand& cmd) {
-  if (role_ != LuRole::weights) return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect)
-                                                             : check(kIllegalRequest, kAscInvalidOpcode);
+  if (role_ != LuRole::weights)
+    return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
   const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
   std::vector<std::byte> merged(len);
   if (LuOutcome r = read(cmd.offset, merged); r.status != kGood) return r;

@@ -4,8 +4,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
 
 #include "ps_backend/lu_options.h"
 #include "ps_backend/scsi_codes.h"
@@ -23,26 +27,35 @@ struct LuCommand {
   const std::uint8_t* cdb;
   std::uint64_t offset;
   std::uint32_t transfer_length;
-  std::span<std::byte> in;          // data for the initiator (READ)
-  std::span<const std::byte> out;   // data from the initiator (WRITE); may be empty
-  const void* handle = nullptr;     // the glue's command, as admitted to SyncRounds (mode=sync grad LUs)
+  std::span<std::byte> in;         // data for the initiator (READ)
+  std::span<const std::byte> out;  // data from the initiator (WRITE); may be empty
+  const void* handle = nullptr;    // the glue's command, as admitted to SyncRounds (mode=sync grad LUs)
 };
 
 struct LuOutcome {
   std::uint8_t status = scsi::kGood;
   std::uint8_t sense_key = scsi::kNoSense;
   std::uint16_t asc = scsi::kAscNone;
-  bool has_info = false;            // sense INFORMATION field (e.g. miscompare offset)
+  bool has_info = false;  // sense INFORMATION field (e.g. miscompare offset)
   std::uint64_t info = 0;
 };
 
 class ServedLu {
  public:
-  ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes);
+  /// `admins` (role=status): the initiators whose control lines are accepted; empty: every initiator's.
+  ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes,
+           std::vector<std::string> admins = {});
 
   LuRole role() const { return role_; }
   std::uint64_t capacity_bytes() const;
   ServedShard& shard() { return *shard_; }
+
+  /// Whether a WRITE of this LU must be admitted by its sender first (a status LU with an admin list).
+  bool checks_writers() const { return !admins_.empty(); }
+  /// On the glue's main thread, before the WRITE `handle` is queued: whether `initiator` (its sender's iSCSI name)
+  /// is an administrator. execute() runs a control write of a checks_writers() LU only when this said yes for its
+  /// handle; a write it never saw is refused (nothing fails open).
+  bool admit_writer(const void* handle, std::string_view initiator);
 
   /// Execute one command; never throws.
   LuOutcome execute(const LuCommand& cmd);
@@ -51,7 +64,7 @@ class ServedLu {
   LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
   /// fua: the initiator asked for the write to be durable before it completes (a checkpoint follows).
   LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr);
-  LuOutcome control(std::span<const std::byte> data);
+  LuOutcome control(std::span<const std::byte> data, const void* handle);
   LuOutcome verify(std::uint64_t offset, std::span<const std::byte> expected);
   LuOutcome write_same(const LuCommand& cmd);
   LuOutcome or_write(const LuCommand& cmd);
@@ -60,6 +73,9 @@ class ServedLu {
   const LuRole role_;
   const std::shared_ptr<ServedShard> shard_;
   const std::uint32_t lu_block_bytes_;
+  const std::vector<std::string> admins_;
+  std::mutex admitted_mutex_;
+  std::unordered_set<const void*> admitted_writes_;  // admitted by admit_writer(), not yet executed
 };
 
 }  // namespace blockps

@@ -10,6 +10,8 @@
 //   blockps_lu_io URL rounds OFFSET LENGTH SEED N  N times: push the pattern, READ the range back; prints
 //                                                 "round I MS" after each (a sync worker's training loop)
 //   blockps_lu_io URL sync                        SYNCHRONIZE CACHE (a checkpoint, for blockps LUs)
+//   blockps_lu_io URL control TEXT                 WRITE TEXT, NUL-padded to 512 bytes, at 0 (a status LU's
+//                                                 control lines); exit 1 with the sense on CHECK CONDITION
 //   blockps_lu_io URL pushloop OFFSET LENGTH SEED  WRITEs of the pattern at queue depth 8, back to back, for up
 //                                                 to 30 s or until the target stops answering (exit 0 either
 //                                                 way: for tests that stop a target under load)
@@ -91,17 +93,15 @@ int fail(const std::string& msg) {
 
 int main(int argc, char** argv) {
   if (argc < 3) {
-    return fail("usage: blockps_lu_io URL info|write|verify|differs|read|sync [OFFSET LENGTH [SEED]]");
+    return fail("usage: blockps_lu_io URL info|write|verify|differs|read|sync|control [OFFSET LENGTH [SEED] | TEXT]");
   }
   const std::string url = argv[1];
   const std::string cmd = argv[2];
   std::uint64_t offset = 0, length = 0, seed = 0;
-  const bool needs_range =
-      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" || cmd == "pushloop" ||
-      cmd == "pushpull" || cmd == "rounds";
-  const bool needs_seed =
-      cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop" || cmd == "pushpull" ||
-      cmd == "rounds";
+  const bool needs_range = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "read" ||
+                           cmd == "pushloop" || cmd == "pushpull" || cmd == "rounds";
+  const bool needs_seed = cmd == "write" || cmd == "verify" || cmd == "differs" || cmd == "pushloop" ||
+                          cmd == "pushpull" || cmd == "rounds";
   if (needs_range && (argc < 5 || !parse_size(argv[3], offset) || !parse_size(argv[4], length))) {
     return fail(cmd + " needs OFFSET LENGTH (bytes, K/M/G suffixes allowed)");
   }
@@ -119,6 +119,15 @@ int main(int argc, char** argv) {
   if (cmd == "sync") {
     ScsiResult r = lun.synchronize_cache();
     return r.ok() ? 0 : fail("SYNCHRONIZE CACHE: " + r.describe());
+  }
+  if (cmd == "control") {
+    if (argc < 4 || std::strlen(argv[3]) > 512) return fail("control needs TEXT of at most 512 bytes");
+    std::vector<std::byte> block(512);
+    std::memcpy(block.data(), argv[3], std::strlen(argv[3]));
+    ScsiResult r = lun.write(0, block);
+    if (r.ok()) return 0;
+    std::cerr << "control write refused: " << r.describe() << "\n";
+    return r.status == blockps::kScsiCheckCondition ? 1 : kError;
   }
   if (cmd == "write") {
     ScsiResult r = lun.write(offset, float_pattern(length, seed));
@@ -140,8 +149,10 @@ int main(int argc, char** argv) {
     std::vector<std::byte> back(length);
     for (std::uint64_t i = 0; i < rounds; ++i) {
       const auto t0 = std::chrono::steady_clock::now();
-      if (ScsiResult r = push(lun, offset, grad); !r.ok()) return fail("round " + std::to_string(i) + " WRITE: " + r.describe());
-      if (ScsiResult r = lun.read(offset, back); !r.ok()) return fail("round " + std::to_string(i) + " READ: " + r.describe());
+      if (ScsiResult r = push(lun, offset, grad); !r.ok())
+        return fail("round " + std::to_string(i) + " WRITE: " + r.describe());
+      if (ScsiResult r = lun.read(offset, back); !r.ok())
+        return fail("round " + std::to_string(i) + " READ: " + r.describe());
       const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0);
       std::cout << "round " << i << " " << ms.count() << std::endl;
     }

@@ -68,6 +68,20 @@ if ! grep -q pulled "$tmp/w0.out" || ! grep -q pulled "$tmp/w1.out"; then fail "
 page=$(io iqn.2026-11.io.blockps:worker0 "$(good 3)" read 0 64K | tr -d '\0')
 grep -q '"mode": "sync"' <<<"$page" || fail "the status page does not say mode sync: $page"
 grep -q '"rounds_min": 1' <<<"$page" || fail "the round did not close: $page"
+
+step "control lines: refused from a worker (ACCESS DENIED), accepted from the administrator (admins=)"
+if out=$(io iqn.2026-11.io.blockps:worker0 "$(good 3)" control $'lr=0.5\n' 2>&1); then
+  fail "a worker's control write was accepted: $out"
+fi
+grep -q "(0x2002)" <<<"$out" || fail "a worker's control write was not refused with ACCESS DENIED (0x20/0x02): $out"
+page=$(io iqn.2026-11.io.blockps:worker0 "$(good 3)" read 0 64K | tr -d '\0')
+grep -Eq '"lr": 0\.1[0-9]*,' <<<"$page" || fail "the refused control write changed lr: $page"
+out=$(io iqn.2026-11.io.blockps:admin "$(good 3)" control $'lr=0.5\n' 2>&1) ||
+  fail "the administrator's control write was refused: $out"
+page=$(io iqn.2026-11.io.blockps:worker0 "$(good 3)" read 0 64K | tr -d '\0')
+grep -Eq '"lr": 0\.5[0-9]*,' <<<"$page" || fail "the administrator's lr=0.5 did not apply: $page"
+grep -q "control write from iqn.2026-11.io.blockps:worker0 refused: not an administrator" \
+  "${BLOCKPS_STATE_DIR:-/run/blockps}/sync-secure/tgtd.log" || fail "tgtd's log does not name the refused initiator"
 "$repo/scripts/ps-down.sh" >/dev/null || fail "ps-down failed"
 
 step "refused: an initiator whose address and name are not listed, even with the right account"

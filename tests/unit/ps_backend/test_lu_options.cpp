@@ -65,6 +65,11 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"", "role= is required"},
       {"size=1M", "role= is required"},
       {"role=gradient", "role=gradient: must be grad, weights or status"},
+      {"role=grad;admins=iqn.2026-11.io.blockps:admin", "admins= applies to the status LU (role=status)"},
+      {"role=status;admins=", "admins=(empty): must name at least one initiator"},
+      {"role=status;admins=worker1", "admins=worker1: must be iSCSI names"},
+      {"role=status;admins=iqn.2026-11.io.blockps:a||iqn.2026-11.io.blockps:b", "admins=(empty): must be iSCSI names"},
+      {"role=status;admins=iqn.2026-11.io.blockps:a b", "admins=iqn.2026-11.io.blockps:a b: must be iSCSI names"},
       {"role=grad;colour=red", "unknown key 'colour'"},
       {"role=grad;lr", "'lr' is not key=value"},
       {"role=grad;role=weights", "given twice"},
@@ -113,6 +118,16 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
     const std::string msg = parse_error(c.bsopts);
     EXPECT_NE(msg.find(c.expect), std::string::npos) << "bsopts '" << c.bsopts << "' gave: " << msg;
   }
+}
+
+TEST(LuOptions, AdminsIsAListOfInitiatorNames) {
+  const auto parsed = parse_lu_options("role=status;admins=iqn.2026-11.io.blockps:admin | eui.02004567A425678D", 512);
+  ASSERT_TRUE(std::holds_alternative<LuOptions>(parsed)) << std::get<OptionError>(parsed).message;
+  const LuOptions& o = std::get<LuOptions>(parsed);
+  EXPECT_EQ(o.admins, (std::vector<std::string>{"iqn.2026-11.io.blockps:admin", "eui.02004567A425678D"}));
+  EXPECT_TRUE(o.given.empty()) << "admins= is the LU's, not the shard's (not merged, not in checkpoints)";
+  const auto none = parse_lu_options("role=status", 512);
+  EXPECT_TRUE(std::get<LuOptions>(none).admins.empty());
 }
 
 TEST(LuOptions, LuBlockSizeGovernsSizeAndBlock) {

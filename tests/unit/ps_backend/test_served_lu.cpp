@@ -133,6 +133,41 @@ TEST(ServedLu, StatusPageIsJsonAndTakesControlLines) {
   EXPECT_FALSE(l.shard->dirty());  // the checkpoint line wrote one, after the new lr
 }
 
+// admins=: a control write runs only when admit_writer() said its sender is an administrator; a write it never
+// saw, and one of another initiator, get ACCESS DENIED and change nothing. Reads of the page stay open.
+TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
+  TempDir dir;
+  auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=8K;opt=sgd;lr=0.25");
+  ServedLu status(LuRole::status, shard, 512, {"iqn.2026-11.io.blockps:admin"});
+  ASSERT_TRUE(status.checks_writers());
+  EXPECT_FALSE(ServedLu(LuRole::status, shard, 512).checks_writers());
+  std::vector<std::byte> block(512);
+  const std::string line = "lr=0.5\n";
+  std::memcpy(block.data(), line.data(), line.size());
+  const auto c = cdb16(kWrite16);
+  const auto write_as = [&](const void* handle) { return status.execute({c.data(), 0, 512, {}, block, handle}); };
+  int worker_cmd = 0, admin_cmd = 0, unseen_cmd = 0;
+  EXPECT_FALSE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:worker"));
+  for (const void* handle : {static_cast<const void*>(&worker_cmd), static_cast<const void*>(&unseen_cmd)}) {
+    const LuOutcome w = write_as(handle);
+    EXPECT_EQ(w.status, kCheckCondition);
+    EXPECT_EQ(w.sense_key, kIllegalRequest);
+    EXPECT_EQ(w.asc, kAscAccessDeniedNoAccessRights);
+  }
+  EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.25f);
+  EXPECT_TRUE(status.admit_writer(&admin_cmd, "iqn.2026-11.io.blockps:admin"));
+  ASSERT_EQ(write_as(&admin_cmd).status, kGood);
+  EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.5f);
+  // An admission is for one command: the same handle again (a later command at that address) is not admitted.
+  EXPECT_EQ(write_as(&admin_cmd).asc, kAscAccessDeniedNoAccessRights);
+  // A refusal overrides an admission left at the same address.
+  EXPECT_TRUE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:admin"));
+  EXPECT_FALSE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:worker"));
+  EXPECT_EQ(write_as(&worker_cmd).asc, kAscAccessDeniedNoAccessRights);
+  std::vector<std::byte> page(4096);
+  EXPECT_EQ(do_read(status, 0, page).status, kGood);
+}
+
 TEST(ServedLu, VerifyComparesWithTheWeights) {
   Lus l("role=weights;size=4K");
   const auto data = f32s({1, 2, 3, 4});
