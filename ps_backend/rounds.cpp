@@ -29,6 +29,7 @@ std::uint64_t ms_between(Clock::time_point a, Clock::time_point b) {
 
 void LatencyWindow::add(std::uint64_t ns) {
   samples_[added_.fetch_add(1, std::memory_order_relaxed) % kSamples].store(ns, std::memory_order_relaxed);
+  total_ns_.fetch_add(ns, std::memory_order_relaxed);
 }
 
 nlohmann::json LatencyWindow::percentiles() const {
@@ -38,8 +39,13 @@ nlohmann::json LatencyWindow::percentiles() const {
   for (std::size_t i = 0; i < n; ++i) s[i] = samples_[i].load(std::memory_order_relaxed);
   std::sort(s.begin(), s.end());
   const auto at = [&](double q) { return s.empty() ? 0 : s[static_cast<std::size_t>(q * (s.size() - 1))]; };
-  return {{"count", s.size()}, {"p50_ns", at(0.5)}, {"p90_ns", at(0.9)}, {"p99_ns", at(0.99)},
-          {"max_ns", s.empty() ? 0 : s.back()}};
+  return {{"count", s.size()},
+          {"p50_ns", at(0.5)},
+          {"p90_ns", at(0.9)},
+          {"p99_ns", at(0.99)},
+          {"max_ns", s.empty() ? 0 : s.back()},
+          {"total_count", added_.load(std::memory_order_relaxed)},
+          {"total_ns", total_ns_.load(std::memory_order_relaxed)}};
 }
 
 // One worker's gradient for one block in one round, filled by one or more pushes (each claims its sectors).
@@ -48,10 +54,10 @@ struct SyncRounds::Contribution {
   std::string iqn;
   std::uint64_t elements = 0;  // sync: grad's size once the first push of it lands
   std::once_flag grad_allocated;
-  std::vector<float> grad;     // allocated by the first landing push (an I/O thread, not tgtd's main thread)
+  std::vector<float> grad;    // allocated by the first landing push (an I/O thread, not tgtd's main thread)
   std::vector<bool> claimed;  // per sector
   std::uint32_t sectors, claimed_n = 0, landed_n = 0;
-  bool discarded = false;     // its round closed without it: what still lands is dropped, not decoded
+  bool discarded = false;  // its round closed without it: what still lands is dropped, not decoded
   bool complete() const { return landed_n == sectors; }
   bool in_flight() const { return landed_n < claimed_n; }
   bool claims_any(std::uint64_t first_sector, std::uint64_t n) const {
@@ -65,7 +71,7 @@ struct SyncRounds::BlockRounds {
   std::uint64_t applied = 0;  // rounds applied (since the shard opened or the last reset)
   bool closing = false;       // a round's contributions were taken and are being applied
   Clock::time_point first_push{};
-  std::map<std::uint64_t, std::shared_ptr<Contribution>> open;  // the open round's contributions, by worker
+  std::map<std::uint64_t, std::shared_ptr<Contribution>> open;   // the open round's contributions, by worker
   std::unordered_map<std::uint64_t, std::uint64_t> last_pushed;  // worker -> the last round it pushed into
   std::unordered_map<std::uint64_t, std::uint64_t> clock;        // ssp: worker -> its completed pushes
   // A straggler's half-pushed gradient of a round that closed without it: the rest of that push (sectors it
@@ -76,9 +82,11 @@ struct SyncRounds::BlockRounds {
   std::uint64_t open_round() const { return applied + (closing ? 1 : 0); }
 };
 
-SyncRounds::SyncRounds(ModelShard& model, const RoundPolicy& policy,
-                       std::function<void(std::uint64_t ns)> on_applied)
-    : model_(model), on_applied_(std::move(on_applied)), geometry_(model.geometry()), policy_(policy),
+SyncRounds::SyncRounds(ModelShard& model, const RoundPolicy& policy, std::function<void(std::uint64_t ns)> on_applied)
+    : model_(model),
+      on_applied_(std::move(on_applied)),
+      geometry_(model.geometry()),
+      policy_(policy),
       blocks_(model.geometry().blocks()) {
   for (std::uint64_t b = 0; b < blocks_.size(); ++b) blocks_[b].applied = model_.block_step(b);
   keeper_ = std::jthread([this](std::stop_token stop) { keep(stop); });
@@ -89,8 +97,7 @@ SyncRounds::~SyncRounds() {
   keeper_cv_.notify_all();
 }
 
-Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset,
-                                 std::uint64_t len) {
+Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
   const std::uint64_t end = offset + len;
   // Anything the data path would refuse anyway runs unclaimed and fails there with its own sense.
   if (len == 0 || offset % kSectorBytes || len % kSectorBytes || end > geometry_.bytes || end < offset)
@@ -191,8 +198,8 @@ Admission SyncRounds::admit_push(const void* handle, const WorkerRef& worker, st
     }
     claim(*c);
     br.last_pushed[worker.itn] = c->round;
-    ticket.push_back({c, begin - offset, (begin - base) / esize, (stop - begin) / esize,
-                      static_cast<std::uint32_t>(sectors)});
+    ticket.push_back(
+        {c, begin - offset, (begin - base) / esize, (stop - begin) / esize, static_cast<std::uint32_t>(sectors)});
   }
   tickets_[handle] = std::move(ticket);
   return Admission::run;
@@ -285,9 +292,9 @@ Admission SyncRounds::admit_pull(std::uint64_t itn, std::uint64_t offset, std::u
 void SyncRounds::park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker,
                       std::uint64_t offset, std::uint64_t len, std::string refusal) {
   std::lock_guard lock(mutex_);
-  parked_.emplace(owner, Parked{handle, is_push, worker, offset, len,
-                                Clock::now() + std::chrono::milliseconds(policy_.worker_timeout_ms),
-                                std::move(refusal)});
+  parked_.emplace(owner,
+                  Parked{handle, is_push, worker, offset, len,
+                         Clock::now() + std::chrono::milliseconds(policy_.worker_timeout_ms), std::move(refusal)});
 }
 
 void SyncRounds::process_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
@@ -329,12 +336,13 @@ void SyncRounds::process_parked(const void* owner, const std::function<bool(int,
     }
     if (now >= p.deadline) {
       const std::string degraded = degraded_reason();
-      fail(p, false, "parked for worker_timeout_ms=" + std::to_string(timeout_ms) + " without its round closing" +
-                         (degraded.empty() ? "" : " (" + degraded + ")"));
+      fail(p, false,
+           "parked for worker_timeout_ms=" + std::to_string(timeout_ms) + " without its round closing" +
+               (degraded.empty() ? "" : " (" + degraded + ")"));
       continue;
     }
-    const Admission a = p.is_push ? admit_push(p.handle, p.worker, p.offset, p.len)
-                                  : admit_pull(p.worker.itn, p.offset, p.len);
+    const Admission a =
+        p.is_push ? admit_push(p.handle, p.worker, p.offset, p.len) : admit_pull(p.worker.itn, p.offset, p.len);
     if (a == Admission::run) {
       resubmit(p);
     } else if (a == Admission::not_ready) {
@@ -387,8 +395,8 @@ bool SyncRounds::degraded_locked() const { return formed_ && members_.size() < p
 
 std::string SyncRounds::degraded_reason_locked() const {
   if (!degraded_locked()) return "";
-  std::string why = "live workers " + std::to_string(members_.size()) + " < min_workers=" +
-                    std::to_string(policy_.min_workers);
+  std::string why =
+      "live workers " + std::to_string(members_.size()) + " < min_workers=" + std::to_string(policy_.min_workers);
   if (!drop_log_.empty()) why += "; last drop: " + drop_log_.back();
   return why;
 }
@@ -447,9 +455,8 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
         first_push = br.first_push;
       }
       // A fixed order (IQN, then session) makes the f32 sum the same whatever order the pushes arrived in.
-      std::sort(complete.begin(), complete.end(), [](const auto& x, const auto& y) {
-        return std::tie(x->iqn, x->itn) < std::tie(y->iqn, y->itn);
-      });
+      std::sort(complete.begin(), complete.end(),
+                [](const auto& x, const auto& y) { return std::tie(x->iqn, x->itn) < std::tie(y->iqn, y->itn); });
       const auto t0 = Clock::now();
       std::vector<float> avg = std::move(complete.front()->grad);
       for (std::size_t i = 1; i < complete.size(); ++i) {

@@ -20,13 +20,12 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/lu_options.h"
@@ -52,13 +51,15 @@ enum class Admission {
 class LatencyWindow {
  public:
   void add(std::uint64_t ns);
-  /// {"count", "p50_ns", "p90_ns", "p99_ns", "max_ns"} over the last kSamples samples.
+  /// {"count", "p50_ns", "p90_ns", "p99_ns", "max_ns"} over the last kSamples samples, and since the start
+  /// "total_count" and "total_ns" (what a monitoring system's summary needs: blockps exporter).
   nlohmann::json percentiles() const;
 
  private:
   static constexpr std::size_t kSamples = 4096;
   std::array<std::atomic<std::uint64_t>, kSamples> samples_{};
   std::atomic<std::uint64_t> added_{0};
+  std::atomic<std::uint64_t> total_ns_{0};
 };
 
 class SyncRounds {

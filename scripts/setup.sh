@@ -24,6 +24,8 @@ packages=(
   fio libaio-dev liburing-dev rdma-core libibverbs-dev librdmacm-dev
   # C++ libraries
   libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
+  # the exporter's HTTP server (blockps exporter), and the Prometheus server its test scrapes it with
+  libcpp-httplib-dev prometheus
   googletest libgtest-dev libgmock-dev libbenchmark-dev
   # tests: network namespaces, process tools
   iproute2 procps psmisc

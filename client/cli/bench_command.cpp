@@ -10,8 +10,8 @@
 #include <cmath>
 #include <condition_variable>
 #include <iostream>
-#include <nlohmann/json.hpp>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -168,8 +168,12 @@ double percentile(const std::vector<double>& sorted, double q) {
 void print_json(const PhaseResult& r, std::uint64_t model_bytes, std::uint64_t warmup) {
   std::vector<double> sorted = r.latencies_s;
   std::sort(sorted.begin(), sorted.end());
-  nlohmann::json j = {{"op", r.op},          {"iterations", r.iterations}, {"warmup", warmup},
-                      {"model_bytes", model_bytes}, {"seconds", r.latencies_s}, {"median_s", percentile(sorted, 0.5)}};
+  nlohmann::json j = {{"op", r.op},
+                      {"iterations", r.iterations},
+                      {"warmup", warmup},
+                      {"model_bytes", model_bytes},
+                      {"seconds", r.latencies_s},
+                      {"median_s", percentile(sorted, 0.5)}};
   std::cout << j.dump() << std::endl;
 }
 
@@ -212,8 +216,8 @@ int run_bench(const std::string& cluster_file, const BenchOptions& options) {
   }
 
   if (!options.json) {
-    std::cout << "bench: model " << format_bytes(c.model_bytes()) << " (" << to_string(c.config().model.dtype)
-              << ", " << c.config().shards.size() << " shards, " << to_string(c.config().layout) << "), "
+    std::cout << "bench: model " << format_bytes(c.model_bytes()) << " (" << to_string(c.config().model.dtype) << ", "
+              << c.config().shards.size() << " shards, " << to_string(c.config().layout) << "), "
               << (options.iterations != 0 ? std::to_string(options.iterations) + " iterations"
                                           : format_fixed(options.seconds, 2) + " s")
               << " per op; pushes send a zero gradient" << std::endl;

@@ -41,13 +41,20 @@ int run_save(const std::string& cluster_file, const SaveOptions& options);
 // sequential way (push, then pull); exchange = the same step as one pipelined exchange (Cluster::exchange).
 enum class BenchOp { push, pull, both, step, exchange };
 struct BenchOptions {
-  double seconds = 5.0;        // per operation, when iterations is 0
+  double seconds = 5.0;          // per operation, when iterations is 0
   std::uint64_t iterations = 0;  // per operation; 0: run for `seconds`
-  std::uint64_t warmup = 0;    // iterations first run and not counted
+  std::uint64_t warmup = 0;      // iterations first run and not counted
   BenchOp op = BenchOp::both;
   bool progress = true;  // a progress line on stderr, about every 0.5 s
   bool json = false;     // one JSON object per operation on stdout instead of the table
 };
 int run_bench(const std::string& cluster_file, const BenchOptions& options);
+
+// Serves Prometheus metrics of every shard at http://LISTEN/metrics until killed (client/cli/exporter_command.cpp).
+struct ExporterOptions {
+  std::string listen = "127.0.0.1:9464";  // HOST:PORT
+  int timeout_s = 5;                      // a shard's login within a scrape
+};
+int run_exporter(const std::string& cluster_file, const ExporterOptions& options);
 
 }  // namespace blockps::cli

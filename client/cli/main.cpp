@@ -5,6 +5,7 @@
 //   blockps -c cluster.toml save --to weights.bin
 //   blockps -c cluster.toml bench [--seconds 5 | --iterations N] [--warmup K] [--op push|pull|both|step|exchange]
 //                                 [--json] [--no-progress]
+//   blockps -c cluster.toml exporter [--listen 127.0.0.1:9464] [--timeout 5]
 //
 // Exit status: 0 ok, 1 an operation failed (the message says which and why), 2 a usage error.
 #include <CLI/CLI.hpp>
@@ -20,7 +21,7 @@ void print_error(const std::string& message) { std::cerr << "blockps: ERROR: " <
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"Show, initialise, save and benchmark a blockps parameter-server cluster"};
+  CLI::App app{"Show, initialise, save, benchmark and monitor a blockps parameter-server cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // --cluster may also follow the subcommand
   std::string cluster_file;
@@ -46,8 +47,9 @@ int run(int argc, char** argv) {
   bench_cmd->add_option("--seconds", bench.seconds, "how long each operation runs (seconds)")
       ->check(CLI::Range(0.01, 86400.0))
       ->capture_default_str();
-  bench_cmd->add_option("--iterations", bench.iterations,
-                         "whole-model operations per op, instead of --seconds (0: use --seconds)")
+  bench_cmd
+      ->add_option("--iterations", bench.iterations,
+                   "whole-model operations per op, instead of --seconds (0: use --seconds)")
       ->check(CLI::Range(std::uint64_t{0}, std::uint64_t{1} << 40))
       ->capture_default_str();
   bench_cmd->add_option("--warmup", bench.warmup, "operations run first and not counted")
@@ -62,6 +64,14 @@ int run(int argc, char** argv) {
       ->capture_default_str();
   bench_cmd->add_flag("--json", bench.json, "one JSON object per op on stdout (every iteration's seconds)");
   bench_cmd->add_flag("--no-progress", no_progress, "no progress line on stderr");
+
+  ExporterOptions exporter;
+  CLI::App* exporter_cmd =
+      app.add_subcommand("exporter", "serve every shard's metrics to Prometheus over HTTP (GET /metrics)");
+  exporter_cmd->add_option("--listen", exporter.listen, "HOST:PORT to serve on")->capture_default_str();
+  exporter_cmd->add_option("--timeout", exporter.timeout_s, "seconds a shard's login may take within a scrape")
+      ->check(CLI::Range(1, 60))
+      ->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -79,6 +89,7 @@ int run(int argc, char** argv) {
   if (init_cmd->parsed()) return run_init(cluster_file, init);
   if (save_cmd->parsed()) return run_save(cluster_file, save);
   if (bench_cmd->parsed()) return run_bench(cluster_file, bench);
+  if (exporter_cmd->parsed()) return run_exporter(cluster_file, exporter);
   return kExitUsage;  // unreachable: require_subcommand(1)
 }
 

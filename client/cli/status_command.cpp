@@ -1,70 +1,18 @@
 // `blockps status`: every shard's status page (ps_backend/served_shard.cpp status_json()) as a table or JSON.
-//
-// The cluster is opened as a whole first (which also checks that the shards agree with the file). When that
-// fails, e.g. one shard is down, each shard is opened alone (as a one-shard cluster holding the bytes the
-// layout gives it) so that the pages of the others are still shown; the run then exits kExitFailed.
+// The pages are read as client/cli/status_reports.h says; when a shard's cannot be, the others are still shown
+// and the run exits kExitFailed.
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "client/blockps.h"
 #include "client/cli/commands.h"
+#include "client/cli/status_reports.h"
 #include "client/cli/table.h"
 
 namespace blockps::cli {
 namespace {
-
-// One shard's page, or why there is none.
-struct ShardReport {
-  std::string name;
-  std::optional<nlohmann::json> page;
-  std::string error;
-};
-
-// The status page text as JSON, or an error naming the shard.
-void parse_page(const std::string& source, const ShardStatusPage& page, ShardReport& report) {
-  report.name = page.shard;
-  nlohmann::json j = nlohmann::json::parse(page.json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    report.error = source + ": shard '" + page.shard + "': the status page is not a JSON object";
-    return;
-  }
-  report.page = std::move(j);
-}
-
-// Each shard alone, in parallel (a login per shard; an unreachable one should not hold up the others).
-void read_shards_one_by_one(const ClusterConfig& config, std::vector<ShardReport>& reports) {
-  const auto layout =
-      make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
-  std::vector<std::thread> readers;
-  for (std::size_t i = 0; i < config.shards.size(); ++i) {
-    readers.emplace_back([&, i] {
-      ShardReport& report = reports[i];
-      try {
-        ClusterConfig alone = config;
-        alone.shards = {config.shards[i]};
-        alone.layout = LayoutKind::stripe;
-        alone.model.size_bytes = layout->shard_bytes(i);
-        auto cluster = Cluster::open(alone);
-        if (!cluster.ok()) {
-          report.error = cluster.message();
-          return;
-        }
-        auto pages = cluster.value()->status_pages();
-        if (!pages.ok()) {
-          report.error = pages.message();
-          return;
-        }
-        parse_page(config.source, pages.value().front(), report);
-      } catch (const std::exception& e) {
-        report.error = config.source + ": shard '" + config.shards[i].name + "': " + e.what();
-      }
-    });
-  }
-  for (std::thread& t : readers) t.join();
-}
 
 std::uint64_t number_at(const nlohmann::json& page, const char* pointer) {
   const nlohmann::json::json_pointer p(pointer);
@@ -148,8 +96,8 @@ void print_rounds(const std::vector<ShardReport>& reports) {
                     {"round p50 ms"},
                     {"round p99 ms"},
                     {"state", A::left}});
-  TextTable workers({{"shard", A::left}, {"worker", A::left}, {"session"}, {"pushes"}, {"last push ms"},
-                     {"rounds behind"}});
+  TextTable workers(
+      {{"shard", A::left}, {"worker", A::left}, {"session"}, {"pushes"}, {"last push ms"}, {"rounds behind"}});
   bool any = false, any_worker = false;
   const auto ms = [](std::uint64_t ns) { return format_fixed(static_cast<double>(ns) / 1e6, 1); };
   for (const ShardReport& r : reports) {
@@ -157,17 +105,15 @@ void print_rounds(const std::vector<ShardReport>& reports) {
     any = true;
     const nlohmann::json& p = *r.page;
     const std::string reason = text_at(p, "/rounds/degraded_reason");
-    rounds.add_row({r.name,
-                    std::to_string(number_at(p, "/rounds/rounds_min")) + "-" +
-                        std::to_string(number_at(p, "/rounds/rounds_max")),
-                    std::to_string(p["rounds"]["live_workers"].size()) + "/" +
-                        std::to_string(number_at(p, "/rounds/workers")),
-                    std::to_string(number_at(p, "/rounds/min_workers")),
-                    std::to_string(number_at(p, "/rounds/parked_commands")),
-                    std::to_string(number_at(p, "/rounds/stragglers_dropped")),
-                    std::to_string(number_at(p, "/rounds/workers_dropped")),
-                    ms(number_at(p, "/rounds/round_latency/p50_ns")), ms(number_at(p, "/rounds/round_latency/p99_ns")),
-                    reason.empty() || reason == "-" ? "ok" : "DEGRADED: " + reason});
+    rounds.add_row(
+        {r.name,
+         std::to_string(number_at(p, "/rounds/rounds_min")) + "-" + std::to_string(number_at(p, "/rounds/rounds_max")),
+         std::to_string(p["rounds"]["live_workers"].size()) + "/" + std::to_string(number_at(p, "/rounds/workers")),
+         std::to_string(number_at(p, "/rounds/min_workers")), std::to_string(number_at(p, "/rounds/parked_commands")),
+         std::to_string(number_at(p, "/rounds/stragglers_dropped")),
+         std::to_string(number_at(p, "/rounds/workers_dropped")), ms(number_at(p, "/rounds/round_latency/p50_ns")),
+         ms(number_at(p, "/rounds/round_latency/p99_ns")),
+         reason.empty() || reason == "-" ? "ok" : "DEGRADED: " + reason});
     for (const auto& w : p["rounds"]["live_workers"]) {
       any_worker = true;
       workers.add_row({r.name, w.value("iqn", "?"), std::to_string(w.value("session", 0ULL)),
@@ -203,21 +149,10 @@ int run_status(const std::string& cluster_file, const StatusOptions& options) {
     print_error(config.message());
     return kExitFailed;
   }
-  std::vector<ShardReport> reports(config->shards.size());
-  for (std::size_t i = 0; i < reports.size(); ++i) reports[i].name = config->shards[i].name;
-
-  std::string cluster_error;
-  if (auto cluster = Cluster::open(config.value()); !cluster.ok()) {
-    cluster_error = cluster.message();
-  } else if (auto pages = cluster.value()->status_pages(); !pages.ok()) {
-    cluster_error = pages.message();
-  } else {
-    for (std::size_t i = 0; i < reports.size(); ++i) parse_page(config->source, pages.value()[i], reports[i]);
-  }
-  if (!cluster_error.empty()) {
-    print_error(cluster_error);
-    read_shards_one_by_one(config.value(), reports);
-  }
+  StatusReports read = read_status_reports(config.value());
+  const std::vector<ShardReport>& reports = read.shards;
+  const std::string& cluster_error = read.cluster_error;
+  if (!cluster_error.empty()) print_error(cluster_error);
 
   // Each message once: a shard that failed alone usually failed the whole cluster with the same words.
   std::set<std::string> told{cluster_error};

@@ -25,6 +25,15 @@ skip() {
   echo "INTEGRATION TEST SKIPPED: $*"
   exit 77
 }
+# Skips (exit 77, loudly) unless this runs as root with tgt's tools installed; puts /usr/sbin and /sbin on PATH.
+require_root_and_tgt() {
+  local tool
+  [ "$(id -u)" = 0 ] || skip "tgtd needs root and this is uid $(id -u)"
+  for tool in tgtd tgtadm tgt-admin; do
+    PATH=$PATH:/usr/sbin:/sbin command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh)"
+  done
+  export PATH=$PATH:/usr/sbin:/sbin
+}
 # On failure: the tail of every tgtd log of the shards recorded under $BLOCKPS_STATE_DIR (the reason is there).
 dump_shard_logs() {
   local log

@@ -11,11 +11,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
 parse_test_args "$@"
 
-[ "$(id -u)" = 0 ] || skip "tgtd needs root and this is uid $(id -u)"
-for tool in tgtd tgtadm tgt-admin; do
-  PATH=$PATH:/usr/sbin:/sbin command -v "$tool" >/dev/null || skip "$tool is not installed (scripts/setup.sh)"
-done
-export PATH=$PATH:/usr/sbin:/sbin
+require_root_and_tgt
 [ -x "$lu_io" ] || fail "--lu-io $lu_io is not an executable"
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-secure-XXXXXX")

@@ -1,0 +1,183 @@
+#include "client/cli/prometheus_metrics.h"
+
+#include <cstdio>
+#include <functional>
+#include <optional>
+
+namespace blockps::cli {
+namespace {
+
+using nlohmann::json;
+
+// A number at a JSON pointer of a page, or nothing (a page of another version may lack it).
+std::optional<double> number(const json& page, const char* pointer) {
+  const json::json_pointer p(pointer);
+  if (!page.contains(p) || !page[p].is_number()) return std::nullopt;
+  return page[p].get<double>();
+}
+
+std::string format_value(double v) {
+  char text[40];
+  std::snprintf(text, sizeof text, "%.17g", v);
+  return text;
+}
+
+// One metric family: its HELP and TYPE, then one line per sample.
+class Family {
+ public:
+  Family(std::string& out, const std::string& name, const char* type, const char* help) : out_(out), name_(name) {
+    out_ += "# HELP " + name + " " + help + "\n# TYPE " + name + " " + type + "\n";
+  }
+  // name{shard="S"[,extra]} value, or name_suffix{...} for a summary's _sum and _count.
+  void sample(const std::string& shard, double value, const std::string& extra_labels = {}, const char* suffix = "") {
+    out_ += name_ + suffix + "{shard=\"" + escape_label_value(shard) + "\"" +
+            (extra_labels.empty() ? "" : "," + extra_labels) + "} " + format_value(value) + "\n";
+  }
+
+ private:
+  std::string& out_;
+  std::string name_;
+};
+
+// A counter or gauge read from every page that has the number at `pointer`, scaled (ns -> s).
+void from_pages(std::string& out, const std::vector<ShardReport>& shards, const std::string& name, const char* type,
+                const char* help, const char* pointer, double scale = 1, bool sync_only = false) {
+  Family f(out, name, type, help);
+  for (const ShardReport& r : shards) {
+    if (!r.page || (sync_only && !r.page->contains(json::json_pointer("/rounds/rounds_closed")))) continue;
+    if (const auto v = number(*r.page, pointer)) f.sample(r.name, *v * scale);
+  }
+}
+
+// A summary from a latency object of the page ({p50_ns, p90_ns, p99_ns, total_count, total_ns}): the quantiles
+// are over the shard's recent samples, _sum and _count since it started.
+void summary(std::string& out, const std::vector<ShardReport>& shards, const std::string& name, const char* help,
+             const char* pointer) {
+  Family f(out, name, "summary", help);
+  for (const ShardReport& r : shards) {
+    if (!r.page) continue;
+    const json::json_pointer p(pointer);
+    if (!r.page->contains(p) || !(*r.page)[p].is_object()) continue;
+    const json& l = (*r.page)[p];
+    for (const auto& [q, key] : {std::pair{"0.5", "p50_ns"}, {"0.9", "p90_ns"}, {"0.99", "p99_ns"}})
+      if (l.contains(key) && l[key].is_number())
+        f.sample(r.name, l[key].get<double>() / 1e9, "quantile=\"" + std::string(q) + "\"");
+    if (l.contains("total_ns") && l["total_ns"].is_number())
+      f.sample(r.name, l["total_ns"].get<double>() / 1e9, {}, "_sum");
+    if (l.contains("total_count") && l["total_count"].is_number())
+      f.sample(r.name, l["total_count"].get<double>(), {}, "_count");
+  }
+}
+
+std::string text(const json& page, const char* pointer) {
+  const json::json_pointer p(pointer);
+  return page.contains(p) && page[p].is_string() ? page[p].get<std::string>() : "";
+}
+
+}  // namespace
+
+std::string escape_label_value(const std::string& value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::string render_prometheus(const std::vector<ShardReport>& shards, double scrape_seconds) {
+  std::string out;
+  {
+    Family up(out, "blockps_shard_up", "gauge", "1 when the shard's status page was read in this scrape, else 0");
+    for (const ShardReport& r : shards) up.sample(r.name, r.page ? 1 : 0);
+  }
+  {
+    Family info(out, "blockps_shard_info", "gauge",
+                "the shard's configuration as labels (dtype, opt, mode, device, engine); always 1");
+    for (const ShardReport& r : shards) {
+      if (!r.page) continue;
+      const json& p = *r.page;
+      std::string labels;
+      for (const auto& [label, pointer] : {std::pair{"dtype", "/shard/dtype"},
+                                           {"opt", "/shard/opt"},
+                                           {"mode", "/shard/mode"},
+                                           {"device", "/shard/device"},
+                                           {"engine", "/shard/engine"}})
+        labels += std::string(labels.empty() ? "" : ",") + label + "=\"" + escape_label_value(text(p, pointer)) + "\"";
+      info.sample(r.name, 1, labels);
+    }
+  }
+  from_pages(out, shards, "blockps_shard_size_bytes", "gauge", "the shard's size in wire bytes", "/shard/size");
+  from_pages(out, shards, "blockps_shard_block_bytes", "gauge", "the shard's aggregation block in wire bytes",
+             "/shard/block");
+  from_pages(out, shards, "blockps_learning_rate", "gauge", "the shard's current learning rate", "/shard/lr");
+  from_pages(out, shards, "blockps_shard_start_time_seconds", "gauge",
+             "when the shard was created or loaded (Unix time)", "/shard/started_unix");
+  from_pages(out, shards, "blockps_pushes_total", "counter", "gradient pushes (WRITEs of the grad LU)",
+             "/counters/pushes");
+  from_pages(out, shards, "blockps_push_bytes_total", "counter", "bytes of gradients pushed", "/counters/push_bytes");
+  from_pages(out, shards, "blockps_pulls_total", "counter", "weight pulls (READs of the grad and weights LUs)",
+             "/counters/pulls");
+  from_pages(out, shards, "blockps_pull_bytes_total", "counter", "bytes of weights pulled", "/counters/pull_bytes");
+  from_pages(out, shards, "blockps_weight_writes_total", "counter", "WRITEs of the weights LU (assignments)",
+             "/counters/weight_writes");
+  from_pages(out, shards, "blockps_weight_write_bytes_total", "counter", "bytes written to the weights LU",
+             "/counters/weight_write_bytes");
+  from_pages(out, shards, "blockps_io_errors_total", "counter", "commands the shard failed", "/counters/io_errors");
+  summary(out, shards, "blockps_aggregation_seconds",
+          "time of one optimizer step over a pushed range (async) or a closed round's block (sync)",
+          "/aggregation/latency");
+  from_pages(out, shards, "blockps_checkpoints_total", "counter", "checkpoints written", "/checkpoint/count");
+  from_pages(out, shards, "blockps_checkpoint_errors_total", "counter", "checkpoint writes that failed",
+             "/checkpoint/errors");
+  from_pages(out, shards, "blockps_last_checkpoint_timestamp_seconds", "gauge",
+             "when the last checkpoint was written (Unix time; 0: none yet)", "/checkpoint/last_unix");
+  // Sync (BSP) shards: their rounds and workers.
+  from_pages(out, shards, "blockps_rounds_closed_total", "counter", "rounds closed and applied (sync)",
+             "/rounds/rounds_closed", 1, true);
+  from_pages(out, shards, "blockps_round_min", "gauge", "the lowest round a block of the shard is in (sync)",
+             "/rounds/rounds_min", 1, true);
+  from_pages(out, shards, "blockps_round_max", "gauge", "the highest round a block of the shard is in (sync)",
+             "/rounds/rounds_max", 1, true);
+  {
+    Family live(out, "blockps_live_workers", "gauge", "workers the shard counts in its rounds now (sync)");
+    for (const ShardReport& r : shards)
+      if (r.page && r.page->contains(json::json_pointer("/rounds/live_workers")) &&
+          (*r.page)["rounds"]["live_workers"].is_array())
+        live.sample(r.name, static_cast<double>((*r.page)["rounds"]["live_workers"].size()));
+  }
+  from_pages(out, shards, "blockps_expected_workers", "gauge", "the workers= a round waits for (sync)",
+             "/rounds/workers", 1, true);
+  from_pages(out, shards, "blockps_parked_commands", "gauge", "READs and WRITEs waiting for a round (sync)",
+             "/rounds/parked_commands", 1, true);
+  from_pages(out, shards, "blockps_stragglers_dropped_total", "counter",
+             "rounds closed without a worker that was late (straggler_ms) (sync)", "/rounds/stragglers_dropped", 1,
+             true);
+  from_pages(out, shards, "blockps_workers_dropped_total", "counter",
+             "workers dropped from the rounds (session gone or worker_timeout_ms) (sync)", "/rounds/workers_dropped", 1,
+             true);
+  {
+    Family degraded(out, "blockps_degraded", "gauge",
+                    "1 when the shard fails its grad LU's commands (fewer live workers than min_workers) (sync)");
+    for (const ShardReport& r : shards)
+      if (r.page && r.page->contains(json::json_pointer("/rounds/degraded")) &&
+          (*r.page)["rounds"]["degraded"].is_boolean())
+        degraded.sample(r.name, (*r.page)["rounds"]["degraded"].get<bool>() ? 1 : 0);
+  }
+  summary(out, shards, "blockps_round_seconds", "time from a round's first push to its close (sync)",
+          "/rounds/round_latency");
+  out +=
+      "# HELP blockps_exporter_scrape_duration_seconds time this scrape took to read every shard's status page\n"
+      "# TYPE blockps_exporter_scrape_duration_seconds gauge\nblockps_exporter_scrape_duration_seconds " +
+      format_value(scrape_seconds) + "\n";
+  return out;
+}
+
+}  // namespace blockps::cli
