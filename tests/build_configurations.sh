@@ -79,7 +79,8 @@ say "Release: cmake --install of every component into $stage (DESTDIR)"
 DESTDIR=$stage cmake --install "$rel" >"$work/install.log" || { cat "$work/install.log"; die "Release: cmake --install failed"; }
 module=$(find "$stage" -name bs_blockps.so -print -quit)
 [ -n "$module" ] || die "Release: the install staged no bs_blockps.so (install log: $work/install.log)"
-for f in bin/blockps include/blockps/blockps.h; do
+for f in bin/blockps include/blockps/blockps.h lib/systemd/system/blockps-shard@.service libexec/blockps/ps-up.sh \
+  libexec/blockps/lib/blockps-tgt.sh; do
   [ -n "$(find "$stage" -path "*/$f" -print -quit)" ] || die "Release: the install staged no $f"
 done
 bash "$repo/tests/module_symbols.sh" "$module" || die "Release: $module does not load into the installed tgtd"
