@@ -64,10 +64,12 @@ Environment=BLOCKPS_CONF_DIR=$tmp
 Environment=BLOCKPS_BACKING_STORE_DIR=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
 Environment=BLOCKPS_CONTROL_OFFSET=$control_offset BLOCKPS_PORT_OFFSET=$port_offset
 CONF
-# A sanitized build's module needs the ASan runtime loaded first in tgtd (tests/build_configurations.sh).
+# A sanitized build's module needs the ASan runtime loaded first in tgtd (tests/build_configurations.sh): the
+# shard's processes get it; this script's own tools do not (pgrep deadlocks with it preloaded).
 for var in LD_PRELOAD ASAN_OPTIONS UBSAN_OPTIONS; do
   [ -z "${!var:-}" ] || echo "Environment=$var=${!var}" >>"$tmp/units/blockps-shard@.service.d/test.conf"
 done
+unset LD_PRELOAD
 cat >"$tmp/units/blockps-test.target" <<CONF
 [Unit]
 Description=blockps systemd test
