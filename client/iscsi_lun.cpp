@@ -191,9 +191,9 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
     return Status::Error(msg);
   }
   iscsi_set_header_digest(ctx, options.header_digest ? ISCSI_HEADER_DIGEST_CRC32C : ISCSI_HEADER_DIGEST_NONE);
-  // The parameters that make writes fast (ENVIRONMENT.md). libiscsi 1.19 has setters only for these two; it
-  // always offers MaxRecvDataSegmentLength, FirstBurstLength and MaxBurstLength of 262144 (lib/init.c), so
-  // those negotiate to min(262144, target's value) whatever the target allows.
+  // The parameters that make writes fast (docs/ARCHITECTURE.md, "Facts about the machines"). libiscsi 1.19 has setters
+  // only for these two; it always offers MaxRecvDataSegmentLength, FirstBurstLength and MaxBurstLength of 262144
+  // (lib/init.c), so those negotiate to min(262144, target's value) whatever the target allows.
   iscsi_set_immediate_data(ctx, ISCSI_IMMEDIATE_DATA_YES);
   iscsi_set_initial_r2t(ctx, ISCSI_INITIAL_R2T_NO);
   iscsi_set_timeout(ctx, static_cast<int>(options.timeout.count()));

@@ -25,7 +25,7 @@ struct InitSpec {
 };
 std::string to_string(const InitSpec& s);
 
-/// How pushes from several workers become optimizer steps (DESIGN.md "Aggregation semantics").
+/// How pushes from several workers become optimizer steps (docs/OPTIONS.md, "Synchronous rounds").
 struct RoundPolicy {
   enum class Mode { async, sync, ssp } mode = Mode::async;
   std::uint32_t staleness = 0;              // ssp:K: how many pushes a worker may run ahead of the slowest

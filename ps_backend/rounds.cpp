@@ -301,7 +301,7 @@ void SyncRounds::process_parked(const void* owner, const std::function<bool(int,
                                 const std::function<bool(const void*)>& aborted,
                                 const std::function<void(const Parked&)>& resubmit,
                                 const std::function<void(const Parked&, bool, const std::string&)>& fail) {
-  // Sessions that are gone: tgt has no logout callback for stores, so ask (TGT_NOTES.md "Who sent a command").
+  // Sessions that are gone: tgt has no logout callback for stores, so ask (docs/ARCHITECTURE.md, "Facts about tgt").
   std::vector<WorkerRef> members;
   {
     std::lock_guard lock(mutex_);

@@ -1,4 +1,4 @@
-// Synchronous rounds (mode=sync, DESIGN.md "Aggregation semantics"): per block and round the workers' gradients
+// Synchronous rounds (mode=sync, docs/OPTIONS.md, "Synchronous rounds"): per block and round the workers' gradients
 // are collected, averaged in f32 in a fixed worker order and applied once; worker membership; and which
 // commands must wait ("park") until a round closes. mode=ssp:K shares the membership and parking: every push is
 // applied at once, and a worker's push of a block waits while it is more than K pushes ahead of the slowest

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The module must load into the installed tgtd: every symbol it needs from outside (tgt's, libc's) must be one
-# that tgtd or the libraries tgtd loads define, and it must export register_bs_module (TGT_NOTES.md).
+# that tgtd or the libraries tgtd loads define, and it must export register_bs_module (docs/ARCHITECTURE.md,
+# "Facts about tgt").
 set -euo pipefail
 module=$1
 tgtd=${TGTD:-/usr/sbin/tgtd}

@@ -4,8 +4,8 @@
 // optimizer), so what is pushed is what is pulled: the test pins the layout positions, the alignment bounce,
 // the engines' queueing and the error path. As root, loop devices (direct I/O) over such files are real block
 // devices for the transport's device path. The run against real /dev/sdX devices of a kernel initiator (the PS
-// behind them) is in the VM issue (ENVIRONMENT.md). The file tests need no root: they run wherever the disk
-// supports O_DIRECT (not tmpfs).
+// behind them) is in the VM issue (docs/ARCHITECTURE.md, "Facts about the machines"). The file tests need no root: they
+// run wherever the disk supports O_DIRECT (not tmpfs).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <linux/magic.h>

@@ -2,7 +2,7 @@
 // libiscsi's iscsi-test-cu runs its "ALL" family (every SBC and iSCSI suite once: Read*/Write*/Verify*,
 // ReadCapacity*, WriteSame*, Unmap, PR, iSCSI cmdsn/datasn/residuals/TMF, ...) against both. The blockps LU
 // must fail no test that rdwr passes, and the only failures at all must be the 8 known tgt-core ones
-// (TGT_NOTES.md). Environment knobs:
+// (docs/ARCHITECTURE.md, "Facts about tgt"). Environment knobs:
 //   BLOCKPS_CONFORMANCE_TESTS      iscsi-test-cu -t pattern list (default "ALL")
 //   BLOCKPS_CONFORMANCE_TIMEOUT_S  per iscsi-test-cu run (default 420)
 #include <gtest/gtest.h>
@@ -31,7 +31,7 @@ constexpr const char* kInitiator1 = "iqn.2026-11.io.blockps:conformance-1";
 constexpr const char* kInitiator2 = "iqn.2026-11.io.blockps:conformance-2";
 constexpr unsigned long long kLuBytes = 64ull << 20;
 
-// Failures of a stock rdwr LU in tgt 1.0.85 itself, not of any backing store (TGT_NOTES.md).
+// Failures of a stock rdwr LU in tgt 1.0.85 itself, not of any backing store (docs/ARCHITECTURE.md, "Facts about tgt").
 const std::set<std::string>& known_tgt_core_failures() {
   static const std::set<std::string> known = {
       "GetLBAStatus.BeyondEol",   "PrinServiceactionRange.Range",   "ProutReserve.OwnershipEA",

@@ -37,7 +37,8 @@ Status TempDir::create(const std::string& prefix, const std::string& parent) {
     return Status::Error("mkdtemp(" + templ + "): " + std::strerror(errno));
   }
   path_ = buf.data();
-  // tgtd splits its backing-store argument on ',' (TGT_NOTES.md): a comma in TMPDIR would break every LUN.
+  // tgtd splits its backing-store argument on ',' (docs/ARCHITECTURE.md, "Facts about tgt"): a comma in TMPDIR would
+  // break every LUN.
   if (path_.find(',') != std::string::npos) {
     std::string bad = path_;
     remove_now();

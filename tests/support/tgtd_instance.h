@@ -22,7 +22,7 @@
 
 namespace blockps::testing {
 
-// Where tgtd loads backing-store modules from (compiled into tgtd, TGT_NOTES.md).
+// Where tgtd loads backing-store modules from (compiled into tgtd, docs/ARCHITECTURE.md, "Facts about tgt").
 inline constexpr const char* kTgtBackingStoreDir = "/usr/lib/tgt/backing-store";
 // The module directory our tgtds use: $BLOCKPS_BACKING_STORE_DIR when set (ctest sets it to the build's
 // tgt-modules/, so a test runs the module it was built with and parallel builds never share one), else
@@ -31,8 +31,9 @@ std::string tgt_module_dir();
 // tgt_module_dir()/bs_blockps.so
 std::string blockps_module_path();
 
-// The iSCSI session parameters every blockps target is set up with (ENVIRONMENT.md: writes are 3-4x faster
-// than with tgt's defaults). Name and value as `tgtadm --op update --mode target -n NAME -v VALUE` takes them.
+// The iSCSI session parameters every blockps target is set up with (docs/ARCHITECTURE.md, "Facts about the machines":
+// writes are 3-4x faster than with tgt's defaults). Name and value as `tgtadm --op update --mode target -n NAME -v
+// VALUE` takes them.
 struct SessionParameter {
   const char* name;
   const char* value;
