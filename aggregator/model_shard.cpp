@@ -161,7 +161,8 @@ std::string ModelShard::apply_gradient_f32(std::uint64_t offset, std::span<const
 }
 
 std::string ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient grad) {
-  if (!range_error(geometry_, offset, len).empty() || len == 0) return "";
+  if (std::string why = range_error(geometry_, offset, len); !why.empty()) return "push refused: " + why;
+  if (len == 0) return "";
   const OptimizerParams p = params();  // one set of hyper-parameters for the whole request
   Storage& s = *storage_;
   const std::size_t size = wire_size(geometry_.dtype);
@@ -211,7 +212,7 @@ void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) co
 }
 
 std::string ModelShard::assign_weights(std::uint64_t offset, std::span<const std::byte> in) {
-  if (!range_error(geometry_, offset, in.size()).empty()) return "";
+  if (std::string why = range_error(geometry_, offset, in.size()); !why.empty()) return "assignment refused: " + why;
   Storage& s = *storage_;
   const std::size_t size = wire_size(geometry_.dtype);
   const std::uint64_t first = offset / size;

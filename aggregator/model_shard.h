@@ -74,8 +74,9 @@ class ModelShard {
   // The data path. [offset, offset+len) must lie inside the shard and be element-aligned; callers (the SCSI
   // layer) check that first. Ranges may cover partial blocks; each touched block is locked while it changes,
   // so a concurrent read sees every block either before or after an update, never in between.
-  // A range with a range_error() is not applied: push/assign change nothing and read fills `out` with zeros.
-  // Calls that change the shard return "" or the engine's error (engine_error(); only a GPU engine fails).
+  // A range with a range_error() is not applied: push/assign change nothing and return that error ("push
+  // refused: ..."), read fills `out` with zeros. Otherwise calls that change the shard return "" or the engine's
+  // error (engine_error(); only a GPU engine fails).
 
   /// Apply one optimizer step to every element the gradient (wire dtype) covers; each touched block's step +1.
   std::string push_gradient(std::uint64_t offset, std::span<const std::byte> grad);

@@ -406,7 +406,7 @@ std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool 
     if (structural_only && !def->structural) {
       LuOptions replaced;
       replaced.config = out;
-      def->apply(key, mine, replaced);
+      if (std::string err = def->apply(key, mine, replaced); !err.empty()) return err;
       out = replaced.config;
       continue;
     }

@@ -31,8 +31,13 @@ py=/usr/bin/python3
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-exporter-XXXXXX")
 export BLOCKPS_STATE_DIR=$tmp/run
-# Controls 31701-31702, ports 43261-43262: clear of TgtdInstance (2000-29999 / 20000-32767) and the other script tests.
-export BLOCKPS_CONTROL_OFFSET=31700 BLOCKPS_PORT_OFFSET=40000
+# Controls 31701-31702, portals 41261-41262, the exporter 41270 and Prometheus 41271: clear of TgtdInstance
+# (2000-29999 / 20000-32767) and of the other script tests (the demo's portals are 43261-43262).
+export BLOCKPS_CONTROL_OFFSET=31700 BLOCKPS_PORT_OFFSET=38000
+exporter_port=41270 prom_port=41271
+for port in "$exporter_port" "$prom_port"; do
+  if ss -ltn | grep -q ":$port\b"; then fail "port $port is taken (ss -ltn): another program listens there"; fi
+done
 pids=()
 cleanup() {
   local rc=$?
@@ -48,7 +53,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # Prometheus's instant query QUERY: the first result's value, or "" when it has none yet.
 query() {
   "$py" - "$prom_port" "$1" <<'PY'
@@ -93,10 +97,8 @@ cluster=$tmp/cluster.toml
 step "the exporter and Prometheus"
 if out=$("$blockps" -c "$cluster" exporter --listen nonsense 2>&1); then fail "--listen nonsense was accepted"; fi
 grep -q "must be HOST:PORT" <<<"$out" || fail "--listen nonsense: no clear error: $out"
-exporter_port=$(free_port)
 "$blockps" -c "$cluster" exporter --listen "127.0.0.1:$exporter_port" >"$tmp/exporter.log" 2>&1 &
 pids+=($!)
-prom_port=$(free_port)
 cat >"$tmp/prometheus.yml" <<YML
 global:
   scrape_interval: 1s

@@ -192,7 +192,8 @@ TEST_F(ReconnectTest, APushWhoseAnswerWasLostIsNotSentAgain) {
   const pid_t tgtd = local_.tgtd(1).pid();
   ASSERT_EQ(::kill(tgtd, SIGSTOP), 0);
   Operation op = cluster_->exchange_async(std::as_bytes(std::span<const float>(ones_)), back_);
-  std::this_thread::sleep_for(2500ms);  // > timeout_s: the session is given up, a login attempt waits
+  // Well past timeout_s (also on a loaded machine): the session is given up, a login attempt waits.
+  std::this_thread::sleep_for(4s);
   ASSERT_EQ(::kill(tgtd, SIGCONT), 0);
   const Status s = op.wait();
   ASSERT_TRUE(s.ok()) << s.message();

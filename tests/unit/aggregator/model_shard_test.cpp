@@ -235,16 +235,18 @@ TEST(ShardGeometry, RangeErrors) {
 
 // ---- Out-of-contract calls change nothing and never crash ----------------------------------------------
 
-TEST(ModelShard, RangesOutsideTheContractAreIgnored) {
+// They are refused with the reason (not reported as success), and change nothing.
+TEST(ModelShard, RangesOutsideTheContractAreRefusedAndChangeNothing) {
   const ShardGeometry g{.bytes = 64, .dtype = WireDtype::f32, .block_bytes = 16};
   ModelShard shard(g, OptimizerParams{.kind = OptimizerKind::sum}, std::make_shared<CpuEngine>(2));
   shard.fill_weights([](std::uint64_t e) { return float(e); });
   const Snapshot before = snapshot(shard);
   const std::vector<std::byte> grad(8, std::byte{0x3f});
-  shard.push_gradient(2, grad);                      // misaligned offset
-  shard.push_gradient(60, grad);                     // runs past the end
-  shard.push_gradient(0, std::span(grad).first(6));  // partial element
-  shard.assign_weights(64, std::span(grad).first(4));
+  EXPECT_TRUE(contains(shard.push_gradient(2, grad), "push refused: ")) << "misaligned offset";
+  EXPECT_TRUE(contains(shard.push_gradient(60, grad), "64 bytes")) << "runs past the end";
+  EXPECT_TRUE(contains(shard.push_gradient(0, std::span(grad).first(6)), "length 6")) << "partial element";
+  EXPECT_TRUE(contains(shard.assign_weights(64, std::span(grad).first(4)), "assignment refused: "));
+  EXPECT_EQ(shard.push_gradient(0, {}), "") << "an empty push is no error";
   const Snapshot after = snapshot(shard);
   EXPECT_EQ(after.steps, before.steps);
   expect_bitwise_equal(after.w, before.w, "weights");
