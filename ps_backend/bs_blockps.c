@@ -65,13 +65,19 @@ static void blockps_request(struct scsi_cmd *cmd)
 	}
 }
 
-/* The session's initiator name: tgt's transport id puts it, NUL-terminated, at byte 4 (main thread only). */
+/* The session's initiator name: tgt's transport id puts it, NUL-terminated, at byte 4 (main thread only). A
+ * transport id longer than `size` is not written at all (tgt returns the length it needs), so the buffer is
+ * cleared first and that length checked. */
 static const char *initiator_name(struct scsi_cmd *cmd, char *buf, int size)
 {
 	struct tgt_driver *driver = tgt_drivers[cmd->c_target->lid];
+	int len;
 
-	if (!driver->transportid || driver->transportid(cmd->c_target->tid, cmd->cmd_itn_id, buf, size) <= 0 ||
-	    buf[4] == '\0')
+	buf[4] = '\0';
+	if (!driver->transportid)
+		return "(unknown initiator)";
+	len = driver->transportid(cmd->c_target->tid, cmd->cmd_itn_id, buf, size);
+	if (len <= 0 || len > size || buf[4] == '\0')
 		return "(unknown initiator)";
 	buf[size - 1] = '\0';
 	return buf + 4;

@@ -143,7 +143,7 @@ blockps_admission blockps_lu_admit(blockps_lu* lu, const void* handle, const uin
   try {
     if (!lu || !cdb || !worker) return BLOCKPS_ADMIT_RUN;
     const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
-    if (served && served->checks_writers() && blockps::scsi::is_write(cdb[0])) {
+    if (served && served->checks_writers() && blockps::scsi::writes_data(cdb[0])) {
       // The write runs either way: execute() refuses it there unless it was admitted here (the glue can set a
       // sense only on a command that completes through the I/O threads or asynchronously).
       served->admit_writer(handle, worker->iqn ? worker->iqn : "");
@@ -213,7 +213,10 @@ int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
   const bool read = blockps::scsi::is_read(cdb[0]), write = blockps::scsi::is_write(cdb[0]);
   if (lu->wake_fd >= 0 && (read || write)) return 1;  // may park on a round
   // A control write: its sender must be an administrator (from the options: no shard lookup on the hot path).
-  return write && lu->options.role == blockps::LuRole::status && !lu->options.admins.empty() ? 1 : 0;
+  return blockps::scsi::writes_data(cdb[0]) && lu->options.role == blockps::LuRole::status &&
+                 !lu->options.admins.empty()
+             ? 1
+             : 0;
 }
 
 void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {

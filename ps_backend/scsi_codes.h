@@ -62,5 +62,10 @@ enum Asc : std::uint16_t {
 
 inline bool is_read(std::uint8_t op) { return op == kRead6 || op == kRead10 || op == kRead12 || op == kRead16; }
 inline bool is_write(std::uint8_t op) { return op == kWrite6 || op == kWrite10 || op == kWrite12 || op == kWrite16; }
+inline bool is_write_verify(std::uint8_t op) {
+  return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16;
+}
+/// The commands whose data a status LU takes as control lines (ServedLu::execute and the admission agree).
+inline bool writes_data(std::uint8_t op) { return is_write(op) || is_write_verify(op); }
 
 }  // namespace blockps::scsi

@@ -1,6 +1,7 @@
 #include "ps_backend/served_lu.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -15,7 +16,6 @@ using namespace scsi;
 LuOutcome good() { return {}; }
 LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
 
-bool is_write_verify(std::uint8_t op) { return op == kWriteVerify10 || op == kWriteVerify12 || op == kWriteVerify16; }
 bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
 
 std::uint64_t get_be(const std::uint8_t* p, int bytes) {
@@ -35,7 +35,14 @@ ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_
     : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes), admins_(std::move(admins)) {}
 
 bool ServedLu::admit_writer(const void* handle, std::string_view initiator) {
-  const bool admin = std::find(admins_.begin(), admins_.end(), initiator) != admins_.end();
+  // iSCSI names compare without regard to case (RFC 3720 3.2.6.1: they are normalised to lower case).
+  const auto same_name = [&](const std::string& admin) {
+    return admin.size() == initiator.size() &&
+           std::equal(admin.begin(), admin.end(), initiator.begin(), [](char a, char b) {
+             return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+           });
+  };
+  const bool admin = std::any_of(admins_.begin(), admins_.end(), same_name);
   {
     std::lock_guard lock(admitted_mutex_);
     // Also on a refusal: a finished command's handle (its address) may come back as this one.
@@ -64,7 +71,7 @@ LuOutcome ServedLu::execute(const LuCommand& cmd) {
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.in.size());
       return read(cmd.offset, cmd.in.first(len));
     }
-    if (is_write(op) || is_write_verify(op)) {
+    if (writes_data(op)) {
       if (is_write_verify(op) && role_ == LuRole::grad)  // the data read back is weights, never the gradient
         return check(kIllegalRequest, kAscInvalidOpcode);
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());

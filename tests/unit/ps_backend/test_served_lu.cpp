@@ -160,6 +160,15 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.5f);
   // An admission is for one command: the same handle again (a later command at that address) is not admitted.
   EXPECT_EQ(write_as(&admin_cmd).asc, kAscAccessDeniedNoAccessRights);
+  // Names compare without regard to case; WRITE AND VERIFY carries control lines too (its verify then compares
+  // with the page and miscompares, but the line was admitted and applied).
+  EXPECT_TRUE(status.admit_writer(&admin_cmd, "IQN.2026-11.io.blockps:Admin"));
+  const std::string line2 = "lr=0.75\n";
+  std::memcpy(block.data(), line2.data(), line2.size());
+  const auto wv = cdb16(kWriteVerify16);
+  EXPECT_NE(status.execute({wv.data(), 0, 512, {}, block, &admin_cmd}).asc, kAscAccessDeniedNoAccessRights);
+  EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.75f);
+  std::memcpy(block.data(), line.data(), line.size());
   // A refusal overrides an admission left at the same address.
   EXPECT_TRUE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:admin"));
   EXPECT_FALSE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:worker"));
