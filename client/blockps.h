@@ -120,6 +120,9 @@ class Cluster {
   // (snapshot). No optimizer runs.
   Status write_weights(std::span<const std::byte> weights);
   Status read_weights(std::span<std::byte> weights);
+  // The same for global blocks [first_block, first_block + block_count), as push_blocks.
+  Status write_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> weights);
+  Status read_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights);
 
   // Every shard's status page, in cluster-file order.
   Result<std::vector<ShardStatusPage>> status_pages();

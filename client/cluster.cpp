@@ -451,10 +451,18 @@ Operation Cluster::exchange_blocks_async(std::uint64_t first_block, std::uint64_
 }
 
 Status Cluster::write_weights(std::span<const std::byte> weights) {
-  return submit(Transfer::assign_weights, 0, layout_->block_count(), {as_mutable(weights), weights.size()}, {}).wait();
+  return write_weights_blocks(0, layout_->block_count(), weights);
 }
 Status Cluster::read_weights(std::span<std::byte> weights) {
-  return submit(Transfer::read_weights, 0, layout_->block_count(), {weights.data(), weights.size()}, {}).wait();
+  return read_weights_blocks(0, layout_->block_count(), weights);
+}
+Status Cluster::write_weights_blocks(std::uint64_t first_block, std::uint64_t block_count,
+                                     std::span<const std::byte> weights) {
+  return submit(Transfer::assign_weights, first_block, block_count, {as_mutable(weights), weights.size()}, {}).wait();
+}
+Status Cluster::read_weights_blocks(std::uint64_t first_block, std::uint64_t block_count,
+                                    std::span<std::byte> weights) {
+  return submit(Transfer::read_weights, first_block, block_count, {weights.data(), weights.size()}, {}).wait();
 }
 
 Status Cluster::on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job) {

@@ -78,7 +78,7 @@ bool parse_byte_count(std::string_view text, std::uint64_t& bytes) {
   return true;
 }
 
-std::string default_initiator_iqn() {
+std::string worker_initiator_iqn(std::string_view worker) {
   char host[256] = {};
   if (::gethostname(host, sizeof host - 1) != 0 || host[0] == '\0') std::snprintf(host, sizeof host, "unknown");
   // IQN names are lower case letters, digits, '-', '.' and ':' (RFC 3720 3.2.6.3.1).
@@ -87,8 +87,10 @@ std::string default_initiator_iqn() {
     const unsigned char u = static_cast<unsigned char>(*c);
     name += std::isalnum(u) || *c == '-' || *c == '.' ? static_cast<char>(std::tolower(u)) : '-';
   }
-  return "iqn.2026-11.io.blockps:worker-" + name + "-" + std::to_string(::getpid());
+  return "iqn.2026-11.io.blockps:worker-" + name + "-" + std::string(worker);
 }
+
+std::string default_initiator_iqn() { return worker_initiator_iqn(std::to_string(::getpid())); }
 
 namespace {
 

@@ -102,7 +102,10 @@ Result<ClusterConfig> load_cluster_file(const std::string& path);
 
 // "32M" -> 33554432 (K, M, G, T binary suffixes; a plain number is bytes). False on anything else or overflow.
 bool parse_byte_count(std::string_view text, std::uint64_t& bytes);
-// The client's default initiator name: iqn.2026-11.io.blockps:worker-<hostname>-<pid>.
+// The initiator name of worker `worker` on this host: iqn.2026-11.io.blockps:worker-<hostname>-<worker>
+// (`worker` is used as it is: lower-case letters, digits, '-' and '.').
+std::string worker_initiator_iqn(std::string_view worker);
+// The client's default initiator name: worker_initiator_iqn(<pid>).
 std::string default_initiator_iqn();
 
 }  // namespace blockps

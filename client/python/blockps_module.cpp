@@ -6,6 +6,8 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -35,13 +37,10 @@ void check(const blockps::Status& s) {
   throw BlockpsError(s.message());
 }
 
-// The bytes of a C-contiguous buffer, checked against the model's size.
-std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writable, const char* what) {
+// The bytes of a C-contiguous buffer (no copy is made, so a strided one is refused).
+std::span<std::byte> contiguous_span(const py::buffer& b, bool writable, const char* what) {
   py::buffer_info info = b.request(writable);
   const auto bytes = static_cast<std::uint64_t>(info.size) * static_cast<std::uint64_t>(info.itemsize);
-  if (bytes != c.model_bytes())
-    throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes) + " bytes, the model has " +
-                          std::to_string(c.model_bytes()));
   py::ssize_t expect = info.itemsize;  // C-contiguous: strides from the last axis up
   for (auto i = info.ndim; i-- > 0;) {
     if (info.shape[static_cast<std::size_t>(i)] > 1 && info.strides[static_cast<std::size_t>(i)] != expect)
@@ -49,6 +48,15 @@ std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writ
     expect *= info.shape[static_cast<std::size_t>(i)];
   }
   return {static_cast<std::byte*>(info.ptr), static_cast<std::size_t>(bytes)};
+}
+
+// The bytes of a C-contiguous buffer, checked against the model's size.
+std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writable, const char* what) {
+  const std::span<std::byte> bytes = contiguous_span(b, writable, what);
+  if (bytes.size() != c.model_bytes())
+    throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes.size()) +
+                          " bytes, the model has " + std::to_string(c.model_bytes()));
+  return bytes;
 }
 
 // A numpy view of model wire bytes in the wire dtype (bf16 has no numpy type: its raw uint16 bits).
@@ -99,6 +107,46 @@ py::dict metrics_dict(const blockps::StepMetrics& m) {
   return d;
 }
 
+// An asynchronous operation of the Cluster, holding the Python buffers it reads and writes until it is
+// finished: dropping it (or the interpreter's exit) waits for the I/O instead of freeing memory under it.
+class PyOperation {
+ public:
+  PyOperation(blockps::Operation op, py::object grads, py::object weights)
+      : op_(std::move(op)), grads_(std::move(grads)), weights_(std::move(weights)) {}
+  PyOperation(const PyOperation&) = delete;
+  PyOperation& operator=(const PyOperation&) = delete;
+  ~PyOperation() {
+    py::gil_scoped_release release;
+    (void)op_.wait();
+  }
+  void wait() const {
+    blockps::Status s = blockps::Status::Ok();
+    {
+      py::gil_scoped_release release;
+      s = op_.wait();
+    }
+    check(s);
+  }
+  bool ready() const { return op_.ready(); }
+
+ private:
+  blockps::Operation op_;
+  py::object grads_, weights_;
+};
+
+// A blocking transfer of blocks [first, first + count) of Cluster as a Python method (the library checks the
+// buffer's size against the blocks).
+template <auto method>
+auto block_transfer(const char* what) {
+  constexpr bool writable =
+      !std::is_invocable_v<decltype(method), Cluster&, std::uint64_t, std::uint64_t, std::span<const std::byte>>;
+  return [what](Cluster& c, std::uint64_t first, std::uint64_t count, const py::buffer& buffer) {
+    const std::span<std::byte> bytes = contiguous_span(buffer, writable, what);
+    py::gil_scoped_release release;
+    check((c.*method)(first, count, bytes));
+  };
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_blockps, m) {
@@ -108,13 +156,26 @@ PYBIND11_MODULE(_blockps, m) {
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
 
   py::class_<Cluster>(m, "Cluster")
-      .def(py::init([](const std::string& cluster_file) {
-             auto c = Cluster::open(cluster_file);
+      .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker) {
+             auto config = blockps::load_cluster_file(cluster_file);
+             check(config.status());
+             // Only the default name (this process's pid) gives way to the worker's: a name the file sets
+             // stays, for the targets' ACLs, and the sessions' ISIDs still tell the workers apart.
+             if (worker && config.value().client.initiator == blockps::default_initiator_iqn())
+               config.value().client.initiator = blockps::worker_initiator_iqn(*worker);
+             py::gil_scoped_release release;
+             auto c = Cluster::open(config.value());
              check(c.status());
              return std::move(c.value());
            }),
-           py::arg("cluster_file"), "Open a cluster file (TOML) and connect every shard.")
+           py::arg("cluster_file"), py::arg("worker") = py::none(),
+           "Open a cluster file (TOML) and connect every shard. worker: this process's name within the job "
+           "(e.g. 'rank3'); without [client] initiator in the file the iSCSI name is "
+           "iqn.2026-11.io.blockps:worker-<host>-<worker> instead of ...-<pid>.")
+      .def_property_readonly("initiator", [](const Cluster& c) { return c.config().client.initiator; })
       .def_property_readonly("model_bytes", &Cluster::model_bytes)
+      .def_property_readonly("block_bytes", [](const Cluster& c) { return c.layout().block_bytes(); })
+      .def_property_readonly("block_count", [](const Cluster& c) { return c.layout().block_count(); })
       .def_property_readonly("dtype", [](const Cluster& c) { return std::string(to_string(c.config().model.dtype)); })
       .def_property_readonly("elements",
                              [](const Cluster& c) { return c.model_bytes() / element_bytes(c.config().model.dtype); })
@@ -134,6 +195,28 @@ PYBIND11_MODULE(_blockps, m) {
           py::arg("grads"), py::arg("weights"),
           "Push gradients and pull the new weights in one pipelined operation (both link directions busy); "
           "weights may be the same buffer as grads.")
+      .def(
+          "exchange_blocks_async",
+          [](Cluster& c, std::uint64_t first, std::uint64_t count, const py::buffer& grads, const py::buffer& weights) {
+            const std::span<const std::byte> g = contiguous_span(grads, false, "exchange_blocks_async (grads)");
+            const std::span<std::byte> w = contiguous_span(weights, true, "exchange_blocks_async (weights)");
+            blockps::Operation op;
+            {
+              py::gil_scoped_release release;
+              op = c.exchange_blocks_async(first, count, g, w);
+            }
+            return std::make_unique<PyOperation>(std::move(op), grads, weights);
+          },
+          py::arg("first_block"), py::arg("block_count"), py::arg("grads"), py::arg("weights"),
+          "Start a pipelined push+pull of global blocks [first_block, first_block + block_count): grads and "
+          "weights hold exactly those blocks' wire bytes. Returns an Operation; both buffers are kept alive "
+          "until it is finished.")
+      .def("write_weights_blocks", block_transfer<&Cluster::write_weights_blocks>("write_weights_blocks"),
+           py::arg("first_block"), py::arg("block_count"), py::arg("weights"),
+           "Assign the weights of blocks [first_block, first_block + block_count) (weights LUs; no optimizer).")
+      .def("read_weights_blocks", block_transfer<&Cluster::read_weights_blocks>("read_weights_blocks"),
+           py::arg("first_block"), py::arg("block_count"), py::arg("weights"),
+           "Read the weights of blocks [first_block, first_block + block_count) from the weights LUs.")
       .def("write_weights", transfer<&Cluster::write_weights>("write_weights"), py::arg("weights"),
            "Assign the weights (weights LUs; no optimizer runs).")
       .def("read_weights", transfer<&Cluster::read_weights>("read_weights"), py::arg("weights"),
@@ -145,6 +228,13 @@ PYBIND11_MODULE(_blockps, m) {
         for (const auto& p : pages.value()) out.append(py::make_tuple(p.shard, p.json));
         return out;
       });
+
+  py::class_<PyOperation>(m, "Operation")
+      .def("wait", &PyOperation::wait, "Block until every shard finished its part; raises blockps.Error on failure.")
+      .def("ready", &PyOperation::ready, "True when wait() would not block.");
+
+  m.def("worker_initiator", &blockps::worker_initiator_iqn, py::arg("worker"),
+        "The iSCSI name Cluster(..., worker=W) logs in with when the cluster file names none.");
 
   py::class_<DoubleBuffer>(m, "DoubleBuffer")
       .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, double smoothing, double safety,

@@ -30,3 +30,18 @@ if(TARGET blockps_python)
   target_compile_definitions(blockps_reconnect_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}")
 endif()
+
+# blockps.torch.DistributedOptimizer (torch_optimizer_check.py) against real shards: gradients pushed during
+# backward bit for bit, one worker = torch.optim step for step, 2 torchrun ranks agree, a killed rank, a dead shard.
+blockps_integration_test(blockps_torch_optimizer_tests test_torch_optimizer.cpp)
+target_link_libraries(blockps_torch_optimizer_tests PRIVATE blockps_test_cluster)
+if(TARGET blockps_python)
+  find_program(BLOCKPS_TORCHRUN torchrun PATHS /usr/bin NO_DEFAULT_PATH)
+  if(NOT BLOCKPS_TORCHRUN)
+    set(BLOCKPS_TORCHRUN /usr/bin/torchrun)  # python3-torch's; the test fails loudly where it is missing
+  endif()
+  add_dependencies(blockps_torch_optimizer_tests blockps_python)
+  target_compile_definitions(blockps_torch_optimizer_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
+    BLOCKPS_TORCH_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/torch_optimizer_check.py")
+endif()

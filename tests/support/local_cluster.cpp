@@ -10,8 +10,8 @@ Status LocalCluster::start(const LocalClusterShape& shape, const std::string& na
   if (Status s = dir_.create(name_prefix); !s.ok()) return s;
   const auto layout =
       make_layout(shape.layout, shape.model_bytes, shape.block_bytes, static_cast<std::size_t>(shape.shards));
-  std::string text = "[model]\nsize = " + std::to_string(shape.model_bytes) +
-                     "\ndtype = \"f32\"\nblock = " + std::to_string(shape.block_bytes) + "\n[layout]\nkind = \"" +
+  std::string text = "[model]\nsize = " + std::to_string(shape.model_bytes) + "\ndtype = \"" + shape.dtype +
+                     "\"\nblock = " + std::to_string(shape.block_bytes) + "\n[layout]\nkind = \"" +
                      std::string(to_string(shape.layout)) + "\"\n[client]\n" + shape.client_options;
   for (int s = 0; s < shape.shards; ++s) {
     const std::string iqn = target_iqn(s);

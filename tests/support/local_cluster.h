@@ -19,6 +19,7 @@ struct LocalClusterShape {
   std::uint64_t block_bytes = 256 * 1024;
   int shards = 2;
   LayoutKind layout = LayoutKind::stripe;
+  std::string dtype = "f32";                        // the cluster file's [model] dtype (match shard_options')
   std::string shard_options = "dtype=f32;opt=sum";  // bsopts after role= and size= (block= is added)
   std::string client_options;                       // lines of the cluster file's [client] section
 };

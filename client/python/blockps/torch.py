@@ -1,4 +1,9 @@
-"""PyTorch through a blockps parameter server: flat parameter/gradient views and a double-buffered step.
+"""PyTorch through a blockps parameter server.
+
+For torchrun scripts: blockps.torch.DistributedOptimizer (blockps/distributed.py): one wrapper line, pushes
+during backward, any number of ranks, BatchNorm buffers kept consistent, torch-format checkpoints.
+
+Below, the older single-process helper: flat parameter/gradient views and a double-buffered step.
 
     import blockps, blockps.torch
     cluster = blockps.Cluster("cluster.toml")
@@ -17,6 +22,7 @@ import numpy as np
 import torch
 
 from ._blockps import DoubleBuffer
+from .distributed import DistributedOptimizer, ModelLayout, torchrun_identity  # noqa: F401
 
 
 def trainable_parameters(model):

@@ -1,0 +1,438 @@
+"""blockps.torch.DistributedOptimizer: a PyTorch training script, launched by torchrun, through a blockps PS.
+
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = blockps.torch.DistributedOptimizer(optimizer, model, cluster="cluster.toml")   # the one line
+    for x, y in loader:                        # the loop is unchanged
+        optimizer.zero_grad()
+        loss_fn(model(x), y).backward()        # each parameter's blocks are pushed as soon as its gradient is ready
+        optimizer.step()                       # waits for the pulls; the model now holds the shards' new weights
+
+The shards run the optimizer: the wrapped torch optimizer only names it (its class and hyper-parameters are
+checked against every shard's, so a script cannot silently train with other settings than it says) and is
+never stepped locally. What happens, and the rules a user can rely on:
+
+- Identity: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT come from torchrun's environment (absent: rank 0 of
+  1). Each rank logs in as iqn.2026-11.io.blockps:worker-<host>-rank<RANK> (unless the cluster file names an
+  initiator), one session per shard, so each rank is one worker of a sync shard.
+- Start: rank 0 assigns its model's parameters and buffers to the shards (as DDP broadcasts rank 0's), then
+  every rank reads them back, so all ranks start from the same weights. init="ps" keeps the weights the shards
+  hold instead (resume); it is the default after a torchrun restart. Ranks meet once, at start, in a
+  torch.distributed barrier (gloo; initialised here when the script has not): never again, so a rank that dies
+  later cannot hang the others through it.
+- Layout (ModelLayout): the trainable parameters end to end in reverse registration order (backward produces
+  the last layers' gradients first, so the first blocks fill first), then, from the next block boundary, the
+  floating-point buffers. The cluster's model must hold ModelLayout.elements elements.
+- Push during backward: a hook on each parameter's gradient accumulator (torch 1.13 has no post-accumulate
+  hook: the AccumulateGrad node's hook, as Horovod does) marks the parameter ready; once every parameter
+  overlapping a block is ready, the blocks from the first unsent one are sent in buckets of bucket_bytes as
+  pipelined exchanges (each block's READ follows its WRITE), overlapping the rest of backward. step() sends
+  what is left (parameters that got no gradient push zeros), waits for every pull and installs the weights.
+- Buffers (BatchNorm running mean/var): after every step() each rank's floating-point buffers equal rank 0's
+  of that step or a later one. Rank 0 writes them to the weights LUs when its backward starts (they are final
+  after forward), before any of its pushes of that step; the others read them in step() after their pulls. On
+  sync shards a pull waits for rank 0's push of that round, which came after its buffers. Integer buffers
+  (BatchNorm's num_batches_tracked) stay local: every rank counts the same steps.
+- Wire: the cluster's dtype. f32 on CPU parameters: the parameters, gradients and pulled weights are views of
+  the pushed and pulled memory (no copy; two weight buffers alternate). bf16/f16 (the shards keep f32 master
+  weights) and CUDA parameters go through staging buffers (pinned for CUDA; a CUDA gradient's copy is waited
+  for on a submitter thread, not in backward).
+- Errors name the shard (blockps.Error / blockps.ShardUnreachableError from the library) and the parameters
+  in the failed blocks; a sync shard's parked pull has a deadline, so nothing hangs the loop.
+"""
+import math
+import os
+import queue
+import threading
+import warnings
+
+import numpy as np
+import torch
+
+from ._blockps import Cluster
+
+_WIRE_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+_PAGE = 4096  # device paths (posix transport) use O_DIRECT
+
+
+class ParameterSlot:
+    """Where one named tensor lives in the flat model: elements [offset, offset + numel)."""
+
+    def __init__(self, name, tensor, offset, is_parameter):
+        self.name, self.tensor, self.offset, self.numel = name, tensor, offset, tensor.numel()
+        self.is_parameter = is_parameter
+
+    @property
+    def end(self):
+        return self.offset + self.numel
+
+
+class ModelLayout:
+    """The flat model a DistributedOptimizer pushes and pulls (see the module's doc): parameter slots, then
+    floating-point buffer slots from a block boundary. Checkpoint export and import use the same layout."""
+
+    def __init__(self, model, block_elements):
+        self.block_elements = block_elements
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        self.parameters, offset = [], 0
+        for name, p in reversed(named):
+            self.parameters.append(ParameterSlot(name, p, offset, True))
+            offset += p.numel()
+        self.parameter_elements = offset
+        self.parameter_blocks = math.ceil(offset / block_elements)
+        offset = self.parameter_blocks * block_elements
+        self.buffer_offset = offset
+        self.buffers = []
+        for name, b in model.named_buffers():
+            if b.is_floating_point():
+                self.buffers.append(ParameterSlot(name, b, offset, False))
+                offset += b.numel()
+        self.buffer_blocks = math.ceil((offset - self.buffer_offset) / block_elements)
+        self.elements = offset if self.buffers else self.parameter_elements
+
+    def blocks_of(self, slot):
+        """The global blocks that hold any of the slot's elements."""
+        if slot.numel == 0:
+            return range(0)
+        return range(slot.offset // self.block_elements, (slot.end - 1) // self.block_elements + 1)
+
+    def names_in(self, first_block, end_block):
+        lo, hi = first_block * self.block_elements, end_block * self.block_elements
+        return [s.name for s in self.parameters + self.buffers if s.offset < hi and s.end > lo]
+
+
+def _wire_buffer(elements, dtype, pinned):
+    """A zeroed flat tensor of the wire dtype over page-aligned memory (pinned for CUDA copies)."""
+    if pinned:
+        return torch.zeros(elements, dtype=dtype, pin_memory=True)  # cudaHostAlloc: page-aligned
+    itemsize = torch.tensor([], dtype=dtype).element_size()
+    raw = np.zeros(elements * itemsize + _PAGE, np.uint8)
+    start = (-raw.ctypes.data) % _PAGE
+    return torch.from_numpy(raw[start:start + elements * itemsize]).view(dtype)
+
+
+def _bytes_of(t):
+    """The tensor's memory as a numpy array the binding can take (numpy has no bfloat16)."""
+    return t.view(torch.int16 if t.element_size() == 2 else torch.int32).numpy()
+
+
+def torchrun_identity():
+    """(rank, world size, restart count) from torchrun's environment; (0, 1, 0) outside torchrun."""
+    env = os.environ
+    try:
+        return int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1")), int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError as e:
+        raise ValueError(f"blockps: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT must be integers: {e}") from None
+
+
+def shard_optimizer_for(optimizer):
+    """The shard bsopts (opt and its hyper-parameters) that run what `optimizer` would, or ValueError."""
+    groups = optimizer.param_groups
+    keys = ("lr", "momentum", "dampening", "nesterov", "betas", "eps", "weight_decay", "amsgrad", "maximize")
+    for g in groups[1:]:
+        for k in keys:
+            if g.get(k) != groups[0].get(k):
+                raise ValueError(f"blockps: param group hyper-parameters differ ({k}: {groups[0].get(k)} vs "
+                                 f"{g.get(k)}); a shard runs one optimizer for all its elements")
+    g = groups[0]
+    if g.get("maximize") or g.get("amsgrad"):
+        raise ValueError("blockps: the shards do not run maximize=True or amsgrad=True")
+    if isinstance(optimizer, torch.optim.SGD):
+        if g["momentum"] == 0:
+            return {"opt": "sgd", "lr": g["lr"], "weight_decay": g["weight_decay"]}
+        if g["dampening"] != 0:
+            raise ValueError(f"blockps: SGD dampening={g['dampening']}: the shards' momentum has none (0)")
+        return {"opt": "momentum", "lr": g["lr"], "momentum": g["momentum"], "nesterov": int(bool(g["nesterov"])),
+                "weight_decay": g["weight_decay"]}
+    kinds = {torch.optim.AdamW: "adamw", torch.optim.Adam: "adam"}  # AdamW first: it is not an Adam subclass
+    for cls, name in kinds.items():
+        if type(optimizer) is cls:
+            return {"opt": name, "lr": g["lr"], "beta1": g["betas"][0], "beta2": g["betas"][1], "eps": g["eps"],
+                    "weight_decay": g["weight_decay"]}
+    raise ValueError(f"blockps: {type(optimizer).__name__} is not run by the shards (SGD, SGD with momentum, "
+                     "Adam, AdamW are)")
+
+
+def shard_options(cluster):
+    """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
+    import json
+    out = []
+    for shard, page in cluster.status_pages():
+        options = json.loads(page)["shard"]["options"]
+        out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
+    return out
+
+
+def check_shards_run(optimizer, cluster):
+    """ValueError naming the shard and the setting where a shard would not run what `optimizer` says."""
+    want = shard_optimizer_for(optimizer)
+    for shard, opts in shard_options(cluster):
+        for key, value in want.items():
+            have = opts.get(key)
+            same = have == value if isinstance(value, str) else (
+                have is not None and math.isclose(float(have), float(value), rel_tol=1e-6, abs_tol=1e-12))
+            if not same:
+                raise ValueError(f"blockps: shard {shard} runs {key}={have}, the script's "
+                                 f"{type(optimizer).__name__} wants {key}={value} (set it in the shard's bsopts)")
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps a torch optimizer so that training goes through a blockps PS (see the module's doc).
+
+    optimizer: the torch optimizer the shards run (checked; never stepped here). model: the module whose
+    parameters and buffers are trained. cluster: a blockps.Cluster, a cluster file path, or None for
+    $BLOCKPS_CLUSTER. init: "model" (rank 0 assigns the model's weights), "ps" (keep the shards' weights), or None
+    ("ps" after a torchrun restart, else "model"). bucket_bytes: how many ready bytes are sent together (at least
+    one block). backward_passes_per_step: backward passes accumulated before a step (gradient accumulation).
+    staging: force copies through staging buffers even for f32 CPU parameters (the CUDA path's code, testable
+    on a CPU). check_optimizer: compare the optimizer with the shards' bsopts.
+    """
+
+    def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
+                 backward_passes_per_step=1, staging=False, check_optimizer=True):
+        self.rank, self.world_size, restarts = torchrun_identity()
+        if cluster is None:
+            cluster = os.environ.get("BLOCKPS_CLUSTER")
+            if not cluster:
+                raise ValueError("blockps: no cluster: pass cluster= (a file or blockps.Cluster) or set BLOCKPS_CLUSTER")
+        self.cluster = cluster if isinstance(cluster, Cluster) else Cluster(str(cluster), worker=f"rank{self.rank}")
+        if init is None:
+            init = "ps" if restarts > 0 else "model"
+        if init not in ("model", "ps"):
+            raise ValueError(f"blockps: init={init!r}: must be 'model' or 'ps'")
+        if backward_passes_per_step < 1:
+            raise ValueError(f"blockps: backward_passes_per_step={backward_passes_per_step}: must be >= 1")
+        if check_optimizer:
+            check_shards_run(optimizer, self.cluster)
+        # The torch.optim.Optimizer surface (param_groups, state, defaults) is the wrapped optimizer's, so
+        # schedulers and state_dict() see it; its base __init__ is not run (it would regroup the parameters).
+        self.optimizer = optimizer
+        self.defaults, self.param_groups, self.state = optimizer.defaults, optimizer.param_groups, optimizer.state
+        self._sent_lr = optimizer.param_groups[0]["lr"]
+
+        wire = _WIRE_DTYPES[self.cluster.dtype]
+        block_elements = self.cluster.block_bytes // torch.tensor([], dtype=wire).element_size()
+        self.layout = layout = ModelLayout(model, block_elements)
+        self.elements = self.cluster.elements
+        if layout.elements > self.elements:
+            raise ValueError(f"blockps: the model needs {layout.elements} elements (parameters, then buffers from a "
+                             f"block boundary: blockps.torch.ModelLayout), the cluster's model has {self.elements}")
+        tensors = [s.tensor for s in layout.parameters + layout.buffers]
+        cuda = any(t.is_cuda for t in tensors)
+        self._direct = not staging and not cuda and wire == torch.float32 and all(
+            t.dtype == torch.float32 for t in tensors)
+        self._cuda = cuda
+        self._grads = _wire_buffer(self.elements, wire, cuda)
+        # Direct: the parameters are views of _weights[_current]; exchanges pull into the other one.
+        self._weights = [_wire_buffer(self.elements, wire, cuda) for _ in range(2 if self._direct else 1)]
+        self._current = 0
+        self._bucket_blocks = max(1, bucket_bytes // self.cluster.block_bytes)
+        self._passes_per_step = backward_passes_per_step
+        self._lock = threading.Lock()
+        self._ops = []  # (first block, end block, blockps Operation) of this step
+        self._submitter = None
+        if cuda:
+            self._queue = queue.Queue()
+            self._submitter = threading.Thread(target=self._submit_loop, name="blockps-submit", daemon=True)
+            self._submitter.start()
+        self._start(init)
+        self._reset_step()
+        self._accumulators = []  # the AccumulateGrad nodes: their hooks live as long as they do
+        with torch.enable_grad():
+            for i, slot in enumerate(layout.parameters):
+                node = slot.tensor.expand_as(slot.tensor).grad_fn.next_functions[0][0]
+                node.register_hook(self._hook(i))
+                self._accumulators.append(node)
+
+    # ---- start -------------------------------------------------------------------------------------------
+    def _start(self, init):
+        layout, w = self.layout, self._weights[0]
+        used_blocks = layout.buffer_offset // layout.block_elements + layout.buffer_blocks
+        if self.rank == 0 and init == "model":
+            with torch.no_grad():
+                for s in layout.parameters + layout.buffers:
+                    w[s.offset:s.end].copy_(s.tensor.detach().reshape(-1))
+            self.cluster.write_weights_blocks(0, used_blocks, _bytes_of(self._blocks(w, 0, used_blocks)))
+        if self.world_size > 1:
+            import torch.distributed as dist
+            if not dist.is_initialized():
+                if "MASTER_ADDR" not in os.environ:
+                    raise ValueError("blockps: WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT: launch with torchrun")
+                dist.init_process_group("gloo")
+            dist.barrier()
+        self.cluster.read_weights_blocks(0, used_blocks, _bytes_of(self._blocks(w, 0, used_blocks)))
+        if self._direct:
+            self._weights[1].copy_(w)
+        self._install(w, layout.parameters + layout.buffers)
+        if self._direct:
+            g = self._grads
+            for s in layout.parameters:
+                s.tensor.grad = g[s.offset:s.end].view_as(s.tensor)
+
+    def _blocks(self, flat, first, end):
+        be = self.layout.block_elements
+        return flat[first * be:min(end * be, self.elements)]
+
+    def _install(self, flat, slots):
+        """Make the slots' tensors hold `flat`'s values: views (direct) or copies."""
+        with torch.no_grad():
+            for s in slots:
+                view = flat[s.offset:s.end].view_as(s.tensor)
+                if self._direct and s.is_parameter:
+                    s.tensor.data = view
+                else:
+                    s.tensor.data.copy_(view, non_blocking=self._cuda)
+        if self._cuda:  # the next exchange may overwrite `flat` (pinned) once this returns
+            torch.cuda.current_stream().synchronize()
+
+    # ---- backward -----------------------------------------------------------------------------------------
+    def _reset_step(self):
+        self._passes = [0] * len(self.layout.parameters)
+        self._missing = [0] * self.layout.parameter_blocks
+        for s in self.layout.parameters:
+            for b in self.layout.blocks_of(s):
+                self._missing[b] += 1
+        self._frontier = 0
+        self._buffers_sent = False
+
+    def _hook(self, index):
+        def on_gradient_accumulated(*_):
+            self._gradient_ready(index)
+        return on_gradient_accumulated
+
+    def _gradient_ready(self, index, flushing=False):
+        slot = self.layout.parameters[index]
+        with self._lock:
+            if not flushing:
+                self._passes[index] += 1
+                if self._passes[index] > self._passes_per_step:
+                    raise RuntimeError(f"blockps: {slot.name} got a gradient after its push of this step (more than "
+                                       f"backward_passes_per_step={self._passes_per_step} backward passes before "
+                                       "step()); call step() after each step's backward passes")
+                if self._passes[index] < self._passes_per_step:
+                    return
+            if self.rank == 0 and self.world_size > 1 and not self._buffers_sent:
+                self._send_buffers()
+            self._stage_gradient(slot)
+            for b in self.layout.blocks_of(slot):
+                self._missing[b] -= 1
+            self._advance(flushing=False)
+
+    def _stage_gradient(self, slot):
+        target = self._grads[slot.offset:slot.end]
+        g = slot.tensor.grad
+        with torch.no_grad():
+            if g is None:
+                target.zero_()
+            elif not (self._direct and g.data_ptr() == target.data_ptr()):
+                target.copy_(g.detach().reshape(-1), non_blocking=self._cuda)
+
+    def _advance(self, flushing):
+        """Send the ready blocks from the first unsent one, a bucket at a time (the rest too when flushing)."""
+        end_all = self.layout.parameter_blocks
+        while self._frontier < end_all:
+            end = self._frontier
+            while end < end_all and self._missing[end] == 0 and end - self._frontier < self._bucket_blocks:
+                end += 1
+            if end == self._frontier or (end - self._frontier < self._bucket_blocks and end < end_all and not flushing):
+                return
+            self._send(self._frontier, end)
+            self._frontier = end
+
+    def _send(self, first, end):
+        if self._cuda:
+            event = torch.cuda.Event()
+            event.record()
+            self._queue.put((first, end, event))
+        else:
+            self._exchange(first, end)
+
+    def _exchange(self, first, end):
+        pulled = self._weights[1 - self._current] if self._direct else self._weights[0]
+        op = self.cluster.exchange_blocks_async(first, end - first, _bytes_of(self._blocks(self._grads, first, end)),
+                                                _bytes_of(self._blocks(pulled, first, end)))
+        self._ops.append((first, end, op))
+
+    def _submit_loop(self):
+        while True:
+            first, end, event = self._queue.get()
+            try:
+                event.synchronize()  # the gradient's copy to the pinned buffer is done
+                self._exchange(first, end)
+            except Exception as e:  # reported by step(), which waits for the queue
+                self._ops.append((first, end, e))
+            finally:
+                self._queue.task_done()
+
+    def _send_buffers(self):
+        layout = self.layout
+        if not layout.buffers:
+            self._buffers_sent = True
+            return
+        first = layout.buffer_offset // layout.block_elements
+        stage = self._blocks(self._weights[0] if not self._direct else self._weights[self._current],
+                              first, first + layout.buffer_blocks)
+        with torch.no_grad():
+            for s in layout.buffers:
+                stage[s.offset - layout.buffer_offset:s.end - layout.buffer_offset].copy_(s.tensor.reshape(-1))
+        self.cluster.write_weights_blocks(first, layout.buffer_blocks, _bytes_of(stage))
+        self._buffers_sent = True
+
+    # ---- the torch.optim.Optimizer surface ----------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure=None):
+        """Send what backward left, wait for every pull, install the new weights (and rank 0's buffers)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        lr = self.param_groups[0]["lr"]
+        if lr != self._sent_lr:
+            warnings.warn(f"blockps: the optimizer's lr changed to {lr}; the shards' lr is theirs (bsopts lr=, or "
+                          "an lr= control line to each status LU: docs/OPTIONS.md)", stacklevel=2)
+            self._sent_lr = lr
+        for i, passes in enumerate(self._passes):
+            if passes < self._passes_per_step:
+                self._gradient_ready(i, flushing=True)
+        with self._lock:
+            self._advance(flushing=True)
+        if self._submitter is not None:
+            self._queue.join()
+        ops, self._ops = self._ops, []
+        failure = None
+        for first, end, op in ops:
+            try:
+                if isinstance(op, Exception):
+                    raise op
+                op.wait()
+            except Exception as e:  # every operation is waited for before the first failure is raised
+                if failure is None:
+                    names = ", ".join(self.layout.names_in(first, end))
+                    failure = type(e)(f"{e} (blocks {first}..{end - 1}: parameters {names})")
+        self._reset_step()
+        if failure is not None:
+            raise failure
+        if self._direct:
+            self._current = 1 - self._current
+        self._install(self._weights[self._current], self.layout.parameters)
+        if self.rank != 0 and self.layout.buffers:
+            layout = self.layout
+            first = layout.buffer_offset // layout.block_elements
+            flat = self._weights[self._current]
+            self.cluster.read_weights_blocks(first, layout.buffer_blocks,
+                                             _bytes_of(self._blocks(flat, first, first + layout.buffer_blocks)))
+            self._install(flat, layout.buffers)
+        return loss
+
+    def zero_grad(self, set_to_none=False):
+        """Zero the gradients in place (they stay views of the pushed memory; set_to_none is ignored)."""
+        with torch.no_grad():
+            self._grads.zero_()
+            for s in self.layout.parameters:
+                if self._direct:
+                    s.tensor.grad = self._grads[s.offset:s.end].view_as(s.tensor)
+                elif s.tensor.grad is not None:
+                    s.tensor.grad.zero_()
+
+    def __repr__(self):
+        return (f"blockps.torch.DistributedOptimizer({type(self.optimizer).__name__}, rank {self.rank} of "
+                f"{self.world_size}, {self.cluster.shard_count} shards, {self.layout.elements} elements)")

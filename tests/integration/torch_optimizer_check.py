@@ -1,0 +1,192 @@
+#!/usr/bin/python3
+"""blockps.torch.DistributedOptimizer against real shards; run by test_torch_optimizer.cpp. Each mode prints
+"every check passed" and exits 0, or prints the first failed check and exits 1.
+
+    torch_optimizer_check.py exact CLUSTER [--staging] [--wire bf16]   opt=sum shards: the pushed gradients
+    torch_optimizer_check.py match CLUSTER sgd|momentum|adam            one worker = torch.optim, step for step
+    torch_optimizer_check.py worker CLUSTER OUT STEPS [--die-after K]   a rank of a job (torchrun's environment)
+    torch_optimizer_check.py compare OUT WORKERS                        the ranks' final parameters and buffers agree
+    torch_optimizer_check.py shard-down CLUSTER TGTD_PID                a dead shard: an error naming it and parameters
+"""
+import argparse
+import copy
+import os
+import signal
+import sys
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import blockps
+import blockps.torch
+
+
+def check(cond, message):
+    if not cond:
+        print(f"FAILED: {message}", flush=True)
+        sys.exit(1)
+
+
+def small_cnn():
+    """Conv + BatchNorm (running statistics: buffers) + linear: 13,618 parameters, 16 float buffers; the convolution has no bias, as
+    before any BatchNorm (its gradient would be rounding noise, which Adam magnifies to full steps)."""
+    torch.manual_seed(7)
+    return nn.Sequential(nn.Conv2d(1, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                         nn.Linear(8 * 13 * 13, 10))
+
+
+def batch(step, rank=0):
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
+
+
+def train_step(model, optimizer, step, rank=0):
+    x, y = batch(step, rank)
+    optimizer.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+
+
+def exact(args):
+    """opt=sum shards apply w += g in f32: after one step the weights must be exactly w0 + g (f32 wire: the
+    gradient of a plain backward, bit for bit; bf16 wire: w0 and g rounded to bf16, the sum rounded back)."""
+    model = small_cnn()
+    reference = copy.deepcopy(model)
+    opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
+                                             bucket_bytes=1, staging=args.staging, check_optimizer=False)
+    bf16 = args.wire == "bf16"
+    if bf16:  # the model starts from its weights as the bf16 wire carried them
+        with torch.no_grad():
+            for r in reference.parameters():
+                r.copy_(r.bfloat16().float())
+    layout = opt.layout
+    check(layout.parameter_blocks >= 3, f"the test needs several blocks, the layout has {layout.parameter_blocks}")
+    check(layout.parameters[0].name == "5.bias", f"reverse order: the first slot is {layout.parameters[0].name}")
+    train_step(reference, torch.optim.SGD(reference.parameters(), lr=1.0), 0)
+    x, y = batch(0)
+    opt.zero_grad()
+    F.cross_entropy(model(x), y).backward()
+    sent = len(opt._ops)
+    check(sent >= layout.parameter_blocks - 1,
+          f"only {sent} of {layout.parameter_blocks} blocks were sent during backward (bucket of one block)")
+    opt.step()
+    for (name, p), (_, r) in zip(model.named_parameters(), reference.named_parameters()):
+        if bf16:
+            want = (r.detach().bfloat16().float() + r.grad.bfloat16().float()).bfloat16().float()
+        else:
+            want = r.detach() + r.grad
+            check(torch.equal(p.grad, r.grad), f"{name}: the gradient in the pushed memory differs from backward's")
+        check(torch.equal(p.detach(), want), f"{name}: weights after one step are not w0 + g exactly "
+                                             f"(max diff {(p.detach() - want).abs().max().item()})")
+    print(f"exact ({'staging' if args.staging else 'direct'}, {args.wire}): {sent} blocks sent during backward")
+
+
+OPTIMIZERS = {  # what the shards of each case run (test_torch_optimizer.cpp gives them these bsopts)
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01),
+    "momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
+    "adam": lambda ps: torch.optim.Adam(ps, lr=0.01),
+}
+
+
+def match(args):
+    model = small_cnn()
+    reference = copy.deepcopy(model)
+    ref_opt = OPTIMIZERS[args.optimizer](reference.parameters())
+    opt = blockps.torch.DistributedOptimizer(OPTIMIZERS[args.optimizer](model.parameters()), model, args.cluster)
+    worst = 0.0
+    for step in range(6):
+        train_step(reference, ref_opt, step)
+        ref_opt.step()
+        train_step(model, opt, step)
+        opt.step()
+        for (name, p), (_, r) in zip(model.named_parameters(), reference.named_parameters()):
+            diff = (p.detach() - r.detach()).abs().max().item()
+            worst = max(worst, diff)
+            # The same math in another expression order (aggregator/optimizer_inl.h): f32 rounding apart.
+            check(torch.allclose(p.detach(), r.detach(), rtol=1e-5, atol=1e-6),
+                  f"{args.optimizer} step {step}: {name} differs from torch.optim by {diff}")
+    # A shard that runs another optimizer than the script's is refused, naming the setting.
+    other = torch.optim.SGD(model.parameters(), lr=0.123)
+    try:
+        blockps.torch.DistributedOptimizer(other, model, args.cluster)
+        check(False, "an optimizer the shards do not run was accepted")
+    except ValueError as e:
+        check("shard shard0 runs" in str(e), f"mismatch message: {e}")
+    print(f"match {args.optimizer}: 6 steps, largest difference {worst:.3g}")
+
+
+def worker(args):
+    rank = int(os.environ["RANK"])
+    model = small_cnn()
+    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster)
+    for step in range(args.steps):
+        if args.die_after is not None and rank == 1 and step == args.die_after:
+            print(f"rank 1 dies before step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        train_step(model, opt, step, rank)
+        opt.step()
+    state = {"parameters": {n: p.detach().clone() for n, p in model.named_parameters()},
+             "buffers": {n: b.clone() for n, b in model.named_buffers()}}
+    torch.save(state, f"{args.out}.rank{rank}.pt")
+    print(f"rank {rank}: {args.steps} steps done", flush=True)
+
+
+def compare(args):
+    states = [torch.load(f"{args.out}.rank{r}.pt") for r in range(args.workers)]
+    fresh = dict(small_cnn().named_parameters())
+    for kind in ("parameters", "buffers"):
+        for name, value in states[0][kind].items():
+            for r in range(1, args.workers):
+                check(torch.equal(states[r][kind][name], value), f"{kind} {name}: rank {r} differs from rank 0")
+    moved = max((states[0]["parameters"][n] - p.detach()).abs().max().item() for n, p in fresh.items())
+    check(moved > 1e-3, f"the parameters did not train (largest change {moved})")
+    bn_mean = states[0]["buffers"]["1.running_mean"]
+    check(bn_mean.abs().max().item() > 0, "BatchNorm's running mean never left zero")
+    print(f"compare: {args.workers} ranks hold the same parameters and buffers (largest change {moved:.3g})")
+
+
+def shard_down(args):
+    model = small_cnn()
+    opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
+                                             check_optimizer=False)
+    train_step(model, opt, 0)
+    opt.step()
+    os.kill(args.tgtd_pid, signal.SIGKILL)
+    try:
+        train_step(model, opt, 1)
+        opt.step()
+        check(False, "a step with a dead shard succeeded")
+    except blockps.Error as e:
+        check("shard 'shard1'" in str(e) and "parameters" in str(e) and "5.weight" in str(e),
+              f"the error does not name the shard and the parameters: {e}")
+        print(f"shard-down: {e}")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="mode", required=True)
+    e = sub.add_parser("exact")
+    e.add_argument("cluster")
+    e.add_argument("--staging", action="store_true")
+    e.add_argument("--wire", default="f32")
+    m = sub.add_parser("match")
+    m.add_argument("cluster")
+    m.add_argument("optimizer", choices=sorted(OPTIMIZERS))
+    w = sub.add_parser("worker")
+    w.add_argument("cluster")
+    w.add_argument("out")
+    w.add_argument("steps", type=int)
+    w.add_argument("--die-after", type=int)
+    c = sub.add_parser("compare")
+    c.add_argument("out")
+    c.add_argument("workers", type=int)
+    d = sub.add_parser("shard-down")
+    d.add_argument("cluster")
+    d.add_argument("tgtd_pid", type=int)
+    args = p.parse_args()
+    {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down}[args.mode](args)
+    print("every check passed", flush=True)
+
+
+if __name__ == "__main__":
+    main()
