@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "client/cluster_file.h"
@@ -124,6 +125,10 @@ class Cluster {
   Status write_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> weights);
   Status read_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights);
 
+  // Sends control lines ("lr=0.001", "checkpoint", ...: docs/OPTIONS.md, "Control writes") to every shard's
+  // status LU, all shards at once; the first error (a shard that refuses a line it does not know, or this
+  // initiator because it is not one of the shard's admins=) is returned.
+  Status control(std::string_view lines);
   // Every shard's status page, in cluster-file order.
   Result<std::vector<ShardStatusPage>> status_pages();
   // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands

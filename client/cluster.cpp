@@ -1,6 +1,7 @@
 // libblockps's Cluster: one I/O thread per shard owns that shard's LU sessions (libiscsi contexts are not
 // thread-safe, and one thread per shard is what lets every shard's queue stay full at once).
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
@@ -473,6 +474,19 @@ Status Cluster::on_every_shard(const std::function<Status(detail::ShardWorker&, 
     shard->post([shard, i, &job] { return job(*shard, i); }, state);
   }
   return Operation(state).wait();
+}
+
+Status Cluster::control(std::string_view lines) {
+  return on_every_shard([&](ShardWorker& shard, std::size_t) {
+    LuTransport& lu = shard.lu(LuRole::status);
+    const std::uint64_t block = lu.block_size();
+    const std::uint64_t bytes = (lines.size() + block) / block * block;         // whole blocks, at least one NUL after
+    AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
+    if (!page) return Status::Error(StatusCode::unknown, "no memory for a control write");
+    std::memcpy(page.get(), lines.data(), lines.size());
+    std::vector<LuCommand> write{{IoDirection::write, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
+    return shard.run(LuRole::status, write, {});
+  });
 }
 
 Result<std::vector<ShardStatusPage>> Cluster::status_pages() {

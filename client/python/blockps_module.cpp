@@ -221,6 +221,14 @@ PYBIND11_MODULE(_blockps, m) {
            "Assign the weights (weights LUs; no optimizer runs).")
       .def("read_weights", transfer<&Cluster::read_weights>("read_weights"), py::arg("weights"),
            "Read the weights (weights LUs) into a writable buffer of model_bytes.")
+      .def(
+          "control",
+          [](Cluster& c, const std::string& lines) {
+            py::gil_scoped_release release;
+            check(c.control(lines));
+          },
+          py::arg("lines"),
+          "Send control lines ('lr=0.001', 'checkpoint', ...; docs/OPTIONS.md) to every shard's status LU.")
       .def("status_pages", [](Cluster& c) {
         auto pages = c.status_pages();
         check(pages.status());
@@ -232,6 +240,41 @@ PYBIND11_MODULE(_blockps, m) {
   py::class_<PyOperation>(m, "Operation")
       .def("wait", &PyOperation::wait, "Block until every shard finished its part; raises blockps.Error on failure.")
       .def("ready", &PyOperation::ready, "True when wait() would not block.");
+
+  m.def(
+      "cluster_layout",
+      [](const std::string& cluster_file) {
+        auto config = blockps::load_cluster_file(cluster_file);
+        check(config.status());
+        const blockps::ClusterConfig& c = config.value();
+        const auto layout = blockps::make_layout(c.layout, c.model.size_bytes, c.model.block_bytes, c.shards.size());
+        py::array_t<std::uint64_t> places({static_cast<py::ssize_t>(layout->block_count()), py::ssize_t{4}});
+        auto p = places.mutable_unchecked<2>();
+        for (std::uint64_t b = 0; b < layout->block_count(); ++b) {
+          const blockps::BlockPlace place = layout->place(b);
+          const auto row = static_cast<py::ssize_t>(b);
+          p(row, 0) = place.shard;
+          p(row, 1) = place.shard_offset;
+          p(row, 2) = place.model_offset;
+          p(row, 3) = place.bytes;
+        }
+        py::list shards, shard_bytes;
+        for (std::size_t i = 0; i < c.shards.size(); ++i) {
+          shards.append(c.shards[i].name);
+          shard_bytes.append(layout->shard_bytes(i));
+        }
+        py::dict d;
+        d["dtype"] = std::string(to_string(c.model.dtype));
+        d["model_bytes"] = c.model.size_bytes;
+        d["block_bytes"] = c.model.block_bytes;
+        d["shards"] = shards;
+        d["shard_bytes"] = shard_bytes;
+        d["places"] = places;
+        return d;
+      },
+      py::arg("cluster_file"),
+      "Where the cluster file's layout puts each block, without connecting: dtype, model_bytes, block_bytes, "
+      "shards (names), shard_bytes, places (blocks x [shard, shard byte offset, model byte offset, bytes]).");
 
   m.def("worker_initiator", &blockps::worker_initiator_iqn, py::arg("worker"),
         "The iSCSI name Cluster(..., worker=W) logs in with when the cluster file names none.");

@@ -138,6 +138,23 @@ TEST_F(TorchOptimizerTest, DeadShardErrorNamesTheShardAndTheParameters) {
   run_check({"shard-down", local_.cluster_file(), std::to_string(local_.tgtd(1).pid())});
   (void)local_.tgtd(1).kill9();  // reap the tgtd the script killed
 }
+// Train on adam shards, have them write their checkpoints, export a torch file; plain torch loads it and its next
+// step matches the PS's. Then the other way: a torch checkpoint written as the shards' files, the shards
+// restarted on them, and their next step matches torch's.
+TEST_F(TorchOptimizerTest, TorchCheckpointRoundTrip) {
+  ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01"));
+  const std::string out = local_.cluster_file() + ".torch";
+  run_check({"checkpoint-export", local_.cluster_file(), out, local_.checkpoint_path(0), local_.checkpoint_path(1)});
+  if (HasFailure()) return;
+  for (int s = 0; s < 2; ++s) ASSERT_TRUE(local_.tgtd(s).kill9().ok());
+  run_check({"checkpoint-import", local_.cluster_file(), out, local_.checkpoint_path(0), local_.checkpoint_path(1)});
+  if (HasFailure()) return;
+  for (int s = 0; s < 2; ++s) {
+    const Status st = local_.restart_shard(s);
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+  run_check({"checkpoint-resume", local_.cluster_file(), out});
+}
 #else
 TEST(TorchOptimizerTest, Skipped) {
   GTEST_SKIP() << "TORCH OPTIMIZER TESTS SKIPPED: the Python package was not built (pybind11-dev missing at "

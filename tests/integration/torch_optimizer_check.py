@@ -7,6 +7,9 @@
     torch_optimizer_check.py worker CLUSTER OUT STEPS [--die-after K]   a rank of a job (torchrun's environment)
     torch_optimizer_check.py compare OUT WORKERS                        the ranks' final parameters and buffers agree
     torch_optimizer_check.py shard-down CLUSTER TGTD_PID                a dead shard: an error naming it and parameters
+    torch_optimizer_check.py checkpoint-export CLUSTER OUT CKPT...      adam shards: train, export, plain torch goes on
+    torch_optimizer_check.py checkpoint-import CLUSTER OUT CKPT...      OUT.next.pt -> shard checkpoint files
+    torch_optimizer_check.py checkpoint-resume CLUSTER OUT              shards started from them = torch, step for step
 """
 import argparse
 import copy
@@ -19,6 +22,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import blockps
+import blockps.distributed
 import blockps.torch
 
 
@@ -146,7 +150,8 @@ def compare(args):
 
 
 def shard_down(args):
-    model = small_cnn()
+    torch.manual_seed(7)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))  # no buffers: the first write to fail is a push
     opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
                                              check_optimizer=False)
     train_step(model, opt, 0)
@@ -157,9 +162,82 @@ def shard_down(args):
         opt.step()
         check(False, "a step with a dead shard succeeded")
     except blockps.Error as e:
-        check("shard 'shard1'" in str(e) and "parameters" in str(e) and "5.weight" in str(e),
+        check("shard 'shard1'" in str(e) and "parameters" in str(e) and "1.weight" in str(e),
               f"the error does not name the shard and the parameters: {e}")
         print(f"shard-down: {e}")
+
+
+def same_next_step(ps_model, ps_opt, model, opt, step, what):
+    """One more step on the PS and one in plain torch from the same state give the same parameters."""
+    train_step(ps_model, ps_opt, step)
+    ps_opt.step()
+    train_step(model, opt, step)
+    opt.step()
+    for (name, p), (_, r) in zip(ps_model.named_parameters(), model.named_parameters()):
+        check(torch.allclose(p.detach(), r.detach(), rtol=1e-5, atol=1e-6),
+              f"{what}: {name} after the next step differs by {(p.detach() - r.detach()).abs().max().item()}")
+
+
+def checkpoint_export(args):
+    model = small_cnn()
+    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster)
+    for step in range(3):
+        train_step(model, opt, step)
+        opt.step()
+    opt.checkpoint()
+    fresh = small_cnn()
+    blockps.torch.save_torch_checkpoint(f"{args.out}.run.pt", fresh, torch.optim.Adam(fresh.parameters(), lr=0.01),
+                                        args.cluster, args.checkpoints)
+    # Plain PyTorch: torch.load, load_state_dict into a new model and a new Adam.
+    ck = torch.load(f"{args.out}.run.pt")
+    local = small_cnn()
+    local_opt = torch.optim.Adam(local.parameters(), lr=0.01)
+    local.load_state_dict(ck["model"])
+    local_opt.load_state_dict(ck["optimizer"])
+    for (name, p), (_, r) in zip(model.named_parameters(), local.named_parameters()):
+        check(torch.equal(p.detach(), r.detach()), f"exported {name} differs from the PS's weights")
+    check(torch.equal(model[1].running_var, local[1].running_var), "exported BatchNorm running_var differs")
+    states = list(local_opt.state.values())
+    check(len(states) == 5 and all(float(s["step"]) == 3 for s in states),
+          f"Adam state: {len(states)} entries, steps {[float(s['step']) for s in states]}")
+    same_next_step(model, opt, local, local_opt, 3, "exported")
+    # The next state to import: one more local step, which the shards have not seen.
+    train_step(local, local_opt, 4)
+    local_opt.step()
+    torch.save({"model": local.state_dict(), "optimizer": local_opt.state_dict()}, f"{args.out}.next.pt")
+    # An LR scheduler's change reaches every shard (lr= control line) at the next step.
+    opt.param_groups[0]["lr"] = 0.02
+    train_step(model, opt, 5)
+    opt.step()
+    lrs = [o["lr"] for _, o in blockps.distributed.shard_options(opt.cluster)]
+    check(all(float(lr) == 0.02 for lr in lrs), f"after the lr change the shards run lr {lrs}")
+    print("checkpoint-export: the exported file continues as the PS does")
+
+
+def torch_state(path):
+    ck = torch.load(path)
+    model = small_cnn()
+    opt = torch.optim.Adam(model.parameters(), lr=0.01)
+    model.load_state_dict(ck["model"])
+    opt.load_state_dict(ck["optimizer"])
+    return model, opt
+
+
+def checkpoint_import(args):
+    model, opt = torch_state(f"{args.out}.next.pt")
+    blockps.torch.write_shard_checkpoints(model, opt, args.cluster, args.checkpoints)
+    print(f"checkpoint-import: wrote {len(args.checkpoints)} shard checkpoints")
+
+
+def checkpoint_resume(args):
+    local, local_opt = torch_state(f"{args.out}.next.pt")
+    model = small_cnn()
+    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster,
+                                             init="ps")
+    for (name, p), (_, r) in zip(model.named_parameters(), local.named_parameters()):
+        check(torch.equal(p.detach(), r.detach()), f"{name}: the shards did not start from the torch checkpoint")
+    same_next_step(model, opt, local, local_opt, 6, "imported")
+    print("checkpoint-resume: shards started from a torch checkpoint continue as torch does")
 
 
 def main():
@@ -183,8 +261,18 @@ def main():
     d = sub.add_parser("shard-down")
     d.add_argument("cluster")
     d.add_argument("tgtd_pid", type=int)
+    for mode in ("checkpoint-export", "checkpoint-import"):
+        x = sub.add_parser(mode)
+        x.add_argument("cluster")
+        x.add_argument("out")
+        x.add_argument("checkpoints", nargs="+")
+    r = sub.add_parser("checkpoint-resume")
+    r.add_argument("cluster")
+    r.add_argument("out")
     args = p.parse_args()
-    {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down}[args.mode](args)
+    {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down,
+     "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
+     "checkpoint-resume": checkpoint_resume}[args.mode](args)
     print("every check passed", flush=True)
 
 

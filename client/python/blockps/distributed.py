@@ -27,6 +27,8 @@ never stepped locally. What happens, and the rules a user can rely on:
   overlapping a block is ready, the blocks from the first unsent one are sent in buckets of bucket_bytes as
   pipelined exchanges (each block's READ follows its WRITE), overlapping the rest of backward. step() sends
   what is left (parameters that got no gradient push zeros), waits for every pull and installs the weights.
+- Learning rate: when the optimizer's lr changes (an LR scheduler), rank 0 sends lr= to every shard's status
+  LU at the next step() (the shards must accept its control lines: admins=).
 - Buffers (BatchNorm running mean/var): after every step() each rank's floating-point buffers equal rank 0's
   of that step or a later one. Rank 0 writes them to the weights LUs when its backward starts (they are final
   after forward), before any of its pushes of that step; the others read them in step() after their pulls. On
@@ -43,7 +45,6 @@ import math
 import os
 import queue
 import threading
-import warnings
 
 import numpy as np
 import torch
@@ -293,10 +294,18 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._missing[b] += 1
         self._frontier = 0
         self._buffers_sent = False
+        self._hook_failure = None
 
     def _hook(self, index):
         def on_gradient_accumulated(*_):
-            self._gradient_ready(index)
+            # Nothing is raised inside backward: an exception out of an autograd hook leaves graph nodes in the
+            # engine's thread-local state, whose destruction at exit waits for the GIL forever (torch 1.13).
+            # step() raises it instead.
+            try:
+                self._gradient_ready(index)
+            except Exception as e:
+                if self._hook_failure is None:
+                    self._hook_failure = e
         return on_gradient_accumulated
 
     def _gradient_ready(self, index, flushing=False):
@@ -310,7 +319,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                        "step()); call step() after each step's backward passes")
                 if self._passes[index] < self._passes_per_step:
                     return
-            if self.rank == 0 and self.world_size > 1 and not self._buffers_sent:
+            if self.rank == 0 and not self._buffers_sent:
                 self._send_buffers()
             self._stage_gradient(slot)
             for b in self.layout.blocks_of(slot):
@@ -374,8 +383,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         with torch.no_grad():
             for s in layout.buffers:
                 stage[s.offset - layout.buffer_offset:s.end - layout.buffer_offset].copy_(s.tensor.reshape(-1))
-        self.cluster.write_weights_blocks(first, layout.buffer_blocks, _bytes_of(stage))
         self._buffers_sent = True
+        try:
+            self.cluster.write_weights_blocks(first, layout.buffer_blocks, _bytes_of(stage))
+        except Exception as e:
+            raise type(e)(f"{e} (buffers: {', '.join(s.name for s in layout.buffers)})") from e
 
     # ---- the torch.optim.Optimizer surface ----------------------------------------------------------------
     @torch.no_grad()
@@ -386,9 +398,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             with torch.enable_grad():
                 loss = closure()
         lr = self.param_groups[0]["lr"]
-        if lr != self._sent_lr:
-            warnings.warn(f"blockps: the optimizer's lr changed to {lr}; the shards' lr is theirs (bsopts lr=, or "
-                          "an lr= control line to each status LU: docs/OPTIONS.md)", stacklevel=2)
+        if lr != self._sent_lr:  # an LR scheduler (or the script) changed it: the shards run it from now on
+            if self.rank == 0:
+                self.cluster.control(f"lr={lr!r}")
             self._sent_lr = lr
         for i, passes in enumerate(self._passes):
             if passes < self._passes_per_step:
@@ -398,7 +410,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._submitter is not None:
             self._queue.join()
         ops, self._ops = self._ops, []
-        failure = None
+        failure = self._hook_failure
         for first, end, op in ops:
             try:
                 if isinstance(op, Exception):
@@ -422,6 +434,13 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                              _bytes_of(self._blocks(flat, first, first + layout.buffer_blocks)))
             self._install(flat, layout.buffers)
         return loss
+
+    def checkpoint(self):
+        """Rank 0 asks every shard to write its checkpoint file now (weights, optimizer state, step counts, and
+        the buffers rank 0 last sent); blockps.torch.save_torch_checkpoint turns those files into torch's format.
+        Other ranks do nothing. Raises blockps.Error naming a shard that refused (see its admins=)."""
+        if self.rank == 0:
+            self.cluster.control("checkpoint")
 
     def zero_grad(self, set_to_none=False):
         """Zero the gradients in place (they stay views of the pushed memory; set_to_none is ignored)."""
