@@ -41,6 +41,7 @@ never stepped locally. What happens, and the rules a user can rely on:
 - Errors name the shard (blockps.Error / blockps.ShardUnreachableError from the library) and the parameters
   in the failed blocks; a sync shard's parked pull has a deadline, so nothing hangs the loop.
 """
+import json
 import math
 import os
 import queue
@@ -111,6 +112,11 @@ def _wire_buffer(elements, dtype, pinned):
     return torch.from_numpy(raw[start:start + elements * itemsize]).view(dtype)
 
 
+def wire_element_bytes(dtype_name):
+    """Bytes per element of the cluster dtype ("f32", "bf16", "f16")."""
+    return torch.tensor([], dtype=_WIRE_DTYPES[dtype_name]).element_size()
+
+
 def _bytes_of(t):
     """The tensor's memory as a numpy array the binding can take (numpy has no bfloat16)."""
     return t.view(torch.int16 if t.element_size() == 2 else torch.int32).numpy()
@@ -155,7 +161,6 @@ def shard_optimizer_for(optimizer):
 
 def shard_options(cluster):
     """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
-    import json
     out = []
     for shard, page in cluster.status_pages():
         options = json.loads(page)["shard"]["options"]
@@ -211,7 +216,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._sent_lr = optimizer.param_groups[0]["lr"]
 
         wire = _WIRE_DTYPES[self.cluster.dtype]
-        block_elements = self.cluster.block_bytes // torch.tensor([], dtype=wire).element_size()
+        block_elements = self.cluster.block_bytes // wire_element_bytes(self.cluster.dtype)
         self.layout = layout = ModelLayout(model, block_elements)
         self.elements = self.cluster.elements
         if layout.elements > self.elements:

@@ -24,9 +24,8 @@ import torch
 
 from . import _shard_checkpoint
 from ._blockps import cluster_layout
-from .distributed import ModelLayout, shard_optimizer_for
+from .distributed import ModelLayout, shard_optimizer_for, wire_element_bytes
 
-_WIRE_SIZE = {"f32": 4, "bf16": 2, "f16": 2}
 _STATE_NAMES = {"adam": ("exp_avg", "exp_avg_sq"), "adamw": ("exp_avg", "exp_avg_sq"),
                 "momentum": ("momentum_buffer",), "sgd": ()}
 
@@ -37,7 +36,7 @@ class _Placement:
     def __init__(self, cluster_file, checkpoint_files):
         info = cluster_layout(str(cluster_file))
         self.dtype = info["dtype"]
-        ws = _WIRE_SIZE[self.dtype]
+        ws = wire_element_bytes(self.dtype)
         self.block_bytes = info["block_bytes"]
         self.block_elements = self.block_bytes // ws
         self.elements = info["model_bytes"] // ws
