@@ -74,15 +74,6 @@ constexpr int kWorkers = 2;
 constexpr std::uint64_t kBlockBytes = 256 << 10;
 constexpr double kCeilingTarget = 0.85;
 
-// The cluster file's byte-count syntax (K/M/G/T) for the options; a short form of sizes for the output.
-bool parse_byte_size(const std::string& text, std::uint64_t& out) { return blockps::parse_byte_count(text, out); }
-std::string format_byte_size(std::uint64_t b) {
-  if (b != 0 && b % (1ull << 30) == 0) return std::to_string(b >> 30) + "G";
-  if (b != 0 && b % (1ull << 20) == 0) return std::to_string(b >> 20) + "M";
-  if (b != 0 && b % (1ull << 10) == 0) return std::to_string(b >> 10) + "K";
-  return std::to_string(b);
-}
-
 std::string shard_iqn(int s) { return "iqn.2026-11.io.blockps:bench-shard" + std::to_string(s); }
 std::string null_iqn(int s) { return "iqn.2026-11.io.blockps:bench-null" + std::to_string(s); }
 std::string rdwr_iqn(int s) { return "iqn.2026-11.io.blockps:bench-rdwr" + std::to_string(s); }
@@ -182,7 +173,9 @@ class NullWorker {
   Status connect(const TgtdInstance* tgtds, int worker, Target target = Target::null) {
     static constexpr const char* kNames[] = {"null", "direct", "rdwr"};
     for (int s = 0; s < kShards; ++s) {
-      const std::string iqn = target == Target::null ? null_iqn(s) : target == Target::direct ? shard_iqn(s) : rdwr_iqn(s);
+      const std::string iqn = target == Target::null     ? null_iqn(s)
+                              : target == Target::direct ? shard_iqn(s)
+                                                         : rdwr_iqn(s);
       if (Status st = luns_[s].connect(tgtds[s].url(iqn, 1), initiator_iqn(kNames[static_cast<int>(target)], worker));
           !st.ok())
         return st;
@@ -496,12 +489,13 @@ int main(int argc, char** argv) {
       "\n1 worker (libiscsi transport, queue depth %d, max_request %s, 2 shards), MB/s = 2 x model / time "
       "per push+pull:\n",
       opt.queue_depth, format_byte_size(opt.max_request).c_str());
-  std::printf("%-8s %10s %12s %16s %14s %14s %12s %12s %12s\n", "model", "null MB/s", "client MB/s",
-              "client/null", "push/null-wr", "pull/null-rd", "direct MB/s", "rdwr MB/s", "client/rdwr");
+  std::printf("%-8s %10s %12s %16s %14s %14s %12s %12s %12s\n", "model", "null MB/s", "client MB/s", "client/null",
+              "push/null-wr", "pull/null-rd", "direct MB/s", "rdwr MB/s", "client/rdwr");
   for (const Row& r : rows) {
-    std::printf("%-8s %10.0f %12.0f %10.3f %-5s %14.3f %14.3f %12.0f %12.0f %12.3f\n", format_byte_size(r.model).c_str(),
-                r.null1, r.client1, r.ratio1, r.ratio1 >= kCeilingTarget ? "ok" : "MISSED", r.push_ratio,
-                r.pull_ratio, r.direct1, r.rdwr1, r.client1 / r.rdwr1);
+    std::printf("%-8s %10.0f %12.0f %10.3f %-5s %14.3f %14.3f %12.0f %12.0f %12.3f\n",
+                format_byte_size(r.model).c_str(), r.null1, r.client1, r.ratio1,
+                r.ratio1 >= kCeilingTarget ? "ok" : "MISSED", r.push_ratio, r.pull_ratio, r.direct1, r.rdwr1,
+                r.client1 / r.rdwr1);
   }
   std::printf(
       "rdwr = the ceiling's code on stock tgt rdwr LUs over tmpfs (a store that copies every byte and does no "

@@ -76,7 +76,7 @@ blockps::Result<Totals> train(blockps::Cluster& cluster, const PipelineOptions& 
 int run(const std::string& model_size, int steps, int warmup, int rounds, const std::vector<double>& ratios,
         const std::vector<double>& compute_ms, bool spin) {
   std::uint64_t model_bytes = 0;
-  if (!blockps::parse_byte_count(model_size, model_bytes) || model_bytes == 0 || model_bytes % (512 * 1024) != 0) {
+  if (!blockps::parse_byte_size(model_size, model_bytes) || model_bytes == 0 || model_bytes % (512 * 1024) != 0) {
     std::fprintf(stderr, "overlap: --model-size '%s' must be a byte count that is a multiple of 512K\n",
                  model_size.c_str());
     return 2;

@@ -40,42 +40,8 @@ std::string_view to_string(PosixEngine engine) {
   return "?";
 }
 
-std::string_view to_string(LuRole role) {
-  switch (role) {
-    case LuRole::grad:
-      return "grad";
-    case LuRole::weights:
-      return "weights";
-    case LuRole::status:
-      return "status";
-  }
-  return "?";
-}
-
 const LuAddress& ShardSpec::lu(LuRole role) const {
   return role == LuRole::grad ? grad : role == LuRole::weights ? weights : status;
-}
-
-bool parse_byte_count(std::string_view text, std::uint64_t& bytes) {
-  if (text.empty()) return false;
-  std::uint64_t n = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), n);
-  if (ec != std::errc{} || end == text.data()) return false;
-  std::string_view suffix(end, static_cast<std::size_t>(text.data() + text.size() - end));
-  int shift = 0;
-  if (suffix == "K")
-    shift = 10;
-  else if (suffix == "M")
-    shift = 20;
-  else if (suffix == "G")
-    shift = 30;
-  else if (suffix == "T")
-    shift = 40;
-  else if (!suffix.empty())
-    return false;
-  if (shift != 0 && n > (~std::uint64_t{0} >> shift)) return false;
-  bytes = n << shift;
-  return true;
 }
 
 std::string worker_initiator_iqn(std::string_view worker) {
@@ -155,7 +121,7 @@ Status read_bytes(const Where& w, const toml::table& t, std::string_view key, bo
   std::uint64_t bytes = 0;
   bool parsed = false;
   if (auto s = node->value_exact<std::string>()) {
-    parsed = parse_byte_count(*s, bytes);
+    parsed = parse_byte_size(*s, bytes);
   } else if (auto i = node->value_exact<std::int64_t>()) {
     parsed = *i >= 0;
     bytes = static_cast<std::uint64_t>(*i);

@@ -31,6 +31,9 @@
 
 #include "client/layout.h"
 #include "client/status.h"
+#include "ps_backend/contract/byte_size.h"
+#include "ps_backend/contract/limits.h"
+#include "ps_backend/contract/lu_role.h"
 
 namespace blockps {
 
@@ -49,9 +52,6 @@ struct LuAddress {
   Kind kind = Kind::device_path;
   std::string text;  // the URL or the absolute path, as written
 };
-
-enum class LuRole { grad, weights, status };
-std::string_view to_string(LuRole role);
 
 struct ShardSpec {
   std::string name;
@@ -88,9 +88,8 @@ struct ClusterConfig {
 };
 
 // Limits the loader enforces (and the messages quote).
-inline constexpr std::uint64_t kLuBlockBytes = 512;                         // sizes are multiples of the LU block size
-inline constexpr std::uint64_t kMaxBlockBytes = std::uint64_t{512} * 1024;  // the shards' limit on block=
-inline constexpr std::uint64_t kMaxRequestBytes = 16ull << 20;              // one SCSI command
+inline constexpr std::uint64_t kLuBlockBytes = 512;             // sizes are multiples of the LU block size
+inline constexpr std::uint64_t kMaxRequestBytes = 16ull << 20;  // one SCSI command
 inline constexpr int kMaxQueueDepth = 1024;
 inline constexpr double kMaxReconnectSeconds = 86400;
 inline constexpr int kMaxTimeoutSeconds = 3600;
@@ -100,8 +99,6 @@ Result<ClusterConfig> parse_cluster_text(std::string_view text, const std::strin
 // Reads and parses the file at `path`.
 Result<ClusterConfig> load_cluster_file(const std::string& path);
 
-// "32M" -> 33554432 (K, M, G, T binary suffixes; a plain number is bytes). False on anything else or overflow.
-bool parse_byte_count(std::string_view text, std::uint64_t& bytes);
 // The initiator name of worker `worker` on this host: iqn.2026-11.io.blockps:worker-<hostname>-<worker>
 // (`worker` is used as it is: lower-case letters, digits, '-' and '.').
 std::string worker_initiator_iqn(std::string_view worker);

@@ -30,8 +30,6 @@ inline constexpr int kScsiTransportError = 0x0f000001;  // also: not connected, 
 inline constexpr int kScsiTransportTimeout = 0x0f000002;
 // Sense keys and ASC/ASCQ pairs used by the tests (SPC-4).
 inline constexpr int kSenseIllegalRequest = 0x05;
-inline constexpr int kSenseDataProtect = 0x07;
-inline constexpr int kSenseHardwareError = 0x04;
 inline constexpr int kAscLbaOutOfRange = 0x2100;
 
 // What one SCSI command did.
@@ -179,7 +177,6 @@ class IscsiLun {
   // Logs out (best effort) and frees the session. Safe to call when not connected.
   void disconnect();
   bool connected() const { return ctx_ != nullptr; }
-  const std::string& url() const { return url_; }
 
   std::uint64_t capacity_bytes() const { return capacity_bytes_; }
   std::uint32_t block_size() const { return block_size_; }

@@ -225,12 +225,12 @@ void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outc
   try {
     const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
     if (served && cmd && cmd->cdb) {
-      const blockps::LuCommand c{cmd->cdb,
-                                 cmd->offset,
-                                 cmd->transfer_length,
-                                 {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
-                                 {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
-                                 cmd->handle};
+      const blockps::TargetCommand c{cmd->cdb,
+                                     cmd->offset,
+                                     cmd->transfer_length,
+                                     {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
+                                     {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
+                                     cmd->handle};
       r = served->execute(c);
     }
   } catch (...) {

@@ -9,8 +9,6 @@
 namespace blockps {
 namespace {
 
-constexpr std::uint32_t kMaxBlockBytes = 512 * 1024;  // one iSER buffer (tgt's default buf_sz)
-
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -52,33 +50,36 @@ using Show = std::function<std::string(const ShardConfig&)>;
 
 struct KeyDef {
   OptionKey doc;
-  bool shard_key;    // describes the shard (merged across LUs and checked against checkpoints)
-  bool structural;   // changes the memory layout: must match a checkpoint
+  bool shard_key;   // describes the shard (merged across LUs and checked against checkpoints)
+  bool structural;  // changes the memory layout: must match a checkpoint
   Apply apply;
   Show show;
 };
 
 KeyDef float_key(std::string_view name, std::string_view def, std::string_view meaning, FloatKey k) {
-  return KeyDef{
-      {name, def, meaning}, true, false,
-      [k](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
-        float v = 0;
-        if (!parse_float(value, v) || !k.in_range(v)) return bad(key, value, k.allowed);
-        o.config.optimizer.*k.field = v;
-        return "";
-      },
-      [k](const ShardConfig& c) { return format_float(c.optimizer.*k.field); }};
+  return KeyDef{{name, def, meaning},
+                true,
+                false,
+                [k](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
+                  float v = 0;
+                  if (!parse_float(value, v) || !k.in_range(v)) return bad(key, value, k.allowed);
+                  o.config.optimizer.*k.field = v;
+                  return "";
+                },
+                [k](const ShardConfig& c) { return format_float(c.optimizer.*k.field); }};
 }
 
 // An unsigned round-policy key in [lo, hi].
 KeyDef round_key(std::string_view name, std::string_view def, std::string_view meaning,
                  std::uint32_t RoundPolicy::*field, std::uint32_t lo, std::uint32_t hi) {
-  return KeyDef{{name, def, meaning}, true, false,
+  return KeyDef{{name, def, meaning},
+                true,
+                false,
                 [=](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
                   std::uint64_t n = 0;
                   if (!parse_uint(value, n) || n < lo || n > hi)
-                    return bad(key, value, "must be a whole number from " + std::to_string(lo) + " to " +
-                                               std::to_string(hi));
+                    return bad(key, value,
+                               "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
                   o.config.rounds.*field = static_cast<std::uint32_t>(n);
                   return "";
                 },
@@ -102,14 +103,20 @@ bool parse_bool(std::string_view v, bool& out) {
 
 const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> table = {
-      {{"role", "(required)", "grad: WRITE pushes a gradient, READ pulls weights; weights: plain disk over the "
-                              "weights; status: READ gives a JSON status page, WRITE is refused"},
-       false, false,
+      {{"role", "(required)",
+        "grad: WRITE pushes a gradient, READ pulls weights; weights: plain disk over the "
+        "weights; status: READ gives a JSON status page, WRITE is refused"},
+       false,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
-         if (v == "grad") o.role = LuRole::grad;
-         else if (v == "weights") o.role = LuRole::weights;
-         else if (v == "status") o.role = LuRole::status;
-         else return bad(key, v, "must be grad, weights or status");
+         if (v == "grad")
+           o.role = LuRole::grad;
+         else if (v == "weights")
+           o.role = LuRole::weights;
+         else if (v == "status")
+           o.role = LuRole::status;
+         else
+           return bad(key, v, "must be grad, weights or status");
          return "";
        },
        nullptr},
@@ -117,7 +124,8 @@ const std::vector<KeyDef>& key_table() {
         "role=status only: the initiators whose control lines (WRITEs) are accepted, as iSCSI names separated by "
         "'|' (iqn.2026-11.io.blockps:admin|iqn...:ops); any other writer gets CHECK CONDITION ILLEGAL REQUEST, "
         "ACCESS DENIED - NO ACCESS RIGHTS (0x20/0x02). Reads of the status page stay open"},
-       false, false,
+       false,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          o.admins.clear();
          while (!v.empty()) {
@@ -134,7 +142,9 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        nullptr},
-      {{"io_threads", "4", "threads of tgt's I/O pool serving this LU (1..64)"}, false, false,
+      {{"io_threads", "4", "threads of tgt's I/O pool serving this LU (1..64)"},
+       false,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          std::uint64_t n = 0;
          if (!parse_uint(v, n) || n < 1 || n > 64) return bad(key, v, "must be a whole number from 1 to 64");
@@ -142,9 +152,11 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        nullptr},
-      {{"size", "(required for a new shard)", "shard size in wire bytes (K/M/G/T suffixes, binary); the grad "
-                                              "and weights LUs have this capacity"},
-       true, true,
+      {{"size", "(required for a new shard)",
+        "shard size in wire bytes (K/M/G/T suffixes, binary); the grad "
+        "and weights LUs have this capacity"},
+       true,
+       true,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          std::uint64_t n = 0;
          if (!parse_byte_size(v, n) || n == 0) return bad(key, v, "must be a byte count > 0, e.g. 64M");
@@ -152,7 +164,9 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return format_byte_size(c.geometry.bytes); }},
-      {{"dtype", "f32", "wire format of gradients and weights: f32, bf16, f16 (master weights are f32)"}, true, true,
+      {{"dtype", "f32", "wire format of gradients and weights: f32, bf16, f16 (master weights are f32)"},
+       true,
+       true,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          const auto d = parse_wire_dtype(v);
          if (!d) return bad(key, v, "must be f32, bf16 or f16");
@@ -160,9 +174,11 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return std::string(to_string(c.geometry.dtype)); }},
-      {{"block", "256K", "aggregation block in wire bytes: the unit of locking; a multiple of the LU block size, "
-                         "at most 512K (one iSER buffer)"},
-       true, true,
+      {{"block", "256K",
+        "aggregation block in wire bytes: the unit of locking; a multiple of the LU block size, "
+        "at most 512K (one iSER buffer)"},
+       true,
+       true,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          std::uint64_t n = 0;
          if (!parse_byte_size(v, n) || n == 0 || n > kMaxBlockBytes)
@@ -171,7 +187,9 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return format_byte_size(c.geometry.block_bytes); }},
-      {{"opt", "sgd", "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g)"}, true, true,
+      {{"opt", "sgd", "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g)"},
+       true,
+       true,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          const auto k = parse_optimizer(v);
          if (!k) return bad(key, v, "must be sgd, momentum, adam, adamw or sum");
@@ -179,11 +197,13 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return std::string(to_string(c.optimizer.kind)); }},
-      float_key("lr", "0.01", "learning rate", {&OptimizerParams::lr, [](float v) { return v >= 0; },
-                                                "must be a finite number >= 0"}),
+      float_key("lr", "0.01", "learning rate",
+                {&OptimizerParams::lr, [](float v) { return v >= 0; }, "must be a finite number >= 0"}),
       float_key("momentum", "0.9", "momentum factor mu (opt=momentum)",
                 {&OptimizerParams::momentum, [](float v) { return v >= 0 && v < 1; }, "must be in [0, 1)"}),
-      {{"nesterov", "0", "Nesterov momentum (opt=momentum): 0/1, true/false"}, true, false,
+      {{"nesterov", "0", "Nesterov momentum (opt=momentum): 0/1, true/false"},
+       true,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          if (!parse_bool(v, o.config.optimizer.nesterov)) return bad(key, v, "must be 0, 1, true or false");
          return "";
@@ -197,9 +217,11 @@ const std::vector<KeyDef>& key_table() {
                 {&OptimizerParams::eps, [](float v) { return v > 0; }, "must be a finite number > 0"}),
       float_key("weight_decay", "0", "L2 penalty (sgd, momentum, adam) or decoupled decay (adamw)",
                 {&OptimizerParams::weight_decay, [](float v) { return v >= 0; }, "must be a finite number >= 0"}),
-      {{"init", "zeros", "initial weights of a new shard: zeros, uniform:A (U(-A,A)), normal:S (N(0,S^2)), "
-                         "file:PATH (raw wire-dtype bytes, exactly size bytes)"},
-       true, false,
+      {{"init", "zeros",
+        "initial weights of a new shard: zeros, uniform:A (U(-A,A)), normal:S (N(0,S^2)), "
+        "file:PATH (raw wire-dtype bytes, exactly size bytes)"},
+       true,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          InitSpec s;
          const auto colon = v.find(':');
@@ -221,17 +243,21 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return to_string(c.init); }},
-      {{"seed", "1", "seed of the uniform/normal initialisation (the same seed gives the same weights)"}, true,
+      {{"seed", "1", "seed of the uniform/normal initialisation (the same seed gives the same weights)"},
+       true,
        false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          if (!parse_uint(v, o.config.seed)) return bad(key, v, "must be an unsigned integer");
          return "";
        },
        [](const ShardConfig& c) { return std::to_string(c.seed); }},
-      {{"mode", "async", "aggregation mode: async (every push is applied at once) or sync (BSP: per block and "
-                         "round the workers' gradients are averaged and applied once; a worker's READ of a block it "
-                         "pushed waits for that round) or ssp:K (every push applied at once; a worker's push waits "
-                         "while it is more than K pushes of a block ahead of the slowest live worker)"}, true, false,
+      {{"mode", "async",
+        "aggregation mode: async (every push is applied at once) or sync (BSP: per block and "
+        "round the workers' gradients are averaged and applied once; a worker's READ of a block it "
+        "pushed waits for that round) or ssp:K (every push applied at once; a worker's push waits "
+        "while it is more than K pushes of a block ahead of the slowest live worker)"},
+       true,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          std::uint64_t k = 0;
          o.config.rounds.staleness = 0;
@@ -248,28 +274,36 @@ const std::vector<KeyDef>& key_table() {
          return "";
        },
        [](const ShardConfig& c) { return to_string(c.rounds); }},
-      round_key("workers", "1", "sync: workers expected in every round (a round closes as soon as all of them "
-                                "pushed it)", &RoundPolicy::workers, 1, 4096),
-      round_key("min_workers", "1", "sync: fewest live workers a round may close with; below it the grad LU "
-                                    "answers NOT READY (ASC 0x04/0x03) instead of waiting", &RoundPolicy::min_workers,
-                1, 4096),
-      round_key("straggler_ms", "2000", "sync: a round closes this many ms after its first push without the "
-                                        "workers still missing (at least min_workers must have pushed)",
+      round_key("workers", "1",
+                "sync: workers expected in every round (a round closes as soon as all of them "
+                "pushed it)",
+                &RoundPolicy::workers, 1, 4096),
+      round_key("min_workers", "1",
+                "sync: fewest live workers a round may close with; below it the grad LU "
+                "answers NOT READY (ASC 0x04/0x03) instead of waiting",
+                &RoundPolicy::min_workers, 1, 4096),
+      round_key("straggler_ms", "2000",
+                "sync: a round closes this many ms after its first push without the "
+                "workers still missing (at least min_workers must have pushed)",
                 &RoundPolicy::straggler_ms, 1, 3600000),
-      round_key("worker_timeout_ms", "10000", "sync: a worker with no push for this long is dropped from the round "
-                                              "membership; also the longest a command waits parked",
+      round_key("worker_timeout_ms", "10000",
+                "sync: a worker with no push for this long is dropped from the round "
+                "membership; also the longest a command waits parked",
                 &RoundPolicy::worker_timeout_ms, 100, 3600000),
-      {{"device", "cpu", "where the weights live and the optimizer runs: cpu; gpu:N (CUDA GPU N: weights and "
-                         "state in GPU memory, READs from a pinned host mirror; refused when there is no such GPU "
-                         "or no driver); auto (gpu:0 when a GPU is usable, else cpu; the choice is logged)"},
-       true, false,
+      {{"device", "cpu",
+        "where the weights live and the optimizer runs: cpu; gpu:N (CUDA GPU N: weights and "
+        "state in GPU memory, READs from a pinned host mirror; refused when there is no such GPU "
+        "or no driver); auto (gpu:0 when a GPU is usable, else cpu; the choice is logged)"},
+       true,
+       false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          if (v != "auto" && !parse_device(v)) return bad(key, v, "must be cpu, auto or gpu:N (N = 0, 1, ...)");
          o.config.device = std::string(v);
          return "";
        },
        [](const ShardConfig& c) { return c.device; }},
-      {{"checkpoint_s", "0", "seconds between periodic checkpoints (0: only on SYNCHRONIZE CACHE and close)"}, true,
+      {{"checkpoint_s", "0", "seconds between periodic checkpoints (0: only on SYNCHRONIZE CACHE and close)"},
+       true,
        false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
          std::uint64_t n = 0;
@@ -298,9 +332,12 @@ std::string known_keys() {
 
 std::string_view to_string(RoundPolicy::Mode m) {
   switch (m) {
-    case RoundPolicy::Mode::async: return "async";
-    case RoundPolicy::Mode::sync: return "sync";
-    case RoundPolicy::Mode::ssp: return "ssp";
+    case RoundPolicy::Mode::async:
+      return "async";
+    case RoundPolicy::Mode::sync:
+      return "sync";
+    case RoundPolicy::Mode::ssp:
+      return "ssp";
   }
   return "?";
 }
@@ -309,49 +346,18 @@ std::string to_string(const RoundPolicy& p) {
   return p.mode == RoundPolicy::Mode::ssp ? "ssp:" + std::to_string(p.staleness) : std::string(to_string(p.mode));
 }
 
-std::string_view to_string(LuRole r) {
-  switch (r) {
-    case LuRole::grad: return "grad";
-    case LuRole::weights: return "weights";
-    case LuRole::status: return "status";
-  }
-  return "?";
-}
-
 std::string to_string(const InitSpec& s) {
   switch (s.kind) {
-    case InitSpec::Kind::zeros: return "zeros";
-    case InitSpec::Kind::uniform: return "uniform:" + format_float(static_cast<float>(s.scale));
-    case InitSpec::Kind::normal: return "normal:" + format_float(static_cast<float>(s.scale));
-    case InitSpec::Kind::file: return "file:" + s.path;
+    case InitSpec::Kind::zeros:
+      return "zeros";
+    case InitSpec::Kind::uniform:
+      return "uniform:" + format_float(static_cast<float>(s.scale));
+    case InitSpec::Kind::normal:
+      return "normal:" + format_float(static_cast<float>(s.scale));
+    case InitSpec::Kind::file:
+      return "file:" + s.path;
   }
   return "?";
-}
-
-bool parse_byte_size(std::string_view text, std::uint64_t& out) {
-  text = trim(text);
-  std::uint64_t mult = 1;
-  if (!text.empty()) {
-    switch (text.back()) {
-      case 'k': case 'K': mult = 1ull << 10; break;
-      case 'm': case 'M': mult = 1ull << 20; break;
-      case 'g': case 'G': mult = 1ull << 30; break;
-      case 't': case 'T': mult = 1ull << 40; break;
-      default: break;
-    }
-    if (mult != 1) text.remove_suffix(1);
-  }
-  std::uint64_t n = 0;
-  if (!parse_uint(text, n) || n > UINT64_MAX / mult) return false;
-  out = n * mult;
-  return true;
-}
-
-std::string format_byte_size(std::uint64_t bytes) {
-  static constexpr const char* kSuffix[] = {"", "K", "M", "G", "T"};
-  int i = 0;
-  while (i < 4 && bytes != 0 && bytes % 1024 == 0) bytes /= 1024, ++i;
-  return std::to_string(bytes) + kSuffix[i];
 }
 
 std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes) {
@@ -376,8 +382,10 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
   }
   if (!seen.count("role")) return OptionError{"role= is required (grad, weights or status)"};
   if (!o.admins.empty() && o.role != LuRole::status)
-    return OptionError{"admins= applies to the status LU (role=status), where control lines are written; this LU is "
-                       "role=" + std::string(to_string(o.role))};
+    return OptionError{
+        "admins= applies to the status LU (role=status), where control lines are written; this LU is "
+        "role=" +
+        std::string(to_string(o.role))};
 
   // Sizes the LU exposes must be whole LU blocks (tgt addresses by LBA) and whole elements.
   const ShardGeometry& g = o.config.geometry;

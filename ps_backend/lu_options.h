@@ -10,11 +10,11 @@
 
 #include "aggregator/model_shard.h"
 #include "aggregator/optimizer.h"
+#include "ps_backend/contract/byte_size.h"
+#include "ps_backend/contract/limits.h"
+#include "ps_backend/contract/lu_role.h"
 
 namespace blockps {
-
-enum class LuRole { grad, weights, status };
-std::string_view to_string(LuRole r);
 
 /// How a new shard's weights start (ignored when a checkpoint is loaded).
 struct InitSpec {
@@ -85,8 +85,6 @@ struct OptionKey {
 const std::vector<OptionKey>& option_keys();
 
 /// Parse "256K", "16M", "1G", "4096" (binary multiples). Nullopt-like: returns false on bad text.
-bool parse_byte_size(std::string_view text, std::uint64_t& out);
-std::string format_byte_size(std::uint64_t bytes);
 
 }  // namespace blockps
 

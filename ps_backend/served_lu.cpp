@@ -64,7 +64,7 @@ std::uint64_t ServedLu::capacity_bytes() const {
   return role_ == LuRole::status ? kStatusLuBytes : shard_->model().geometry().bytes;
 }
 
-LuOutcome ServedLu::execute(const LuCommand& cmd) {
+LuOutcome ServedLu::execute(const TargetCommand& cmd) {
   try {
     const std::uint8_t op = cmd.cdb[0];
     if (is_read(op)) {
@@ -211,7 +211,7 @@ LuOutcome ServedLu::verify(std::uint64_t offset, std::span<const std::byte> expe
   return good();
 }
 
-LuOutcome ServedLu::write_same(const LuCommand& cmd) {
+LuOutcome ServedLu::write_same(const TargetCommand& cmd) {
   if (role_ != LuRole::weights)
     return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
   const std::uint64_t cap = capacity_bytes();
@@ -243,7 +243,7 @@ LuOutcome ServedLu::write_same(const LuCommand& cmd) {
   return good();
 }
 
-LuOutcome ServedLu::or_write(const LuCommand& cmd) {
+LuOutcome ServedLu::or_write(const TargetCommand& cmd) {
   if (role_ != LuRole::weights)
     return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
   const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
@@ -253,7 +253,7 @@ LuOutcome ServedLu::or_write(const LuCommand& cmd) {
   return write(cmd.offset, merged, false);
 }
 
-LuOutcome ServedLu::synchronize_cache(const LuCommand& cmd) {
+LuOutcome ServedLu::synchronize_cache(const TargetCommand& cmd) {
   // IMMED (byte 1 bit 1) asks for completion before the data is durable; a checkpoint cannot promise that
   // afterwards, so it is refused as tgt's rdwr does.
   if (cmd.cdb[1] & 0x02) return check(kIllegalRequest, kAscInvalidFieldInCdb);

@@ -20,10 +20,11 @@ namespace blockps {
 /// Capacity of a status LU: room for the JSON page, which is NUL-padded.
 inline constexpr std::uint64_t kStatusLuBytes = 1 << 20;
 
-/// A command as the glue sees it. offset/transfer_length are in bytes (tgt has range-checked the LBA range
+/// A SCSI command as the target received it (the glue hands it to the core; the client's request is
+/// client/iscsi_lun.h LuCommand). offset/transfer_length are in bytes (tgt has range-checked the LBA range
 /// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). tgt sets transfer_length for READ and WRITE
 /// only, in 32 bits: VERIFY uses the data length and WRITE SAME the CDB's block count.
-struct LuCommand {
+struct TargetCommand {
   const std::uint8_t* cdb;
   std::uint64_t offset;
   std::uint32_t transfer_length;
@@ -46,7 +47,6 @@ class ServedLu {
   ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes,
            std::vector<std::string> admins = {});
 
-  LuRole role() const { return role_; }
   std::uint64_t capacity_bytes() const;
   ServedShard& shard() { return *shard_; }
 
@@ -58,7 +58,7 @@ class ServedLu {
   bool admit_writer(const void* handle, std::string_view initiator);
 
   /// Execute one command; never throws.
-  LuOutcome execute(const LuCommand& cmd);
+  LuOutcome execute(const TargetCommand& cmd);
 
  private:
   LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
@@ -66,9 +66,9 @@ class ServedLu {
   LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr);
   LuOutcome control(std::span<const std::byte> data, const void* handle);
   LuOutcome verify(std::uint64_t offset, std::span<const std::byte> expected);
-  LuOutcome write_same(const LuCommand& cmd);
-  LuOutcome or_write(const LuCommand& cmd);
-  LuOutcome synchronize_cache(const LuCommand& cmd);
+  LuOutcome write_same(const TargetCommand& cmd);
+  LuOutcome or_write(const TargetCommand& cmd);
+  LuOutcome synchronize_cache(const TargetCommand& cmd);
 
   const LuRole role_;
   const std::shared_ptr<ServedShard> shard_;

@@ -10,6 +10,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)blockps::parse_cluster_text(text, "fuzz.toml");
   std::uint64_t bytes = 0;
-  (void)blockps::parse_byte_count(text, bytes);
+  (void)blockps::parse_byte_size(text, bytes);
   return 0;
 }

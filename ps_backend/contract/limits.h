@@ -1,0 +1,12 @@
+// The worker-PS contract: the limits both sides check. Header-only and dependency-free (docs/ARCHITECTURE.md).
+#pragma once
+
+#include <cstdint>
+
+namespace blockps {
+
+/// The largest block (bsopts block=, a cluster file's [model] block): one iSER buffer, tgt's default buf_sz, so
+/// that a block is one RDMA transfer.
+inline constexpr std::uint64_t kMaxBlockBytes = std::uint64_t{512} * 1024;
+
+}  // namespace blockps
