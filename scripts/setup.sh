@@ -40,6 +40,9 @@ packages=(
   iperf3 python3-torch
   # the Python binding (client/python) and the main job (scripts/demo.sh): Fashion-MNIST with PyTorch, its plot
   pybind11-dev python3-dev python3-numpy python3-matplotlib dataset-fashion-mnist
+  # `demo.sh --model resnet18` and bench/cluster --workload train (torchvision's ResNet-18); `pip install
+  # client/python` offline into a venv (its test)
+  python3-torchvision python3-pip python3-venv python3-setuptools python3-wheel
 )
 
 missing=()

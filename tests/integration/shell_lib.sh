@@ -58,6 +58,20 @@ example_confs_into() { # DIR NAME...
     confs+=("$copy")
   done
 }
+# The cluster file FILE for the example shards (configs/shard0.conf, shard1.conf) started by ps-up.sh with
+# BLOCKPS_PORT_OFFSET: their 32M model in 256K blocks, LUNs 1 grad, 2 weights, 3 status; INITIATOR, when given,
+# becomes [client] initiator.
+example_cluster_file() { # FILE [INITIATOR]
+  local s url
+  {
+    printf '[model]\nsize = "32M"\ndtype = "f32"\nblock = "256K"\n'
+    [ -z "${2:-}" ] || printf '[client]\ninitiator = "%s"\n' "$2"
+    for s in 0 1; do
+      url="iscsi://127.0.0.1:$((3261 + s + ${BLOCKPS_PORT_OFFSET:-0}))/iqn.2026-11.io.blockps:shard$s"
+      printf '[[shard]]\nname = "shard%s"\ngrad = "%s/1"\nweights = "%s/2"\nstatus = "%s/3"\n' "$s" "$url" "$url" "$url"
+    done
+  } >"$1"
+}
 # The end of a test's EXIT trap, after its own clean-up: shard logs on failure, the scratch directory TMP
 # removed (kept with BLOCKPS_KEEP_TMP set), and the test's exit status RC kept.
 finish_test() { # RC TMP

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# bench/cluster cannot rot: its --help, its refusals, and a tiny real run (2 workers, 2 dedicated shard hosts, a
+# bench/cluster cannot rot: its --help, its refusals, a tiny real run (2 workers, 2 dedicated shard hosts, a
 # 4M model on 100 Mbit/s links, async) that must print every figure (iperf3 both ways, step, exchange, gloo) and
-# leave no namespace, tgtd or work directory behind. Not timed: the figures are checked for presence and sanity
+# leave no namespace, tgtd or work directory behind, and a tiny training workload (--workload train: the MLP for
+# 0.05 epochs over DDP and sync shards) that must report both runs against the link bound. Not timed: the figures are checked for presence and sanity
 # (a step cannot beat its ideal at the nominal rate by more than the measurement's noise), not for speed.
 # Skipped (77) without root, iperf3, tc's tbf or python3-torch, said loudly.
 #   test_bench_cluster.sh --repo REPO --build-dir BUILD
@@ -26,7 +27,7 @@ step "--help names every option"
 "$cluster" --help >"$tmp/help" || fail "--help exited $?"
 for option in --workers --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
   --exchange-writes --mtu \
-  --iperf-seconds --prefix --build-dir --keep; do
+  --iperf-seconds --prefix --build-dir --keep --workload --model --epochs --batch --evals-per-epoch --runs --plot; do
   grep -q -- "$option" "$tmp/help" || fail "--help does not mention $option"
 done
 
@@ -43,6 +44,9 @@ refused "--rate '1gbps': must be a whole number with kbit, mbit or gbit" --rate 
 refused "--model-size '768K': must be a non-zero multiple of 2 shards x 256K" --model-size 768K
 refused "--workers '0': must be a whole number in 1..64" --workers 0
 refused "unknown argument '--fast'" --fast
+refused "--workload 'bert': must be pushpull or train" --workload bert
+refused "--runs: unknown run 'horovod'" --workload train --runs ddp,horovod
+refused "--epochs '0': must be a number > 0" --workload train --epochs 0
 
 [ "$(id -u)" = 0 ] || skip "bench/cluster needs root (network namespaces, tgtd)"
 command -v iperf3 >/dev/null || skip "iperf3 is not installed (scripts/setup.sh installs it)"
@@ -84,3 +88,18 @@ for op in step exchange; do
     fail "no link use line for '$op'"
 done
 grep -Eq "^cluster: cpu busy .*: step [0-9]+%, exchange [0-9]+%$" "$tmp/run" || fail "no cpu busy line with both runs"
+
+step "a tiny training workload: the MLP, 0.05 epochs, DDP and sync shards on 100mbit links"
+rc=0
+"$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --shards 2 --rate 100mbit --iperf-seconds 1 \
+  --workload train --model mlp --epochs 0.05 --evals-per-epoch 40 --runs ddp,ps-sync >"$tmp/train" 2>&1 || rc=$?
+cat "$tmp/train"
+[ "$rc" -eq 0 ] || fail "bench/cluster --workload train exited $rc"
+if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
+for run in ddp ps-sync; do
+  # The run's evaluations (rank 0's lines), its report row, and its images/s against the link bound.
+  grep -Eq "^cluster: +$run epoch +0\.0[0-9] +loss [0-9.]+ +test acc +[0-9.]+%" "$tmp/train" || fail "no evaluation line of $run"
+  grep -Eq "^cluster: $run +mlp +2 +0\.0[0-9] +[0-9.]+% " "$tmp/train" || fail "no report row of $run"
+  awk -v run="$run" '$2 == run && /of the link bound/ { found = 1; if ($(NF - 4) <= 0 || $(NF - 4) > 1.05) bad = 1 }
+       END { exit !found || bad }' "$tmp/train" || fail "no plausible fraction of the link bound for $run"
+done

@@ -84,15 +84,8 @@ confs=()
 example_confs_into "$tmp" shard0 shard1
 step "ps-up configs/shard0.conf configs/shard1.conf"
 "$repo/scripts/ps-up.sh" "${confs[@]}" || fail "ps-up could not start the example shards"
-url() { echo "iscsi://127.0.0.1:$((3261 + $1 + BLOCKPS_PORT_OFFSET))/iqn.2026-11.io.blockps:shard$1/$2"; }
 cluster=$tmp/cluster.toml
-{
-  printf '[model]\nsize = "32M"\ndtype = "f32"\nblock = "256K"\n[client]\ninitiator = "iqn.2026-11.io.blockps:exporter-test"\n'
-  for s in 0 1; do
-    printf '[[shard]]\nname = "shard%s"\ngrad = "%s"\nweights = "%s"\nstatus = "%s"\n' "$s" "$(url "$s" 1)" \
-      "$(url "$s" 2)" "$(url "$s" 3)"
-  done
-} >"$cluster"
+example_cluster_file "$cluster" iqn.2026-11.io.blockps:exporter-test
 
 step "the exporter and Prometheus"
 if out=$("$blockps" -c "$cluster" exporter --listen nonsense 2>&1); then fail "--listen nonsense was accepted"; fi

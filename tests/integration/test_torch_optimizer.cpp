@@ -138,6 +138,14 @@ TEST_F(TorchOptimizerTest, DeadShardErrorNamesTheShardAndTheParameters) {
   run_check({"shard-down", local_.cluster_file(), std::to_string(local_.tgtd(1).pid())});
   (void)local_.tgtd(1).kill9();  // reap the tgtd the script killed
 }
+// Wrong inputs (a model larger than the cluster's, init=, backward_passes_per_step=0, another lr, the wrong
+// number of checkpoint files, bad bsopts, an optimizer the shards do not run) get a ValueError naming the
+// problem; nothing reaches the shards' files, and the shards still train afterwards.
+TEST_F(TorchOptimizerTest, WrongInputsAreRefusedWithTheirReason) {
+  ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01"));
+  run_check({"bad-input", local_.cluster_file(), local_.cluster_file() + ".bad", local_.checkpoint_path(0),
+             local_.checkpoint_path(1)});
+}
 // Train on adam shards, have them write their checkpoints, export a torch file; plain torch loads it and its next
 // step matches the PS's. Then the other way: a torch checkpoint written as the shards' files, the shards
 // restarted on them, and their next step matches torch's.

@@ -10,6 +10,7 @@
     torch_optimizer_check.py checkpoint-export CLUSTER OUT CKPT...      adam shards: train, export, plain torch goes on
     torch_optimizer_check.py checkpoint-import CLUSTER OUT CKPT...      OUT.next.pt -> shard checkpoint files
     torch_optimizer_check.py checkpoint-resume CLUSTER OUT              shards started from them = torch, step for step
+    torch_optimizer_check.py bad-input CLUSTER OUT CKPT...              wrong inputs: a clear ValueError, shards intact
 """
 import argparse
 import copy
@@ -240,6 +241,62 @@ def checkpoint_resume(args):
     print("checkpoint-resume: shards started from a torch checkpoint continue as torch does")
 
 
+def expect_value_error(what, expected, call):
+    try:
+        call()
+    except ValueError as e:
+        check(expected in str(e), f"{what}: the error does not say '{expected}': {e}")
+        print(f"bad-input: {what}: {e}")
+        return
+    check(False, f"{what}: accepted")
+
+
+def bad_input(args):
+    """adam lr=0.01 shards of 32768 elements. Every wrong input is refused with a ValueError that says what is
+    wrong, before anything reaches the shards or the files: the live checkpoint files stay as they were."""
+    adam = lambda m: torch.optim.Adam(m.parameters(), lr=0.01)  # noqa: E731
+    trained = small_cnn()
+    trained_opt = blockps.torch.DistributedOptimizer(adam(trained), trained, args.cluster)
+    train_step(trained, trained_opt, 0)
+    trained_opt.step()
+    trained_opt.checkpoint()  # the shards' files exist from here on
+    big = nn.Linear(784, 100)  # 78,500 parameters
+    expect_value_error("a model larger than the cluster's", "the model needs 78500 elements",
+                       lambda: blockps.torch.DistributedOptimizer(adam(big), big, args.cluster))
+    model = small_cnn()
+    expect_value_error("init='resume'", "init='resume': must be 'model' or 'ps'",
+                       lambda: blockps.torch.DistributedOptimizer(adam(model), model, args.cluster, init="resume"))
+    expect_value_error("backward_passes_per_step=0", "backward_passes_per_step=0: must be >= 1",
+                       lambda: blockps.torch.DistributedOptimizer(adam(model), model, args.cluster,
+                                                                  backward_passes_per_step=0))
+    expect_value_error("another lr than the shards'", "runs lr=0.01",
+                       lambda: blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.1),
+                                                                  model, args.cluster))
+    before = [open(path, "rb").read() for path in args.checkpoints]
+    expect_value_error("one checkpoint file for 2 shards", "1 checkpoint files for the cluster's 2 shards",
+                       lambda: blockps.torch.save_torch_checkpoint(f"{args.out}.bad.pt", model, adam(model),
+                                                                   args.cluster, args.checkpoints[:1]))
+    expect_value_error("3 checkpoint files for 2 shards", "3 checkpoint files for the cluster's 2 shards",
+                       lambda: blockps.torch.write_shard_checkpoints(model, adam(model), args.cluster,
+                                                                     args.checkpoints + [f"{args.out}.third"]))
+    targets = [f"{args.out}.new{i}" for i in range(2)]
+    expect_value_error("bad bsopts for the files", "bsopts: ",
+                       lambda: blockps.torch.write_shard_checkpoints(model, adam(model), args.cluster, targets,
+                                                                     shard_options="mode=sometimes"))
+    expect_value_error("an optimizer the shards cannot run", "is not run by the shards",
+                       lambda: blockps.torch.write_shard_checkpoints(model, torch.optim.RMSprop(model.parameters()),
+                                                                     args.cluster, targets))
+    expect_value_error("a model larger than the cluster's, into files", "the model needs 78500 elements",
+                       lambda: blockps.torch.write_shard_checkpoints(big, adam(big), args.cluster, targets))
+    check(not any(os.path.exists(t) for t in targets), "a refused write left a checkpoint file behind")
+    check(not os.path.exists(f"{args.out}.bad.pt"), "a refused export left a torch file behind")
+    check([open(path, "rb").read() for path in args.checkpoints] == before, "a refused call changed a shard's file")
+    # The shards are unharmed: the correct wrapper still trains.
+    train_step(trained, trained_opt, 1)
+    trained_opt.step()
+    print("bad-input: every wrong input refused with its reason; the shards still train")
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
@@ -266,13 +323,17 @@ def main():
         x.add_argument("cluster")
         x.add_argument("out")
         x.add_argument("checkpoints", nargs="+")
+    b = sub.add_parser("bad-input")
+    b.add_argument("cluster")
+    b.add_argument("out")
+    b.add_argument("checkpoints", nargs="+")
     r = sub.add_parser("checkpoint-resume")
     r.add_argument("cluster")
     r.add_argument("out")
     args = p.parse_args()
     {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down,
      "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
-     "checkpoint-resume": checkpoint_resume}[args.mode](args)
+     "checkpoint-resume": checkpoint_resume, "bad-input": bad_input}[args.mode](args)
     print("every check passed", flush=True)
 
 

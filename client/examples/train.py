@@ -1,0 +1,143 @@
+#!/usr/bin/python3
+"""Fashion-MNIST with PyTorch: a plain training script that torchrun launches, through a blockps PS or not.
+
+    python3 train.py                                  1 worker, torch.optim in the process (the reference)
+    torchrun --nproc_per_node 2 train.py --ddp        2 workers, DistributedDataParallel over gloo
+    torchrun --nproc_per_node 2 train.py --ps C.toml  2 workers through the shards of cluster file C.toml
+    common: [--model mlp|resnet18] [--epochs N] [--batch B] [--evals-per-epoch K] [--out RUN.json] [--name NAME]
+
+(Debian bookworm's torchrun needs `--redirects 1 --tee 1`: its default crashes on Python 3.11; docs/OPTIONS.md.)
+The training loop is the same for the three: the PS run differs by one line, the blockps.torch.
+DistributedOptimizer wrapped around the optimizer (the shards then run that optimizer), as DDP's differs by
+its wrapper. Worker r of W trains on samples r, r+W, ... of every epoch's permutation with --batch per worker
+(a local reference for W workers: --batch W x B --threads W, the same global batch and threads).
+K times per epoch every rank stops the clock and evaluates its share of the test set (ranks meet in one gloo
+all-reduce of the counts); rank 0 prints loss, test accuracy, images/s (all workers) and training time, and
+writes the records as JSON (--out) for fashion_mnist.py report (table and plot of accuracy against time).
+Run with /usr/bin/python3 (Debian's python3-torch; resnet18 needs python3-torchvision) and
+PYTHONPATH=<build>/python for --ps.
+"""
+import argparse
+import datetime
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import fashion_mnist  # noqa: E402  (the data, the models and their recipes: one definition for every run)
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--ps", metavar="CLUSTER", help="train through the blockps shards of this cluster file")
+    how.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
+    p.add_argument("--model", choices=sorted(fashion_mnist.MODELS), default="mlp")
+    p.add_argument("--epochs", type=float, default=4, help="epochs (a fraction allowed), > 0")
+    p.add_argument("--batch", type=int, default=128, help="samples per worker per step")
+    p.add_argument("--evals-per-epoch", type=int, default=1, help="test-set evaluations per epoch")
+    p.add_argument("--threads", type=int, help="torch threads (default: torch's; torchrun sets 1 per rank)")
+    p.add_argument("--name", help="the run's name in the report (default: local, ddp or ps)")
+    p.add_argument("--out", help="rank 0 writes the run's records here (JSON)")
+    a = p.parse_args()
+    if not a.epochs > 0:
+        p.error(f"--epochs {a.epochs}: must be > 0")
+    if a.batch < 1 or a.evals_per_epoch < 1 or (a.threads is not None and a.threads < 1):
+        p.error("--batch, --evals-per-epoch and --threads must be >= 1")
+    return a
+
+
+def main():
+    a = parse_args()
+    rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    if world > 1 and not (a.ps or a.ddp):
+        sys.exit(f"train.py: WORLD_SIZE={world} without --ps or --ddp: the workers would train apart")
+    if a.threads:
+        torch.set_num_threads(a.threads)
+    name = a.name or ("ps" if a.ps else "ddp" if a.ddp else "local")
+    recipe = fashion_mnist.MODELS[a.model]
+    train_x, train_y = fashion_mnist.load_split(True, recipe.image_shape)
+    test_x, test_y = fashion_mnist.load_split(False, recipe.image_shape)
+    test_x, test_y = test_x[rank::world], test_y[rank::world]
+    model = recipe.build()
+    distributed = world > 1
+    if distributed:
+        import torch.distributed as dist
+        # The evaluations meet here; a rank that died makes the others fail after this, not hang.
+        dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
+    net = torch.nn.parallel.DistributedDataParallel(model) if a.ddp else model
+    optimizer = recipe.optimizer(model.parameters())
+    if a.ps:
+        import blockps
+        import blockps.torch
+        try:
+            optimizer = blockps.torch.DistributedOptimizer(optimizer, model, cluster=a.ps)  # the one line
+        except (blockps.Error, ValueError) as e:
+            sys.exit(f"train.py rank {rank}: {e}")
+    # After the wrapper: the scheduler's lr changes reach the shards through it.
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=recipe.lr_decay)
+    batch = a.batch
+    steps_per_epoch = len(fashion_mnist.epoch_batches(0, rank, world, len(train_y), batch))
+    total_steps = max(1, round(a.epochs * steps_per_epoch))
+    eval_every = max(1, steps_per_epoch // a.evals_per_epoch)
+
+    def evaluate(images):
+        """Test accuracy (every rank's share) and images trained by all workers so far."""
+        model.eval()
+        with torch.no_grad():
+            correct = sum((model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
+                          for i in range(0, len(test_y), 1000))
+        model.train()
+        counts = torch.tensor([correct, len(test_y), images], dtype=torch.float64)
+        if distributed:
+            dist.all_reduce(counts)
+        return (counts[0] / counts[1]).item(), counts[2].item()
+
+    if rank == 0:
+        print(f"{name}: {a.model} ({sum(p.numel() for p in model.parameters())} parameters), {world} worker(s), "
+              f"batch {batch} each, {total_steps} steps ({a.epochs:g} epochs), {torch.get_num_threads()} threads "
+              f"per worker", flush=True)
+    records, train_s, images, loss_sum, loss_n, step = [], 0.0, 0, 0.0, 0, 0
+    epoch = 0
+    while step < total_steps:
+        for idx in fashion_mnist.epoch_batches(epoch, rank, world, len(train_y), batch):
+            t0 = time.monotonic()
+            optimizer.zero_grad()
+            loss = F.cross_entropy(net(train_x[idx]), train_y[idx])
+            loss.backward()
+            try:
+                optimizer.step()
+            except Exception as e:  # blockps.Error names the shard and the parameters
+                sys.exit(f"train.py rank {rank}: step {step} failed: {e}")
+            train_s += time.monotonic() - t0
+            step += 1
+            images += len(idx)
+            loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
+            if step % eval_every == 0 or step == total_steps:
+                acc, all_images = evaluate(images)
+                rec = {"epoch": step / steps_per_epoch, "step": step, "wall_s": train_s, "test_acc": acc,
+                       "loss": loss_sum / loss_n, "images_per_s": all_images / train_s}
+                loss_sum, loss_n = 0.0, 0
+                records.append(rec)
+                if rank == 0:
+                    print(f"{name:>8} epoch {rec['epoch']:5.2f}  loss {rec['loss']:.4f}  test acc "
+                          f"{acc * 100:5.2f}%  {rec['images_per_s']:7.0f} img/s  t {train_s:7.1f}s", flush=True)
+            if step == total_steps:
+                break
+        epoch += 1
+        scheduler.step()
+    if rank == 0 and a.out:
+        with open(a.out, "w") as f:
+            json.dump({"run": name, "model": a.model, "workers": world, "batch": batch, "threads":
+                       torch.get_num_threads(), "records": records}, f, indent=1)
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
