@@ -9,25 +9,6 @@ namespace blockps {
 // load_wire/store_wire read the LU's bytes as native values.
 static_assert(std::endian::native == std::endian::little, "wire formats are little-endian");
 
-std::string_view to_string(WireDtype d) {
-  switch (d) {
-    case WireDtype::f32:
-      return "f32";
-    case WireDtype::bf16:
-      return "bf16";
-    case WireDtype::f16:
-      return "f16";
-  }
-  return "invalid";
-}
-
-std::optional<WireDtype> parse_wire_dtype(std::string_view name) {
-  for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
-    if (name == to_string(d)) return d;
-  }
-  return std::nullopt;
-}
-
 namespace {
 
 template <WireDtype D>

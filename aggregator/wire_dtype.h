@@ -8,16 +8,11 @@
 #include <string_view>
 
 #include "aggregator/host_device.h"
+#include "ps_backend/contract/wire_dtype.h"
 
 namespace blockps {
 
-enum class WireDtype : std::uint8_t { f32 = 0, bf16 = 1, f16 = 2 };
-
-/// Bytes one element takes on the wire.
-constexpr std::size_t wire_size(WireDtype d) { return d == WireDtype::f32 ? 4 : 2; }
-std::string_view to_string(WireDtype d);
-/// "f32", "bf16", "f16"; nullopt for anything else.
-std::optional<WireDtype> parse_wire_dtype(std::string_view name);
+// WireDtype, wire_size, to_string and parse_wire_dtype: the contract (ps_backend/contract/wire_dtype.h).
 
 // Scalar conversions; f32 -> 16-bit rounds to nearest, ties to even; NaN stays NaN (quiet), +-Inf stays Inf,
 // values beyond the 16-bit range become Inf, f16 subnormals are produced and read exactly.

@@ -263,7 +263,7 @@ const char* blockps_cluster_dtype(const blockps_cluster* cluster) {
 }
 
 size_t blockps_cluster_element_bytes(const blockps_cluster* cluster) {
-  return cluster == nullptr ? 0 : blockps::element_bytes(cluster->cluster->config().model.dtype);
+  return cluster == nullptr ? 0 : blockps::wire_size(cluster->cluster->config().model.dtype);
 }
 
 size_t blockps_cluster_shard_count(const blockps_cluster* cluster) {

@@ -163,8 +163,7 @@ Operation finished(const Status& s, const CompletionCallback& on_done) {
 // The status page: JSON, NUL padded to the LU's capacity. Called on the shard's I/O thread or before it runs.
 Result<std::string> read_status_page(ShardWorker& shard) {
   LuTransport& lu = shard.lu(LuRole::status);
-  constexpr std::uint64_t kPageBytes = std::uint64_t{1024} * 1024;
-  std::uint64_t bytes = std::min(lu.capacity_bytes(), kPageBytes);
+  std::uint64_t bytes = std::min(lu.capacity_bytes(), kStatusLuBytes);
   // The JSON is a few KiB: a transport with a per-command limit (libiscsi iSER) reads only what one command can.
   if (lu.max_command_bytes() != 0) bytes = std::min(bytes, lu.max_command_bytes());
   bytes -= bytes % lu.block_size();

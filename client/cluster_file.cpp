@@ -14,20 +14,6 @@
 
 namespace blockps {
 
-std::string_view to_string(ModelDtype dtype) {
-  switch (dtype) {
-    case ModelDtype::f32:
-      return "f32";
-    case ModelDtype::bf16:
-      return "bf16";
-    case ModelDtype::f16:
-      return "f16";
-  }
-  return "?";
-}
-
-std::size_t element_bytes(ModelDtype dtype) { return dtype == ModelDtype::f32 ? 4 : 2; }
-
 std::string_view to_string(PosixEngine engine) {
   switch (engine) {
     case PosixEngine::psync:
@@ -207,9 +193,11 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
   if (model == nullptr) return Status::Error(source + ": [model] is required (size, dtype, block)");
   const Where mw{source, "model"};
   if (s = refuse_unknown_keys(mw, *model, {"size", "dtype", "block"}); !s.ok()) return s;
-  if (s = read_choice<ModelDtype>(mw, *model, "dtype",
-                                  {{"f32", ModelDtype::f32}, {"bf16", ModelDtype::bf16}, {"f16", ModelDtype::f16}},
-                                  c.model.dtype);
+  if (s = read_choice<WireDtype>(mw, *model, "dtype",
+                                 {{to_string(WireDtype::f32), WireDtype::f32},
+                                  {to_string(WireDtype::bf16), WireDtype::bf16},
+                                  {to_string(WireDtype::f16), WireDtype::f16}},
+                                 c.model.dtype);
       !s.ok())
     return s;
   if (s = read_bytes(

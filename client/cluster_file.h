@@ -34,13 +34,9 @@
 #include "ps_backend/contract/byte_size.h"
 #include "ps_backend/contract/limits.h"
 #include "ps_backend/contract/lu_role.h"
+#include "ps_backend/contract/wire_dtype.h"
 
 namespace blockps {
-
-// The element format on the wire (what the shards' dtype= says).
-enum class ModelDtype { f32, bf16, f16 };
-std::string_view to_string(ModelDtype dtype);
-std::size_t element_bytes(ModelDtype dtype);
 
 // How the posix transport submits I/O.
 enum class PosixEngine { psync, libaio, io_uring };
@@ -61,7 +57,7 @@ struct ShardSpec {
 
 struct ModelSpec {
   std::uint64_t size_bytes = 0;
-  ModelDtype dtype = ModelDtype::f32;
+  WireDtype dtype = WireDtype::f32;  // what the shards' dtype= says
   std::uint64_t block_bytes = std::uint64_t{256} * 1024;
 };
 

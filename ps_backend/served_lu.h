@@ -17,9 +17,6 @@
 
 namespace blockps {
 
-/// Capacity of a status LU: room for the JSON page, which is NUL-padded.
-inline constexpr std::uint64_t kStatusLuBytes = 1 << 20;
-
 /// A SCSI command as the target received it (the glue hands it to the core; the client's request is
 /// client/iscsi_lun.h LuCommand). offset/transfer_length are in bytes (tgt has range-checked the LBA range
 /// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). tgt sets transfer_length for READ and WRITE

@@ -62,11 +62,11 @@ std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writ
 // A numpy view of model wire bytes in the wire dtype (bf16 has no numpy type: its raw uint16 bits).
 py::array model_view(const Cluster& c, std::span<std::byte> bytes, py::handle owner) {
   switch (c.config().model.dtype) {
-    case blockps::ModelDtype::f32:
+    case blockps::WireDtype::f32:
       return py::array(py::dtype("float32"), {static_cast<py::ssize_t>(bytes.size() / 4)}, {}, bytes.data(), owner);
-    case blockps::ModelDtype::f16:
+    case blockps::WireDtype::f16:
       return py::array(py::dtype("float16"), {static_cast<py::ssize_t>(bytes.size() / 2)}, {}, bytes.data(), owner);
-    case blockps::ModelDtype::bf16:
+    case blockps::WireDtype::bf16:
       break;
   }
   return py::array(py::dtype("uint16"), {static_cast<py::ssize_t>(bytes.size() / 2)}, {}, bytes.data(), owner);
@@ -178,7 +178,7 @@ PYBIND11_MODULE(_blockps, m) {
       .def_property_readonly("block_count", [](const Cluster& c) { return c.layout().block_count(); })
       .def_property_readonly("dtype", [](const Cluster& c) { return std::string(to_string(c.config().model.dtype)); })
       .def_property_readonly("elements",
-                             [](const Cluster& c) { return c.model_bytes() / element_bytes(c.config().model.dtype); })
+                             [](const Cluster& c) { return c.model_bytes() / wire_size(c.config().model.dtype); })
       .def_property_readonly("shard_count", [](const Cluster& c) { return c.config().shards.size(); })
       .def("push", transfer<&Cluster::push>("push"), py::arg("grads"),
            "Push gradients (model_bytes, wire format): each shard runs its optimizer.")

@@ -9,4 +9,7 @@ namespace blockps {
 /// that a block is one RDMA transfer.
 inline constexpr std::uint64_t kMaxBlockBytes = std::uint64_t{512} * 1024;
 
+/// The capacity of a status LU: the status page (JSON) NUL-padded to it. A worker reads at most this much.
+inline constexpr std::uint64_t kStatusLuBytes = std::uint64_t{1} << 20;
+
 }  // namespace blockps

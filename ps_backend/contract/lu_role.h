@@ -23,17 +23,4 @@ constexpr std::string_view to_string(LuRole role) {
   return "?";
 }
 
-/// The LUN each role has in the shipped configs, scripts and the examples (a cluster file names its own).
-constexpr int conventional_lun(LuRole role) {
-  switch (role) {
-    case LuRole::grad:
-      return 1;
-    case LuRole::weights:
-      return 2;
-    case LuRole::status:
-      return 3;
-  }
-  return 0;
-}
-
 }  // namespace blockps

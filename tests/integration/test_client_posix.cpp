@@ -63,7 +63,7 @@ class PosixClientTest : public ::testing::TestWithParam<PosixEngine> {
   ClusterConfig make_cluster(LayoutKind kind, std::uint64_t size, std::uint64_t block) {
     ClusterConfig c;
     c.source = "posix-test";
-    c.model = {size, ModelDtype::f32, block};
+    c.model = {size, WireDtype::f32, block};
     c.layout = kind;
     c.client.initiator = "iqn.2026-11.io.blockps:unused";
     c.client.queue_depth = 4;

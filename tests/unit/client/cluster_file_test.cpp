@@ -44,7 +44,7 @@ timeout_s = 7
                               "c.toml");
   ASSERT_TRUE(c.ok()) << c.message();
   EXPECT_EQ(c->model.size_bytes, 32u << 20);
-  EXPECT_EQ(c->model.dtype, ModelDtype::bf16);
+  EXPECT_EQ(c->model.dtype, WireDtype::bf16);
   EXPECT_EQ(c->model.block_bytes, 128u << 10);
   EXPECT_EQ(c->layout, LayoutKind::range);
   EXPECT_EQ(c->client.initiator, "iqn.2026-11.io.blockps:me");
@@ -65,7 +65,7 @@ timeout_s = 7
 TEST(ClusterFile, Defaults) {
   auto c = parse_cluster_text(file("[model]\nsize = 1048576\n"), "c.toml");
   ASSERT_TRUE(c.ok()) << c.message();
-  EXPECT_EQ(c->model.dtype, ModelDtype::f32);
+  EXPECT_EQ(c->model.dtype, WireDtype::f32);
   EXPECT_EQ(c->model.block_bytes, 256u << 10);
   EXPECT_EQ(c->layout, LayoutKind::stripe);
   EXPECT_EQ(c->client.queue_depth, 16);
