@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The main job's wrong options are refused before any set-up, build or shard, with exit 2 and the reason:
+# scripts/demo.sh's options, and those of the training script it runs (client/examples/train.py), including a
+# multi-worker launch that names neither --ps nor --ddp (its ranks would train apart).
+#   test_demo_options.sh --repo REPO
+set -euo pipefail
+
+# shellcheck source=tests/integration/shell_lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+parse_test_args "$@"
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-demo-options-XXXXXX")
+trap 'finish_test $? "$tmp"' EXIT
+
+# refused EXIT-STATUS EXPECTED-TEXT COMMAND...: COMMAND exits EXIT-STATUS and says EXPECTED-TEXT.
+refused() {
+  local want=$1 expected=$2 rc=0
+  shift 2
+  "$@" >"$tmp/out" 2>&1 || rc=$?
+  [ "$rc" -eq "$want" ] || fail "$* exited $rc, expected $want: $(cat "$tmp/out")"
+  grep -qF -- "$expected" "$tmp/out" || fail "$*: expected '$expected' in: $(cat "$tmp/out")"
+}
+
+step "scripts/demo.sh refuses wrong options before it sets anything up"
+demo=$repo/scripts/demo.sh
+refused 2 "demo: --model 'vgg' must be mlp or resnet18" bash "$demo" --model vgg
+refused 2 "demo: --epochs '0' must be a number > 0" bash "$demo" --epochs 0
+refused 2 "demo: --epochs 'x' must be a number > 0" bash "$demo" --epochs x
+refused 2 "demo: --batch '0' must be a whole number >= 1" bash "$demo" --batch 0
+refused 2 "demo: --evals-per-epoch '-1' must be a whole number >= 1" bash "$demo" --evals-per-epoch -1
+refused 2 "demo: accuracy '1.5' must be a fraction in [0, 1]" bash "$demo" --target-accuracy 1.5
+refused 2 "demo: --runs: unknown run 'horovod'" bash "$demo" --runs local,horovod
+refused 2 "demo: --out needs a value" bash "$demo" --out
+refused 2 "demo: unknown argument '--fast'" bash "$demo" --fast
+
+py=/usr/bin/python3
+if ! "$py" -c 'import torch, numpy' 2>/dev/null; then skip "$py has no torch (python3-torch): train.py not checked"; fi
+step "train.py refuses wrong options and a launch that would train apart"
+train=$repo/client/examples/train.py
+refused 2 "--epochs 0.0: must be > 0" "$py" "$train" --epochs 0
+refused 2 "--batch, --evals-per-epoch and --threads must be >= 1" "$py" "$train" --batch 0
+refused 2 "argument --model: invalid choice: 'vgg'" "$py" "$train" --model vgg
+refused 2 "argument --ddp: not allowed with argument --ps" "$py" "$train" --ps c.toml --ddp
+refused 1 "train.py: WORLD_SIZE=2 without --ps or --ddp: the workers would train apart" \
+  env RANK=0 WORLD_SIZE=2 "$py" "$train" --epochs 0.01
+echo "demo options test passed"
