@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "client/layout.h"
-#include "client/status.h"
+#include "ps_backend/contract/status.h"
 #include "ps_backend/contract/byte_size.h"
 #include "ps_backend/contract/limits.h"
 #include "ps_backend/contract/lu_role.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "client/status.h"
+#include "ps_backend/contract/status.h"
 
 struct iscsi_context;
 

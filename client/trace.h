@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "client/status.h"
+#include "ps_backend/contract/status.h"
 
 namespace blockps {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ps_backend/lu_options.h"
-#include "ps_backend/scsi_codes.h"
+#include "ps_backend/contract/scsi_codes.h"
 #include "ps_backend/served_shard.h"
 
 namespace blockps {

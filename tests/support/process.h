@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "client/status.h"
+#include "ps_backend/contract/status.h"
 
 namespace blockps::testing {
 
