@@ -14,10 +14,15 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 #include "aggregator/cuda_kernels.cuh"
 #include "aggregator/shard_store.h"
+
+// nvcc's front end reports `status = f()` as ignoring a [[nodiscard]] Status (the Status& that operator= returns);
+// the host compiler does not, and every Status made here is checked.
+#pragma nv_diag_suppress 2810
 
 namespace blockps {
 namespace {
@@ -35,40 +40,38 @@ class CudaStore final : public ShardStore {
     chunk_bytes_ = std::max<std::uint64_t>(kChunkBytes, block_elements * sizeof(float));
   }
 
-  // Allocates everything; "" or the reason (the destructor frees whatever was made).
-  std::string init() {
-    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess) return "cudaSetDevice: " + cuda_text(e);
+  // Allocates everything; ok or the reason (the destructor frees whatever was made).
+  Status init() {
+    if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess)
+      return Status::Error("cudaSetDevice: " + cuda_text(e));
     const std::size_t bytes = elements_ * sizeof(float);
     if (bytes != 0) {
-      if (std::string why = check(cudaMalloc(&weights_, bytes), "cudaMalloc (weights)"); !why.empty()) return why;
+      if (Status made = check(cudaMalloc(&weights_, bytes), "cudaMalloc (weights)"); !made.ok()) return made;
       for (int s = 0; s < slots_; ++s)
-        if (std::string why = check(cudaMalloc(&state_[s], bytes), "cudaMalloc (optimizer state)"); !why.empty())
-          return why;
-      if (std::string why = check(cudaMallocHost(&mirror_, bytes), "cudaMallocHost (weights mirror)"); !why.empty())
-        return why;
+        if (Status made = check(cudaMalloc(&state_[s], bytes), "cudaMalloc (optimizer state)"); !made.ok()) return made;
+      if (Status made = check(cudaMallocHost(&mirror_, bytes), "cudaMallocHost (weights mirror)"); !made.ok())
+        return made;
       std::memset(mirror_, 0, bytes);
-      if (std::string why = check(cudaMemset(weights_, 0, bytes), "cudaMemset"); !why.empty()) return why;
+      if (Status zeroed = check(cudaMemset(weights_, 0, bytes), "cudaMemset"); !zeroed.ok()) return zeroed;
       for (int s = 0; s < slots_; ++s)
-        if (std::string why = check(cudaMemset(state_[s], 0, bytes), "cudaMemset"); !why.empty()) return why;
+        if (Status zeroed = check(cudaMemset(state_[s], 0, bytes), "cudaMemset"); !zeroed.ok()) return zeroed;
     }
     for (int i = 0; i < kLanes; ++i) {
       lanes_.push_back(std::make_unique<Lane>());
       Lane& lane = *lanes_.back();
-      std::string why = check(cudaStreamCreateWithFlags(&lane.compute, cudaStreamNonBlocking), "cudaStreamCreate");
-      if (why.empty())
-        why = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
+      Status made = check(cudaStreamCreateWithFlags(&lane.compute, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (made.ok())
+        made = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
       for (auto& slot : lane.slot) {
-        if (why.empty()) why = check(cudaMallocHost(&slot.staging, chunk_bytes_), "cudaMallocHost (staging)");
-        if (why.empty()) why = check(cudaMalloc(&slot.device_grad, chunk_bytes_), "cudaMalloc (gradient)");
-        if (why.empty()) why = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
-        if (why.empty())
-          why = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
+        if (made.ok()) made = check(cudaMallocHost(&slot.staging, chunk_bytes_), "cudaMallocHost (staging)");
+        if (made.ok()) made = check(cudaMalloc(&slot.device_grad, chunk_bytes_), "cudaMalloc (gradient)");
+        if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
+        if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
       }
-      if (!why.empty()) return why;
+      if (!made.ok()) return made;
       free_lanes_.push_back(&lane);
     }
-    if (std::string why = check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); !why.empty()) return why;
-    return "";
+    return check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
   }
 
   ~CudaStore() override {
@@ -94,9 +97,9 @@ class CudaStore final : public ShardStore {
   Device device() const override { return Device::cuda(ordinal_); }
   bool updates_whole_requests() const override { return true; }
 
-  std::string update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) override {
+  Status update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) override {
     LaneLease lease(*this);
-    if (std::string why = lease.begin(); !why.empty()) return why;
+    if (Status leased = lease.begin(); !leased.ok()) return leased;
     Lane& lane = *lease.lane;
     const std::size_t size = wire_size(grad.dtype);
     std::size_t next = 0;
@@ -117,23 +120,23 @@ class CudaStore final : public ShardStore {
       }
       const std::size_t bytes = elements * size;
       // The slot's previous upload must be done before its staging buffer is overwritten.
-      std::string why = check(cudaEventSynchronize(slot.staged), "cudaEventSynchronize (staging)");
-      if (!why.empty()) return why;
+      Status step = check(cudaEventSynchronize(slot.staged), "cudaEventSynchronize (staging)");
+      if (!step.ok()) return step;
       std::memcpy(slot.staging, static_cast<const std::byte*>(grad.data) + grad_first * size, bytes);
-      why = check(cudaMemcpyAsync(slot.device_grad, slot.staging, bytes, cudaMemcpyHostToDevice, lane.compute),
-                  "cudaMemcpyAsync (gradient to GPU)");
-      if (why.empty()) why = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
-      if (why.empty())
-        why = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.device_grad, state_[0], state_[1],
-                                        lane.compute),
-                    "optimizer kernel launch");
-      if (why.empty()) why = check(cudaEventRecord(slot.applied, lane.compute), "cudaEventRecord");
-      if (why.empty()) why = check(cudaStreamWaitEvent(lane.copy_back, slot.applied, 0), "cudaStreamWaitEvent");
-      if (why.empty())
-        why = check(cudaMemcpyAsync(mirror_ + element_first, weights_ + element_first, elements * sizeof(float),
-                                    cudaMemcpyDeviceToHost, lane.copy_back),
-                    "cudaMemcpyAsync (weights to the host mirror)");
-      if (!why.empty()) return why;
+      step = check(cudaMemcpyAsync(slot.device_grad, slot.staging, bytes, cudaMemcpyHostToDevice, lane.compute),
+                   "cudaMemcpyAsync (gradient to GPU)");
+      if (step.ok()) step = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
+      if (step.ok())
+        step = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.device_grad, state_[0], state_[1],
+                                         lane.compute),
+                     "optimizer kernel launch");
+      if (step.ok()) step = check(cudaEventRecord(slot.applied, lane.compute), "cudaEventRecord");
+      if (step.ok()) step = check(cudaStreamWaitEvent(lane.copy_back, slot.applied, 0), "cudaStreamWaitEvent");
+      if (step.ok())
+        step = check(cudaMemcpyAsync(mirror_ + element_first, weights_ + element_first, elements * sizeof(float),
+                                     cudaMemcpyDeviceToHost, lane.copy_back),
+                     "cudaMemcpyAsync (weights to the host mirror)");
+      if (!step.ok()) return step;
     }
     // copy_back waited for the last kernel, which ran after every upload: its completion ends the whole push.
     return check(cudaStreamSynchronize(lane.copy_back), "optimizer step on the GPU");
@@ -141,53 +144,53 @@ class CudaStore final : public ShardStore {
 
   float* host_weights() override { return mirror_; }
 
-  std::string publish_weights(std::uint64_t element, std::uint64_t count) override {
+  Status publish_weights(std::uint64_t element, std::uint64_t count) override {
     LaneLease lease(*this);
-    if (std::string why = lease.begin(); !why.empty()) return why;
-    std::string why = check(cudaMemcpyAsync(weights_ + element, mirror_ + element, count * sizeof(float),
-                                            cudaMemcpyHostToDevice, lease.lane->compute),
-                            "cudaMemcpyAsync (weights to the GPU)");
-    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
-    return why;
+    if (Status leased = lease.begin(); !leased.ok()) return leased;
+    Status copied = check(cudaMemcpyAsync(weights_ + element, mirror_ + element, count * sizeof(float),
+                                          cudaMemcpyHostToDevice, lease.lane->compute),
+                          "cudaMemcpyAsync (weights to the GPU)");
+    if (copied.ok()) copied = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    return copied;
   }
 
-  std::string read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& scratch,
-                         std::span<const float> (&state)[2]) const override {
+  Status read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& scratch,
+                    std::span<const float> (&state)[2]) const override {
     for (auto& s : state) s = {};
-    if (slots_ == 0) return error();
+    if (slots_ == 0) return status();
     LaneLease lease(*this);
-    if (std::string why = lease.begin(); !why.empty()) return why;
+    if (Status leased = lease.begin(); !leased.ok()) return leased;
     scratch.resize(slots_ * count);
-    std::string why;
-    for (int s = 0; s < slots_ && why.empty(); ++s)
-      why = check(cudaMemcpyAsync(scratch.data() + s * count, state_[s] + element, count * sizeof(float),
-                                  cudaMemcpyDeviceToHost, lease.lane->compute),
-                  "cudaMemcpyAsync (optimizer state from the GPU)");
-    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
-    if (!why.empty()) return why;
+    Status copied = Status::Ok();
+    for (int s = 0; s < slots_ && copied.ok(); ++s)
+      copied = check(cudaMemcpyAsync(scratch.data() + s * count, state_[s] + element, count * sizeof(float),
+                                     cudaMemcpyDeviceToHost, lease.lane->compute),
+                     "cudaMemcpyAsync (optimizer state from the GPU)");
+    if (copied.ok()) copied = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    if (!copied.ok()) return copied;
     for (int s = 0; s < slots_; ++s) state[s] = {scratch.data() + s * count, count};
-    return "";
+    return Status::Ok();
   }
 
-  std::string write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
-                          std::span<const float> s1) override {
-    if (slots_ == 0) return error();
+  Status write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
+                     std::span<const float> s1) override {
+    if (slots_ == 0) return status();
     LaneLease lease(*this);
-    if (std::string why = lease.begin(); !why.empty()) return why;
+    if (Status leased = lease.begin(); !leased.ok()) return leased;
     const std::span<const float> in[2] = {s0, s1};
-    std::string why;
-    for (int s = 0; s < slots_ && why.empty(); ++s)
-      why = check(cudaMemcpyAsync(state_[s] + element, in[s].data(),
-                                  std::min<std::uint64_t>(count, in[s].size()) * sizeof(float), cudaMemcpyHostToDevice,
-                                  lease.lane->compute),
-                  "cudaMemcpyAsync (optimizer state to the GPU)");
-    if (why.empty()) why = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
-    return why;
+    Status copied = Status::Ok();
+    for (int s = 0; s < slots_ && copied.ok(); ++s)
+      copied = check(cudaMemcpyAsync(state_[s] + element, in[s].data(),
+                                     std::min<std::uint64_t>(count, in[s].size()) * sizeof(float),
+                                     cudaMemcpyHostToDevice, lease.lane->compute),
+                     "cudaMemcpyAsync (optimizer state to the GPU)");
+    if (copied.ok()) copied = check(cudaStreamSynchronize(lease.lane->compute), "cudaStreamSynchronize");
+    return copied;
   }
 
-  std::string error() const override {
+  Status status() const override {
     std::lock_guard lock(error_mutex_);
-    return error_;
+    return error_.value_or(Status::Ok());
   }
 
  private:
@@ -205,14 +208,14 @@ class CudaStore final : public ShardStore {
   // A lane for the duration of one call (waits while all are busy); sets the calling thread's device.
   struct LaneLease {
     explicit LaneLease(const CudaStore& s) : store(s) {}
-    std::string begin() {
-      if (std::string why = store.error(); !why.empty()) return why;
-      if (std::string why = store.check(cudaSetDevice(store.ordinal_), "cudaSetDevice"); !why.empty()) return why;
+    Status begin() {
+      if (Status engine = store.status(); !engine.ok()) return engine;
+      if (Status set = store.check(cudaSetDevice(store.ordinal_), "cudaSetDevice"); !set.ok()) return set;
       std::unique_lock lock(store.lanes_mutex_);
       store.lane_free_.wait(lock, [this] { return !store.free_lanes_.empty(); });
       lane = store.free_lanes_.back();
       store.free_lanes_.pop_back();
-      return "";
+      return Status::Ok();
     }
     ~LaneLease() {
       if (!lane) return;
@@ -224,13 +227,13 @@ class CudaStore final : public ShardStore {
     Lane* lane = nullptr;
   };
 
-  // "" on success; else records the first failure (sticky: the shard's state on the GPU is now unknown) and
+  // Ok on success; else records the first failure (sticky: the shard's state on the GPU is now unknown) and
   // returns it.
-  std::string check(cudaError_t e, const char* what) const {
-    if (e == cudaSuccess) return "";
+  Status check(cudaError_t e, const char* what) const {
+    if (e == cudaSuccess) return Status::Ok();
     std::lock_guard lock(error_mutex_);
-    if (error_.empty()) error_ = "GPU engine (" + device().name() + ") failed in " + what + ": " + cuda_text(e);
-    return error_;
+    if (!error_) error_ = Status::Error("GPU engine (" + device().name() + ") failed in " + what + ": " + cuda_text(e));
+    return *error_;
   }
 
   const int ordinal_;
@@ -246,7 +249,7 @@ class CudaStore final : public ShardStore {
   mutable std::condition_variable lane_free_;
   mutable std::vector<Lane*> free_lanes_;
   mutable std::mutex error_mutex_;
-  mutable std::string error_;
+  mutable std::optional<Status> error_;
 };
 
 }  // namespace
@@ -267,16 +270,15 @@ int cuda_device_count(std::string* why) {
   return answer.first;
 }
 
-std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t elements,
-                                                                       std::uint64_t block_elements,
-                                                                       OptimizerKind kind) {
-  if (std::string why = device_error(Device::cuda(ordinal)); !why.empty()) return why;
+Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements, std::uint64_t block_elements,
+                                                    OptimizerKind kind) {
+  if (Status usable = check_device(Device::cuda(ordinal)); !usable.ok()) return usable;
   try {
     auto store = std::make_unique<CudaStore>(ordinal, elements, block_elements, kind);
-    if (std::string why = store->init(); !why.empty()) return why;
+    if (Status made = store->init(); !made.ok()) return made;
     return std::unique_ptr<ShardStore>(std::move(store));
   } catch (const std::bad_alloc&) {
-    return "cannot allocate host memory for the GPU engine";
+    return Status::Error("cannot allocate host memory for the GPU engine");
   }
 }
 

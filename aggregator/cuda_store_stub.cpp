@@ -1,5 +1,5 @@
 // The CUDA engine's entry points in a build without nvcc: there is no GPU engine, and every GPU device is
-// refused with that reason (device_error()).
+// refused with that reason (check_device()).
 #include "aggregator/shard_store.h"
 
 namespace blockps {
@@ -11,10 +11,9 @@ int cuda_device_count(std::string* why) {
   return 0;
 }
 
-std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t /*elements*/,
-                                                                       std::uint64_t /*block_elements*/,
-                                                                       OptimizerKind /*kind*/) {
-  return device_error(Device::cuda(ordinal));
+Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t /*elements*/,
+                                                    std::uint64_t /*block_elements*/, OptimizerKind /*kind*/) {
+  return check_device(Device::cuda(ordinal));
 }
 
 }  // namespace blockps

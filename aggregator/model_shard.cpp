@@ -4,6 +4,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -22,37 +23,55 @@ std::string element_size_text(WireDtype d) {
   return std::string("the ") + std::string(to_string(d)) + " element size " + std::to_string(wire_size(d));
 }
 
+// The first error of calls made on several threads at once (the CPU engine's pieces of one request).
+class FirstError {
+ public:
+  void keep(Status status) {
+    if (status.ok()) return;
+    std::lock_guard guard(mutex_);
+    if (!first_) first_ = std::move(status);
+  }
+  Status status() const { return first_.value_or(Status::Ok()); }
+
+ private:
+  std::mutex mutex_;
+  std::optional<Status> first_;
+};
+
 }  // namespace
 
-std::string geometry_error(const ShardGeometry& g) {
+Status check_geometry(const ShardGeometry& g) {
+  const auto refuse = [](std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); };
   if (!known_dtype(g.dtype)) {
-    return "dtype " + std::to_string(static_cast<unsigned>(g.dtype)) + " is not one of f32, bf16, f16";
+    return refuse("dtype " + std::to_string(static_cast<unsigned>(g.dtype)) + " is not one of f32, bf16, f16");
   }
   const std::size_t size = wire_size(g.dtype);
   if (g.bytes == 0 || g.bytes % size != 0) {
-    return "shard bytes " + std::to_string(g.bytes) + " must be a positive multiple of " + element_size_text(g.dtype);
+    return refuse("shard bytes " + std::to_string(g.bytes) + " must be a positive multiple of " +
+                  element_size_text(g.dtype));
   }
   if (g.block_bytes == 0 || g.block_bytes % size != 0) {
-    return "block_bytes " + std::to_string(g.block_bytes) + " must be a positive multiple of " +
-           element_size_text(g.dtype);
+    return refuse("block_bytes " + std::to_string(g.block_bytes) + " must be a positive multiple of " +
+                  element_size_text(g.dtype));
   }
-  return "";
+  return Status::Ok();
 }
 
-std::string range_error(const ShardGeometry& g, std::uint64_t offset, std::uint64_t len) {
-  if (std::string why = geometry_error(g); !why.empty()) return "unusable geometry: " + why;
+Status check_range(const ShardGeometry& g, std::uint64_t offset, std::uint64_t len) {
+  const auto refuse = [](std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); };
+  if (Status geometry = check_geometry(g); !geometry.ok()) return refuse("unusable geometry: " + geometry.message());
   const std::size_t size = wire_size(g.dtype);
   if (offset % size != 0) {
-    return "offset " + std::to_string(offset) + " is not a multiple of " + element_size_text(g.dtype);
+    return refuse("offset " + std::to_string(offset) + " is not a multiple of " + element_size_text(g.dtype));
   }
   if (len % size != 0) {
-    return "length " + std::to_string(len) + " is not a multiple of " + element_size_text(g.dtype);
+    return refuse("length " + std::to_string(len) + " is not a multiple of " + element_size_text(g.dtype));
   }
   if (offset > g.bytes || len > g.bytes - offset) {
-    return "range at offset " + std::to_string(offset) + " of " + std::to_string(len) +
-           " bytes ends beyond the shard's " + std::to_string(g.bytes) + " bytes";
+    return refuse("range at offset " + std::to_string(offset) + " of " + std::to_string(len) +
+                  " bytes ends beyond the shard's " + std::to_string(g.bytes) + " bytes");
   }
-  return "";
+  return Status::Ok();
 }
 
 namespace {
@@ -65,9 +84,10 @@ struct alignas(64) Block {
 
 std::unique_ptr<ShardStore> make_store(Device device, const ShardGeometry& layout, OptimizerKind kind) {
   if (!device.is_gpu()) return make_cpu_store(layout.elements(), kind);
-  auto made = make_cuda_store(device.gpu, layout.elements(), layout.block_elements(), kind);
-  if (auto* why = std::get_if<std::string>(&made)) throw std::runtime_error(*why);
-  return std::move(std::get<std::unique_ptr<ShardStore>>(made));
+  Result<std::unique_ptr<ShardStore>> made =
+      make_cuda_store(device.gpu, layout.elements(), layout.block_elements(), kind);
+  if (!made.ok()) throw std::runtime_error(made.message());
+  return std::move(made).value();
 }
 
 }  // namespace
@@ -80,7 +100,7 @@ struct ModelShard::Storage {
   std::unique_ptr<ShardStore> store;
 
   Storage(const ShardGeometry& g, OptimizerKind kind, Device device) {
-    if (geometry_error(g).empty()) {
+    if (check_geometry(g).ok()) {
       layout = g;
       slots = state_slots(kind);
       blocks = std::make_unique<Block[]>(layout.blocks());
@@ -93,11 +113,11 @@ struct ModelShard::Storage {
 
   /// The part of a request that falls into one block.
   struct Piece {
-    std::uint64_t index;      // the block
+    std::uint64_t index;  // the block
     Block& block;
-    std::uint64_t element;    // first element of the shard it covers
-    std::uint64_t count;      // elements
-    std::uint64_t first;      // its first element in the request
+    std::uint64_t element;  // first element of the shard it covers
+    std::uint64_t count;    // elements
+    std::uint64_t first;    // its first element in the request
   };
 
   /// The blocks [first_block, first_block + pieces) that elements [first, end) touch.
@@ -138,7 +158,7 @@ ModelShard::~ModelShard() = default;
 
 Device ModelShard::device() const { return storage_->store->device(); }
 
-std::string ModelShard::engine_error() const { return storage_->store->error(); }
+Status ModelShard::engine_status() const { return storage_->store->status(); }
 
 OptimizerParams ModelShard::params() const {
   std::shared_lock lock(params_mutex_);
@@ -152,17 +172,19 @@ void ModelShard::set_params(const OptimizerParams& p) {
   params_.kind = kind;
 }
 
-std::string ModelShard::push_gradient(std::uint64_t offset, std::span<const std::byte> grad) {
+Status ModelShard::push_gradient(std::uint64_t offset, std::span<const std::byte> grad) {
   return push(offset, grad.size(), Gradient{grad.data(), geometry_.dtype});
 }
 
-std::string ModelShard::apply_gradient_f32(std::uint64_t offset, std::span<const float> grad) {
+Status ModelShard::apply_gradient_f32(std::uint64_t offset, std::span<const float> grad) {
   return push(offset, grad.size() * wire_size(geometry_.dtype), Gradient{grad.data(), WireDtype::f32});
 }
 
-std::string ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient grad) {
-  if (std::string why = range_error(geometry_, offset, len); !why.empty()) return "push refused: " + why;
-  if (len == 0) return "";
+Status ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient grad) {
+  if (Status range = check_range(geometry_, offset, len); !range.ok()) {
+    return Status::Error(range.code(), "push refused: " + range.message());
+  }
+  if (len == 0) return Status::Ok();
   const OptimizerParams p = params();  // one set of hyper-parameters for the whole request
   Storage& s = *storage_;
   const std::size_t size = wire_size(geometry_.dtype);
@@ -175,12 +197,13 @@ std::string ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient g
                        .constants = step_constants(p, ++piece.block.step)};
   };
   if (!s.store->updates_whole_requests()) {
+    FirstError failed;
     s.for_each_piece(engine_.get(), first, end, [&](const Storage::Piece& piece) {
       std::unique_lock lock(piece.block.lock);
       const BlockUpdate u = update_of(piece);
-      s.store->update(p.kind, grad, {&u, 1});  // the CPU store cannot fail
+      failed.keep(s.store->update(p.kind, grad, {&u, 1}));
     });
-    return "";
+    return failed.status();
   }
   // The engine pipelines the blocks of a request (GPU): lock them all, in ascending order as every holder of
   // several block locks does, so that two requests cannot deadlock.
@@ -198,7 +221,7 @@ std::string ModelShard::push(std::uint64_t offset, std::uint64_t len, Gradient g
 }
 
 void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) const {
-  if (!range_error(geometry_, offset, out.size()).empty()) {
+  if (!check_range(geometry_, offset, out.size()).ok()) {
     std::fill(out.begin(), out.end(), std::byte{0});
     return;
   }
@@ -211,25 +234,23 @@ void ModelShard::read_weights(std::uint64_t offset, std::span<std::byte> out) co
   });
 }
 
-std::string ModelShard::assign_weights(std::uint64_t offset, std::span<const std::byte> in) {
-  if (std::string why = range_error(geometry_, offset, in.size()); !why.empty()) return "assignment refused: " + why;
+Status ModelShard::assign_weights(std::uint64_t offset, std::span<const std::byte> in) {
+  if (Status range = check_range(geometry_, offset, in.size()); !range.ok()) {
+    return Status::Error(range.code(), "assignment refused: " + range.message());
+  }
   Storage& s = *storage_;
   const std::size_t size = wire_size(geometry_.dtype);
   const std::uint64_t first = offset / size;
-  std::mutex error_mutex;
-  std::string error;
+  FirstError failed;
   s.for_each_piece(engine_.get(), first, first + in.size() / size, [&](const Storage::Piece& piece) {
     std::unique_lock lock(piece.block.lock);
     decode_wire(geometry_.dtype, in.data() + piece.first * size, s.weights() + piece.element, piece.count);
-    if (std::string why = s.store->publish_weights(piece.element, piece.count); !why.empty()) {
-      std::lock_guard guard(error_mutex);
-      error = std::move(why);
-    }
+    failed.keep(s.store->publish_weights(piece.element, piece.count));
   });
-  return error;
+  return failed.status();
 }
 
-std::string ModelShard::fill_weights(const std::function<float(std::uint64_t element)>& value_of) {
+Status ModelShard::fill_weights(const std::function<float(std::uint64_t element)>& value_of) {
   Storage& s = *storage_;
   for (std::uint64_t b = 0; b < s.layout.blocks(); ++b) {
     std::unique_lock lock(s.blocks[b].lock);
@@ -237,9 +258,9 @@ std::string ModelShard::fill_weights(const std::function<float(std::uint64_t ele
     const std::uint64_t n = s.layout.elements_in_block(b);
     float* w = s.weights();
     for (std::uint64_t e = begin; e < begin + n; ++e) w[e] = value_of(e);
-    if (std::string why = s.store->publish_weights(begin, n); !why.empty()) return why;
+    if (Status published = s.store->publish_weights(begin, n); !published.ok()) return published;
   }
-  return "";
+  return Status::Ok();
 }
 
 void ModelShard::for_each_block(const std::function<void(const BlockView&)>& visit) const {
@@ -256,7 +277,7 @@ bool ModelShard::visit_block(std::uint64_t b, const std::function<void(const Blo
   // thread_local: checkpoints visit every block in turn; a GPU copy of the state reuses one buffer.
   thread_local std::vector<float> scratch;
   BlockView view{.index = b, .step = s.blocks[b].step, .weights = {s.weights() + begin, n}, .state = {}};
-  if (!s.store->read_state(begin, n, scratch, view.state).empty()) return false;
+  if (!s.store->read_state(begin, n, scratch, view.state).ok()) return false;
   visit(view);
   return true;
 }
@@ -281,8 +302,8 @@ bool ModelShard::restore_block(std::uint64_t index, std::uint64_t step, std::spa
   std::unique_lock lock(s.blocks[index].lock);
   const std::uint64_t begin = s.block_begin(index);
   std::copy(weights.begin(), weights.end(), s.weights() + begin);
-  if (!s.store->publish_weights(begin, n).empty()) return false;
-  if (!s.store->write_state(begin, n, state0, state1).empty()) return false;
+  if (!s.store->publish_weights(begin, n).ok()) return false;
+  if (!s.store->write_state(begin, n, state0, state1).ok()) return false;
   s.blocks[index].step = step;
   return true;
 }

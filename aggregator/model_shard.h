@@ -17,6 +17,7 @@
 #include "aggregator/optimizer.h"
 #include "aggregator/shard_store.h"
 #include "aggregator/wire_dtype.h"
+#include "ps_backend/contract/status.h"
 
 namespace blockps {
 
@@ -34,28 +35,29 @@ struct ShardGeometry {
   bool operator==(const ShardGeometry&) const = default;
 };
 
-/// Why a geometry is unusable ("" when it is fine): bytes 0 or not a multiple of the element size, block_bytes
-/// 0 or not a multiple of the element size.
-std::string geometry_error(const ShardGeometry& g);
-/// Why the wire byte range [offset, offset+len) is not one the data path accepts ("" when it is): the geometry
-/// is unusable, offset or len is not element-aligned, or the range ends beyond the shard.
-std::string range_error(const ShardGeometry& g, std::uint64_t offset, std::uint64_t len);
+/// Ok, or why a geometry is unusable (invalid_argument): bytes 0 or not a multiple of the element size,
+/// block_bytes 0 or not a multiple of the element size.
+Status check_geometry(const ShardGeometry& g);
+/// Ok, or why the wire byte range [offset, offset+len) is not one the data path accepts (invalid_argument): the
+/// geometry is unusable, offset or len is not element-aligned, or the range ends beyond the shard.
+Status check_range(const ShardGeometry& g, std::uint64_t offset, std::uint64_t len);
 
 /// A read-only view of one block for checkpointing, taken under the block's lock.
 struct BlockView {
   std::uint64_t index;
-  std::uint64_t step;                 // optimizer steps applied to this block so far
+  std::uint64_t step;  // optimizer steps applied to this block so far
   std::span<const float> weights;
-  std::span<const float> state[2];    // empty spans for unused slots
+  std::span<const float> state[2];  // empty spans for unused slots
 };
 
 class ModelShard {
  public:
   /// Weights start at zero, state at zero, steps at zero. `engine` runs the host-side work (the CPU engine's
   /// math, wire conversions of reads; shared by shards; null runs it on the caller's thread). `device` holds
-  /// the weights and state and runs the optimizer. A geometry with a geometry_error() gives a shard with no
-  /// blocks, on which every call is a no-op. Throws std::bad_alloc when host memory cannot be had, and
-  /// std::runtime_error (with the reason) when `device` cannot hold the shard: check device_error() first.
+  /// the weights and state and runs the optimizer. A geometry that check_geometry() refuses gives a shard with no
+  /// blocks: it holds nothing, and a push or assignment is refused with the geometry's error. Throws std::bad_alloc
+  /// when host memory cannot be had, and std::runtime_error (with the reason) when `device` cannot hold the shard:
+  /// check check_device() first.
   ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
              Device device = Device::cpu());
   ~ModelShard();
@@ -65,8 +67,8 @@ class ModelShard {
   const ShardGeometry& geometry() const { return geometry_; }
   /// Where the weights and state live and the optimizer runs.
   Device device() const;
-  /// "" while the engine works; else why it failed (a GPU fault). Once set, the data path refuses every call.
-  std::string engine_error() const;
+  /// Ok while the engine works; else why it failed (a GPU fault). Once failed, the data path refuses every call.
+  Status engine_status() const;
   OptimizerParams params() const;
   /// Replace hyper-parameters (not the kind: the state layout depends on it); takes effect on the next push.
   void set_params(const OptimizerParams& p);
@@ -74,34 +76,34 @@ class ModelShard {
   // The data path. [offset, offset+len) must lie inside the shard and be element-aligned; callers (the SCSI
   // layer) check that first. Ranges may cover partial blocks; each touched block is locked while it changes,
   // so a concurrent read sees every block either before or after an update, never in between.
-  // A range with a range_error() is not applied: push/assign change nothing and return that error ("push
-  // refused: ..."), read fills `out` with zeros. Otherwise calls that change the shard return "" or the engine's
-  // error (engine_error(); only a GPU engine fails).
+  // A range that check_range() refuses is not applied: push/assign change nothing and return that error
+  // ("push refused: ..."), read fills `out` with zeros. Otherwise calls that change the shard return ok or the
+  // engine's error (engine_status(); only a GPU engine fails).
 
   /// Apply one optimizer step to every element the gradient (wire dtype) covers; each touched block's step +1.
-  std::string push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
+  Status push_gradient(std::uint64_t offset, std::span<const std::byte> grad);
   /// push_gradient with an f32 gradient whatever the wire dtype (e.g. an average already decoded from several
   /// pushes). `offset` is in wire bytes like every other call; grad.size() elements are updated.
-  std::string apply_gradient_f32(std::uint64_t offset, std::span<const float> grad);
+  Status apply_gradient_f32(std::uint64_t offset, std::span<const float> grad);
   /// Current weights in the wire dtype (from host memory: the GPU engine's mirror).
   void read_weights(std::uint64_t offset, std::span<std::byte> out) const;
   /// Overwrite weights (wire dtype in, f32 kept); optimizer state and steps are left as they are.
-  std::string assign_weights(std::uint64_t offset, std::span<const std::byte> in);
+  Status assign_weights(std::uint64_t offset, std::span<const std::byte> in);
 
   /// Set every weight from a generator (initialisation; not concurrent with the data path).
-  std::string fill_weights(const std::function<float(std::uint64_t element)>& value_of);
+  Status fill_weights(const std::function<float(std::uint64_t element)>& value_of);
 
   /// Visit every block in order, each under its (shared) lock: for checkpoints. The view's spans are valid only
   /// during the call.
   void for_each_block(const std::function<void(const BlockView&)>& visit) const;
   /// Visit one block under its (shared) lock; false when there is no such block or the engine failed to read
-  /// its state (engine_error() says why). On a GPU the view holds a copy of the device state.
+  /// its state (engine_status() says why). On a GPU the view holds a copy of the device state.
   bool visit_block(std::uint64_t index, const std::function<void(const BlockView&)>& visit) const;
   /// Optimizer steps applied to block `index` so far (0 for no such block); reads no weights or state.
   std::uint64_t block_step(std::uint64_t index) const;
   /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
   /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
-  /// or a span has the wrong size (or the engine failed: engine_error()).
+  /// or a span has the wrong size (or the engine failed: engine_status()).
   bool restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,
                      std::span<const float> state0, std::span<const float> state1);
 
@@ -110,7 +112,7 @@ class ModelShard {
   mutable std::shared_mutex params_mutex_;
   OptimizerParams params_;
   std::shared_ptr<CpuEngine> engine_;
-  std::string push(std::uint64_t offset, std::uint64_t len, Gradient grad);
+  Status push(std::uint64_t offset, std::uint64_t len, Gradient grad);
 
   // per-block step counts and locks, and the engine's store of weights and state
   struct Storage;

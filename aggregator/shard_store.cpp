@@ -34,35 +34,35 @@ class CpuStore final : public ShardStore {
   Device device() const override { return Device::cpu(); }
   bool updates_whole_requests() const override { return false; }
 
-  std::string update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) override {
+  Status update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) override {
     const std::size_t size = wire_size(grad.dtype);
     for (const BlockUpdate& u : updates) {
       cpu_update(kind, grad.dtype, u.constants, weights_.get() + u.element,
                  static_cast<const std::byte*>(grad.data) + u.grad_index * size, state_at(0, u.element),
                  state_at(1, u.element), u.count);
     }
-    return "";
+    return Status::Ok();
   }
 
   float* host_weights() override { return weights_.get(); }
-  std::string publish_weights(std::uint64_t, std::uint64_t) override { return ""; }  // host is the master
+  Status publish_weights(std::uint64_t, std::uint64_t) override { return Status::Ok(); }  // host is the master
 
-  std::string read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& /*scratch*/,
-                         std::span<const float> (&state)[2]) const override {
+  Status read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& /*scratch*/,
+                    std::span<const float> (&state)[2]) const override {
     for (int slot = 0; slot < 2; ++slot) state[slot] = {};
     for (int slot = 0; slot < slots_; ++slot) state[slot] = {state_at(slot, element), count};
-    return "";
+    return Status::Ok();
   }
 
-  std::string write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
-                          std::span<const float> s1) override {
+  Status write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
+                     std::span<const float> s1) override {
     const std::span<const float> in[2] = {s0, s1};
     for (int slot = 0; slot < slots_; ++slot)
       std::copy_n(in[slot].begin(), std::min<std::uint64_t>(count, in[slot].size()), state_at(slot, element));
-    return "";
+    return Status::Ok();
   }
 
-  std::string error() const override { return ""; }
+  Status status() const override { return Status::Ok(); }
 
  private:
   float* state_at(int slot, std::uint64_t element) const {
@@ -93,19 +93,21 @@ std::optional<Device> parse_device(std::string_view text) {
   return Device::cuda(ordinal);
 }
 
-std::string device_error(Device device) {
-  if (!device.is_gpu()) return "";
-  const std::string what = "device=" + device.name() + ": ";
-  if (!cuda_engine_built()) return what + "this build has no CUDA engine (nvcc was not found when it was built)";
+Status check_device(Device device) {
+  if (!device.is_gpu()) return Status::Ok();
+  const auto refuse = [&](const std::string& why) {
+    return Status::Error(StatusCode::invalid_argument, "device=" + device.name() + ": " + why);
+  };
+  if (!cuda_engine_built()) return refuse("this build has no CUDA engine (nvcc was not found when it was built)");
   std::string why;
   const int count = cuda_device_count(&why);
-  if (count == 0) return what + "no usable GPU: " + why;
+  if (count == 0) return refuse("no usable GPU: " + why);
   if (device.gpu >= count) {
     std::string present;
     for (int i = 0; i < count; ++i) present += (i ? ", " : "") + Device::cuda(i).name();
-    return what + "no such GPU (this host has " + std::to_string(count) + ": " + present + ")";
+    return refuse("no such GPU (this host has " + std::to_string(count) + ": " + present + ")");
   }
-  return "";
+  return Status::Ok();
 }
 
 }  // namespace blockps

@@ -10,12 +10,12 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "aggregator/cpu_engine.h"
 #include "aggregator/optimizer.h"
 #include "aggregator/wire_dtype.h"
+#include "ps_backend/contract/status.h"
 
 namespace blockps {
 
@@ -56,26 +56,26 @@ class ShardStore {
   /// false: once per block, for several blocks at once from the CPU engine's threads.
   virtual bool updates_whole_requests() const = 0;
   /// One optimizer step for each update (blocks locked exclusively by the caller). Returns when the new
-  /// weights are in host_weights(). "" or the reason (the engine failed; see error()).
-  virtual std::string update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) = 0;
+  /// weights are in host_weights(). Ok or the reason (the engine failed; see status()).
+  virtual Status update(OptimizerKind kind, Gradient grad, std::span<const BlockUpdate> updates) = 0;
 
   /// The f32 weights READs are served from (the master copy on CPU, the pinned mirror on GPU), element 0 first.
   /// Read under the block's lock; written only under its exclusive lock and followed by publish_weights().
   virtual float* host_weights() = 0;
   /// The host weights of [element, element+count) were overwritten: make the engine's master copy equal them.
-  virtual std::string publish_weights(std::uint64_t element, std::uint64_t count) = 0;
+  virtual Status publish_weights(std::uint64_t element, std::uint64_t count) = 0;
 
   /// The optimizer state of [element, element+count): spans into the engine's arrays (CPU) or into `scratch`
-  /// after a copy from the device (GPU). Unused slots stay empty. "" or the reason.
-  virtual std::string read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& scratch,
-                                 std::span<const float> (&state)[2]) const = 0;
+  /// after a copy from the device (GPU). Unused slots stay empty. Ok or the reason.
+  virtual Status read_state(std::uint64_t element, std::uint64_t count, std::vector<float>& scratch,
+                            std::span<const float> (&state)[2]) const = 0;
   /// Overwrite the optimizer state of [element, element+count) (spans of `count` for the used slots).
-  virtual std::string write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
-                                  std::span<const float> s1) = 0;
+  virtual Status write_state(std::uint64_t element, std::uint64_t count, std::span<const float> s0,
+                             std::span<const float> s1) = 0;
 
-  /// "" while the engine works; else why it stopped (a GPU fault poisons its context: every later call fails
+  /// Ok while the engine works; else why it stopped (a GPU fault poisons its context: every later call fails
   /// with this reason rather than serving stale or partial state).
-  virtual std::string error() const = 0;
+  virtual Status status() const = 0;
 };
 
 /// The CPU engine's store: 64-byte aligned f32 arrays in host memory, updated by cpu_update(). `elements` may be
@@ -84,18 +84,17 @@ std::unique_ptr<ShardStore> make_cpu_store(std::uint64_t elements, OptimizerKind
 
 /// Whether this build contains the CUDA engine (nvcc was found at build time).
 bool cuda_engine_built();
-/// "" when `device` can hold a shard in this process, else why not, e.g. "device=gpu:1: no such GPU (this
-/// host has 1: gpu:0)", "device=gpu:0: no usable CUDA driver (CUDA driver version is insufficient ...)".
-/// Device::cpu() is always usable.
-std::string device_error(Device device);
+/// Ok when `device` can hold a shard in this process, else why not (invalid_argument), e.g. "device=gpu:1: no
+/// such GPU (this host has 1: gpu:0)", "device=gpu:0: no usable CUDA driver (CUDA driver version is
+/// insufficient ...)". Device::cpu() is always usable.
+Status check_device(Device device);
 /// How many CUDA GPUs this process can use (0 without a driver or without the CUDA engine); `why` gets the
 /// driver's reason when 0.
 int cuda_device_count(std::string* why = nullptr);
 
 /// The CUDA engine's store on GPU `ordinal` for a shard of `elements` with `block_elements` per block (sizes its
-/// staging buffers). Returns the store or the reason (device_error(), out of device or pinned memory ...).
-std::variant<std::unique_ptr<ShardStore>, std::string> make_cuda_store(int ordinal, std::uint64_t elements,
-                                                                       std::uint64_t block_elements,
-                                                                       OptimizerKind kind);
+/// staging buffers). Returns the store or the reason (check_device(), out of device or pinned memory ...).
+Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements, std::uint64_t block_elements,
+                                                    OptimizerKind kind);
 
 }  // namespace blockps

@@ -134,7 +134,7 @@ double engine_gbps(ModelShard& shard, std::uint64_t request_bytes, int threads, 
     pool.emplace_back([&, t] {
       for (int p = 0; p < passes; ++p)
         for (std::uint64_t off = t * request_bytes; off + request_bytes <= bytes; off += threads * request_bytes)
-          if (!shard.push_gradient(off, grad).empty()) return;
+          if (!shard.push_gradient(off, grad).ok()) return;
     });
   for (auto& th : pool) th.join();
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -154,8 +154,8 @@ int engine_figures(const Args& a) {
     engine_gbps(gpu, a.request_bytes, 4, 1);
     const double c = engine_gbps(cpu, a.request_bytes, 4, 3);
     const double gg = engine_gbps(gpu, a.request_bytes, 4, 3);
-    if (!gpu.engine_error().empty()) {
-      std::fprintf(stderr, "gpu_aggregation: ERROR: %s\n", gpu.engine_error().c_str());
+    if (const Status engine = gpu.engine_status(); !engine.ok()) {
+      std::fprintf(stderr, "gpu_aggregation: ERROR: %s\n", engine.message().c_str());
       return 1;
     }
     std::printf("%-10s %12.2f %12.2f %10.2f\n", std::string(to_string(kind)).c_str(), c, gg, gg / c);
@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_aggregation: --elements, --reps and --request-bytes (a multiple of 4) must be > 0\n");
     return 2;
   }
-  if (const std::string why = device_error(Device::cuda(0)); !why.empty()) {
+  if (const std::string why = check_device(Device::cuda(0)).message(); !why.empty()) {
     std::printf(
         "\n*** gpu_aggregation: NOT RUN, no usable GPU on this machine: %s ***\n"
         "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",

@@ -59,7 +59,7 @@ int main(int argc, char** argv) {
         "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
 
   bench::print_run_header("blockps gpu_pushpull");
-  if (const std::string why = device_error(Device::cuda(0)); !why.empty()) {
+  if (const std::string why = check_device(Device::cuda(0)).message(); !why.empty()) {
     std::printf(
         "\n*** gpu_pushpull: NOT RUN, no usable GPU on this machine: %s ***\n"
         "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",

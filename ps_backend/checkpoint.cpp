@@ -20,9 +20,14 @@ constexpr char kEndMagic[8] = {'B', 'L', 'K', 'P', 'S', 'E', 'N', 'D'};
 constexpr int kFormat = 1;
 constexpr std::uint32_t kMaxHeader = 1 << 20;
 
-std::string errno_text(const std::string& what, const std::string& path) {
-  return what + " " + path + ": " + std::strerror(errno);
+// An operating-system failure on `path`, with errno's text.
+Status os_error(const std::string& what, const std::string& path) {
+  const int err = errno;  // before the strings below allocate
+  return Status::Error(StatusCode::io, what + " " + path + ": " + errno_message(err));
 }
+
+// The file is there and readable but is not a checkpoint this shard can use.
+Status bad_file(std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); }
 
 // Buffered sequential writer that keeps a running CRC of everything written.
 class CrcWriter {
@@ -95,17 +100,17 @@ struct Fd {
   }
 };
 
-std::variant<CheckpointHeader, std::string> read_header(CrcReader& in, const std::string& path) {
+Result<CheckpointHeader> read_header(CrcReader& in, const std::string& path) {
   char magic[8];
   std::uint32_t len = 0;
   if (!in.get(magic, sizeof magic) || std::memcmp(magic, kMagic, sizeof magic) != 0)
-    return path + " is not a blockps checkpoint (bad magic)";
+    return bad_file(path + " is not a blockps checkpoint (bad magic)");
   if (!in.get(&len, sizeof len) || len == 0 || len > kMaxHeader)
-    return path + ": checkpoint header length " + std::to_string(len) + " is invalid";
+    return bad_file(path + ": checkpoint header length " + std::to_string(len) + " is invalid");
   std::string text(len, '\0');
-  if (!in.get(text.data(), len)) return path + ": checkpoint truncated in its header";
+  if (!in.get(text.data(), len)) return bad_file(path + ": checkpoint truncated in its header");
   const auto j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object()) return path + ": checkpoint header is not JSON";
+  if (j.is_discarded() || !j.is_object()) return bad_file(path + ": checkpoint header is not JSON");
   // Each field is checked for its type before it is read: json::value() throws on a field of another type.
   const auto number = [&j](const char* key) -> std::optional<std::uint64_t> {
     const auto it = j.find(key);
@@ -114,23 +119,25 @@ std::variant<CheckpointHeader, std::string> read_header(CrcReader& in, const std
   };
   const auto field_text = [&j](const char* key) { return j.contains(key) ? j[key].dump() : std::string("missing"); };
   if (number("format") != std::optional<std::uint64_t>(kFormat))
-    return path + ": checkpoint format " + field_text("format") + " is not " + std::to_string(kFormat);
+    return bad_file(path + ": checkpoint format " + field_text("format") + " is not " + std::to_string(kFormat));
   const auto options = j.find("options");
   if (options == j.end() || !options->is_string())
-    return path + ": checkpoint header's options are " + field_text("options") + ", not a string";
-  const auto opts = parse_lu_options("role=grad;" + options->get<std::string>(), 1);
-  if (const auto* e = std::get_if<OptionError>(&opts)) return path + ": checkpoint options: " + e->message;
+    return bad_file(path + ": checkpoint header's options are " + field_text("options") + ", not a string");
+  const Result<LuOptions> opts = parse_lu_options("role=grad;" + options->get<std::string>(), 1);
+  if (!opts.ok()) return bad_file(path + ": checkpoint options: " + opts.message());
   CheckpointHeader h;
-  h.config = std::get<LuOptions>(opts).config;
+  h.config = opts->config;
   if (j.contains("created")) {
     const auto created = number("created");
-    if (!created) return path + ": checkpoint header's created " + field_text("created") + " is not a Unix time";
+    if (!created)
+      return bad_file(path + ": checkpoint header's created " + field_text("created") + " is not a Unix time");
     h.created_unix = *created;
   }
-  if (const std::string err = geometry_error(h.config.geometry); !err.empty()) return path + ": " + err;
+  if (Status geometry = check_geometry(h.config.geometry); !geometry.ok())
+    return bad_file(path + ": " + geometry.message());
   if (number("blocks") != std::optional<std::uint64_t>(h.config.geometry.blocks()))
-    return path + ": checkpoint block count " + field_text("blocks") + " does not match its geometry (" +
-           std::to_string(h.config.geometry.blocks()) + " blocks)";
+    return bad_file(path + ": checkpoint block count " + field_text("blocks") + " does not match its geometry (" +
+                    std::to_string(h.config.geometry.blocks()) + " blocks)");
   return h;
 }
 
@@ -141,22 +148,22 @@ bool checkpoint_exists(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0;
 }
 
-std::variant<CheckpointHeader, std::string> read_checkpoint_header(const std::string& path) {
+Result<CheckpointHeader> read_checkpoint_header(const std::string& path) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return errno_text("cannot open checkpoint", path);
+  if (f.fd < 0) return os_error("cannot open checkpoint", path);
   CrcReader in(f.fd);
   return read_header(in, path);
 }
 
-std::string load_checkpoint(const std::string& path, ModelShard& shard) {
+Status load_checkpoint(const std::string& path, ModelShard& shard) {
   Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
-  if (f.fd < 0) return errno_text("cannot open checkpoint", path);
+  if (f.fd < 0) return os_error("cannot open checkpoint", path);
   CrcReader in(f.fd);
-  auto header = read_header(in, path);
-  if (auto* e = std::get_if<std::string>(&header)) return *e;
-  const ShardConfig& c = std::get<CheckpointHeader>(header).config;
+  const Result<CheckpointHeader> header = read_header(in, path);
+  if (!header.ok()) return header.status();
+  const ShardConfig& c = header->config;
   if (!(c.geometry == shard.geometry()) || c.optimizer.kind != shard.params().kind)
-    return path + ": checkpoint shape differs from the shard it is loaded into";
+    return Status::Error(StatusCode::mismatch, path + ": checkpoint shape differs from the shard it is loaded into");
 
   const int slots = state_slots(c.optimizer.kind);
   std::vector<float> w(c.geometry.block_elements()), s0, s1;
@@ -168,26 +175,28 @@ std::string load_checkpoint(const std::string& path, ModelShard& shard) {
     bool ok = in.get(&step, sizeof step) && in.get(w.data(), n * sizeof(float));
     if (slots > 0) ok = ok && in.get(s0.data(), n * sizeof(float));
     if (slots > 1) ok = ok && in.get(s1.data(), n * sizeof(float));
-    if (!ok) return path + ": checkpoint truncated at block " + std::to_string(b);
-    if (!shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0}))
-      return path + ": block " + std::to_string(b) + " " +
-             (shard.engine_error().empty() ? "does not fit the shard" : "not restored: " + shard.engine_error());
+    if (!ok) return bad_file(path + ": checkpoint truncated at block " + std::to_string(b));
+    if (!shard.restore_block(b, step, {w.data(), n}, {s0.data(), slots > 0 ? n : 0}, {s1.data(), slots > 1 ? n : 0})) {
+      const Status engine = shard.engine_status();
+      return Status::Error(path + ": block " + std::to_string(b) + " " +
+                           (engine.ok() ? "does not fit the shard" : "not restored: " + engine.message()));
+    }
   }
   const std::uint32_t expected = in.crc();
   std::uint32_t stored = 0;
   char end[8];
   if (!in.get(&stored, sizeof stored) || !in.get(end, sizeof end) || std::memcmp(end, kEndMagic, sizeof end) != 0)
-    return path + ": checkpoint truncated (no trailer)";
-  if (stored != expected) return path + ": checkpoint CRC mismatch (file corrupt)";
+    return bad_file(path + ": checkpoint truncated (no trailer)");
+  if (stored != expected) return bad_file(path + ": checkpoint CRC mismatch (file corrupt)");
   char extra;
-  if (::read(f.fd, &extra, 1) != 0) return path + ": checkpoint has trailing bytes";
-  return "";
+  if (::read(f.fd, &extra, 1) != 0) return bad_file(path + ": checkpoint has trailing bytes");
+  return Status::Ok();
 }
 
-std::string write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config) {
+Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config) {
   const std::string tmp = path + ".tmp";
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (f.fd < 0) return errno_text("cannot create", tmp);
+  if (f.fd < 0) return os_error("cannot create", tmp);
   CrcWriter out(f.fd);
 
   const nlohmann::json header = {{"format", kFormat},
@@ -213,28 +222,28 @@ std::string write_checkpoint(const std::string& path, const ModelShard& shard, c
   // A GPU engine that failed stops the visit early: that must not pass for a whole checkpoint.
   if (ok && written != shard.geometry().blocks()) {
     ::unlink(tmp.c_str());
-    return path + ": checkpoint not written: block " + std::to_string(written) + " unreadable: " +
-           shard.engine_error();
+    return Status::Error(path + ": checkpoint not written: block " + std::to_string(written) +
+                         " unreadable: " + shard.engine_status().message());
   }
   const std::uint32_t crc = out.crc();
   ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
   if (!ok || ::fsync(f.fd) != 0) {
-    const std::string err = errno_text("cannot write", tmp);
+    Status failed = os_error("cannot write", tmp);
     ::unlink(tmp.c_str());
-    return err;
+    return failed;
   }
   ::close(f.fd);
   f.fd = -1;
   if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = errno_text("cannot rename " + tmp + " to", path);
+    Status failed = os_error("cannot rename " + tmp + " to", path);
     ::unlink(tmp.c_str());
-    return err;
+    return failed;
   }
   const auto slash = path.find_last_of('/');
   const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0 || ::fsync(d.fd) != 0) return errno_text("cannot fsync directory", dir);
-  return "";
+  if (d.fd < 0 || ::fsync(d.fd) != 0) return os_error("cannot fsync directory", dir);
+  return Status::Ok();
 }
 
 }  // namespace blockps

@@ -7,9 +7,9 @@
 
 #include <cstdint>
 #include <string>
-#include <variant>
 
 #include "aggregator/model_shard.h"
+#include "ps_backend/contract/status.h"
 #include "ps_backend/lu_options.h"
 
 namespace blockps {
@@ -24,14 +24,14 @@ struct CheckpointHeader {
 bool checkpoint_exists(const std::string& path);
 
 /// Read and check only the header (to compare configs before allocating a shard).
-std::variant<CheckpointHeader, std::string> read_checkpoint_header(const std::string& path);
+Result<CheckpointHeader> read_checkpoint_header(const std::string& path);
 
-/// Load a whole checkpoint into `shard`, whose geometry and optimizer kind must equal the header's. Returns ""
-/// or the reason (truncated, CRC mismatch, I/O error ...). On error the shard's contents are unspecified: load
-/// into a shard that is not yet serving.
-std::string load_checkpoint(const std::string& path, ModelShard& shard);
+/// Load a whole checkpoint into `shard`, whose geometry and optimizer kind must equal the header's. Returns ok
+/// or the reason (truncated, CRC mismatch: invalid_argument; I/O error: io; another shape: mismatch). On error the
+/// shard's contents are unspecified: load into a shard that is not yet serving.
+Status load_checkpoint(const std::string& path, ModelShard& shard);
 
-/// Write `shard` with `config` as its header; "" or the reason. The old file stays intact on any failure.
-std::string write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config);
+/// Write `shard` with `config` as its header; ok or the reason. The old file stays intact on any failure.
+Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config);
 
 }  // namespace blockps

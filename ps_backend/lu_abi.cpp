@@ -14,6 +14,7 @@
 #include "ps_backend/log.h"
 #include "ps_backend/lu_options.h"
 #include "ps_backend/served_lu.h"
+#include "ps_backend/shard_registry.h"
 
 struct blockps_lu {
   blockps::LuOptions options;
@@ -41,13 +42,13 @@ blockps_lu* blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes, ch
       set_error(error, error_size, "LU block size is 0");
       return nullptr;
     }
-    auto parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
-    if (auto* e = std::get_if<blockps::OptionError>(&parsed)) {
-      set_error(error, error_size, "bsopts: " + e->message);
+    blockps::Result<blockps::LuOptions> parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
+    if (!parsed.ok()) {
+      set_error(error, error_size, "bsopts: " + parsed.message());
       return nullptr;
     }
     auto lu = std::make_unique<blockps_lu>();
-    lu->options = std::get<blockps::LuOptions>(std::move(parsed));
+    lu->options = std::move(parsed).value();
     lu->lu_block_bytes = lu_block_bytes;
     return lu.release();
   } catch (const std::exception& e) {
@@ -62,12 +63,13 @@ int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char
       set_error(error, error_size, "no LU or no backing-store path");
       return -1;
     }
-    auto attached = blockps::ShardRegistry::instance().attach(path, lu->options);
-    if (auto* e = std::get_if<std::string>(&attached)) {
-      set_error(error, error_size, *e);
+    blockps::Result<std::shared_ptr<blockps::ServedShard>> attached =
+        blockps::ShardRegistry::instance().attach(path, lu->options);
+    if (!attached.ok()) {
+      set_error(error, error_size, attached.message());
       return -1;
     }
-    auto shard = std::get<std::shared_ptr<blockps::ServedShard>>(std::move(attached));
+    std::shared_ptr<blockps::ServedShard> shard = std::move(attached).value();
     if (lu->options.role != blockps::LuRole::status && shard->model().geometry().bytes % lu->lu_block_bytes != 0) {
       set_error(error, error_size,
                 "shard size " + std::to_string(shard->model().geometry().bytes) +

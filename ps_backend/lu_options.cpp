@@ -34,9 +34,12 @@ std::string format_float(float v) {
   return ec == std::errc() ? std::string(buf, end) : "?";
 }
 
-std::string bad(std::string_view key, std::string_view value, std::string_view allowed) {
-  return std::string(key) + "=" + std::string(value) + ": " + std::string(allowed);
+// A refused value: the key, the value seen and what is allowed.
+Status bad(std::string_view key, std::string_view value, std::string_view allowed) {
+  return Status::Error(StatusCode::config, std::string(key) + "=" + std::string(value) + ": " + std::string(allowed));
 }
+
+Status refuse(std::string why) { return Status::Error(StatusCode::config, std::move(why)); }
 
 // A float key: parsed, range-checked, formatted. `in_range` says what is allowed.
 struct FloatKey {
@@ -45,7 +48,7 @@ struct FloatKey {
   std::string_view allowed;
 };
 
-using Apply = std::function<std::string(std::string_view key, std::string_view value, LuOptions&)>;
+using Apply = std::function<Status(std::string_view key, std::string_view value, LuOptions&)>;
 using Show = std::function<std::string(const ShardConfig&)>;
 
 struct KeyDef {
@@ -60,11 +63,11 @@ KeyDef float_key(std::string_view name, std::string_view def, std::string_view m
   return KeyDef{{name, def, meaning},
                 true,
                 false,
-                [k](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
+                [k](std::string_view key, std::string_view value, LuOptions& o) -> Status {
                   float v = 0;
                   if (!parse_float(value, v) || !k.in_range(v)) return bad(key, value, k.allowed);
                   o.config.optimizer.*k.field = v;
-                  return "";
+                  return Status::Ok();
                 },
                 [k](const ShardConfig& c) { return format_float(c.optimizer.*k.field); }};
 }
@@ -75,13 +78,13 @@ KeyDef round_key(std::string_view name, std::string_view def, std::string_view m
   return KeyDef{{name, def, meaning},
                 true,
                 false,
-                [=](std::string_view key, std::string_view value, LuOptions& o) -> std::string {
+                [=](std::string_view key, std::string_view value, LuOptions& o) -> Status {
                   std::uint64_t n = 0;
                   if (!parse_uint(value, n) || n < lo || n > hi)
                     return bad(key, value,
                                "must be a whole number from " + std::to_string(lo) + " to " + std::to_string(hi));
                   o.config.rounds.*field = static_cast<std::uint32_t>(n);
-                  return "";
+                  return Status::Ok();
                 },
                 [=](const ShardConfig& c) { return std::to_string(c.rounds.*field); }};
 }
@@ -108,16 +111,11 @@ const std::vector<KeyDef>& key_table() {
         "weights; status: READ gives a JSON status page, WRITE is refused"},
        false,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
-         if (v == "grad")
-           o.role = LuRole::grad;
-         else if (v == "weights")
-           o.role = LuRole::weights;
-         else if (v == "status")
-           o.role = LuRole::status;
-         else
-           return bad(key, v, "must be grad, weights or status");
-         return "";
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         const std::optional<LuRole> role = parse_lu_role(v);
+         if (!role) return bad(key, v, "must be grad, weights or status");
+         o.role = *role;
+         return Status::Ok();
        },
        nullptr},
       {{"admins", "(none: every initiator)",
@@ -126,7 +124,7 @@ const std::vector<KeyDef>& key_table() {
         "ACCESS DENIED - NO ACCESS RIGHTS (0x20/0x02). Reads of the status page stay open"},
        false,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          o.admins.clear();
          while (!v.empty()) {
            const auto bar = v.find('|');
@@ -139,17 +137,17 @@ const std::vector<KeyDef>& key_table() {
            o.admins.emplace_back(name);
          }
          if (o.admins.empty()) return bad(key, "(empty)", "must name at least one initiator");
-         return "";
+         return Status::Ok();
        },
        nullptr},
       {{"io_threads", "4", "threads of tgt's I/O pool serving this LU (1..64)"},
        false,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          std::uint64_t n = 0;
          if (!parse_uint(v, n) || n < 1 || n > 64) return bad(key, v, "must be a whole number from 1 to 64");
          o.io_threads = static_cast<std::uint32_t>(n);
-         return "";
+         return Status::Ok();
        },
        nullptr},
       {{"size", "(required for a new shard)",
@@ -157,21 +155,21 @@ const std::vector<KeyDef>& key_table() {
         "and weights LUs have this capacity"},
        true,
        true,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          std::uint64_t n = 0;
          if (!parse_byte_size(v, n) || n == 0) return bad(key, v, "must be a byte count > 0, e.g. 64M");
          o.config.geometry.bytes = n;
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return format_byte_size(c.geometry.bytes); }},
       {{"dtype", "f32", "wire format of gradients and weights: f32, bf16, f16 (master weights are f32)"},
        true,
        true,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          const auto d = parse_wire_dtype(v);
          if (!d) return bad(key, v, "must be f32, bf16 or f16");
          o.config.geometry.dtype = *d;
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return std::string(to_string(c.geometry.dtype)); }},
       {{"block", "256K",
@@ -179,22 +177,22 @@ const std::vector<KeyDef>& key_table() {
         "at most 512K (one iSER buffer)"},
        true,
        true,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          std::uint64_t n = 0;
          if (!parse_byte_size(v, n) || n == 0 || n > kMaxBlockBytes)
            return bad(key, v, "must be a byte count from 1 LU block to 512K");
          o.config.geometry.block_bytes = static_cast<std::uint32_t>(n);
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return format_byte_size(c.geometry.block_bytes); }},
       {{"opt", "sgd", "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g)"},
        true,
        true,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          const auto k = parse_optimizer(v);
          if (!k) return bad(key, v, "must be sgd, momentum, adam, adamw or sum");
          o.config.optimizer.kind = *k;
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return std::string(to_string(c.optimizer.kind)); }},
       float_key("lr", "0.01", "learning rate",
@@ -204,9 +202,9 @@ const std::vector<KeyDef>& key_table() {
       {{"nesterov", "0", "Nesterov momentum (opt=momentum): 0/1, true/false"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          if (!parse_bool(v, o.config.optimizer.nesterov)) return bad(key, v, "must be 0, 1, true or false");
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return std::string(c.optimizer.nesterov ? "1" : "0"); }},
       float_key("beta1", "0.9", "first-moment decay (adam, adamw)",
@@ -222,7 +220,7 @@ const std::vector<KeyDef>& key_table() {
         "file:PATH (raw wire-dtype bytes, exactly size bytes)"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          InitSpec s;
          const auto colon = v.find(':');
          const std::string_view kind = v.substr(0, colon);
@@ -240,15 +238,15 @@ const std::vector<KeyDef>& key_table() {
            return bad(key, v, "must be zeros, uniform:A or normal:S with A, S > 0, or file:PATH");
          }
          o.config.init = s;
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return to_string(c.init); }},
       {{"seed", "1", "seed of the uniform/normal initialisation (the same seed gives the same weights)"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          if (!parse_uint(v, o.config.seed)) return bad(key, v, "must be an unsigned integer");
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return std::to_string(c.seed); }},
       {{"mode", "async",
@@ -258,7 +256,7 @@ const std::vector<KeyDef>& key_table() {
         "while it is more than K pushes of a block ahead of the slowest live worker)"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          std::uint64_t k = 0;
          o.config.rounds.staleness = 0;
          if (v == "async") {
@@ -271,7 +269,7 @@ const std::vector<KeyDef>& key_table() {
          } else {
            return bad(key, v, "must be async, sync or ssp:K (K a whole number of pushes, 0..1000000)");
          }
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return to_string(c.rounds); }},
       round_key("workers", "1",
@@ -296,20 +294,20 @@ const std::vector<KeyDef>& key_table() {
         "or no driver); auto (gpu:0 when a GPU is usable, else cpu; the choice is logged)"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          if (v != "auto" && !parse_device(v)) return bad(key, v, "must be cpu, auto or gpu:N (N = 0, 1, ...)");
          o.config.device = std::string(v);
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return c.device; }},
       {{"checkpoint_s", "0", "seconds between periodic checkpoints (0: only on SYNCHRONIZE CACHE and close)"},
        true,
        false,
-       [](std::string_view key, std::string_view v, LuOptions& o) -> std::string {
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          std::uint64_t n = 0;
          if (!parse_uint(v, n) || n > 86400 * 365) return bad(key, v, "must be whole seconds from 0 to 31536000");
          o.config.checkpoint_s = static_cast<std::uint32_t>(n);
-         return "";
+         return Status::Ok();
        },
        [](const ShardConfig& c) { return std::to_string(c.checkpoint_s); }},
   };
@@ -360,7 +358,7 @@ std::string to_string(const InitSpec& s) {
   return "?";
 }
 
-std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes) {
+Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes) {
   LuOptions o;
   std::set<std::string_view> seen;
   while (!bsopts.empty()) {
@@ -371,41 +369,40 @@ std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, s
     const auto eq = item.find('=');
     if (eq == std::string_view::npos)
       // Appended, not `"x" + std::string`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
-      return OptionError{std::string("'").append(item).append("' is not key=value (separate options with ';')")};
+      return refuse(std::string("'").append(item).append("' is not key=value (separate options with ';')"));
     const std::string_view key = trim(item.substr(0, eq));
     const std::string_view value = trim(item.substr(eq + 1));
     const KeyDef* def = find_key(key);
-    if (!def) return OptionError{"unknown key '" + std::string(key) + "' (known: " + known_keys() + ")"};
-    if (!seen.insert(def->doc.name).second) return OptionError{"key '" + std::string(key) + "' given twice"};
-    if (std::string err = def->apply(key, value, o); !err.empty()) return OptionError{err};
+    if (!def) return refuse("unknown key '" + std::string(key) + "' (known: " + known_keys() + ")");
+    if (!seen.insert(def->doc.name).second) return refuse("key '" + std::string(key) + "' given twice");
+    if (Status applied = def->apply(key, value, o); !applied.ok()) return applied;
     if (def->shard_key) o.given.insert(std::string(key));
   }
-  if (!seen.count("role")) return OptionError{"role= is required (grad, weights or status)"};
+  if (!seen.count("role")) return refuse("role= is required (grad, weights or status)");
   if (!o.admins.empty() && o.role != LuRole::status)
-    return OptionError{
+    return refuse(
         "admins= applies to the status LU (role=status), where control lines are written; this LU is "
         "role=" +
-        std::string(to_string(o.role))};
+        std::string(to_string(o.role)));
 
   // Sizes the LU exposes must be whole LU blocks (tgt addresses by LBA) and whole elements.
   const ShardGeometry& g = o.config.geometry;
   const std::uint32_t esize = static_cast<std::uint32_t>(wire_size(g.dtype));
   if (o.given.count("size") && (g.bytes % lu_block_bytes || g.bytes % esize))
-    return OptionError{bad("size", format_byte_size(g.bytes),
-                           "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)")};
+    return bad("size", format_byte_size(g.bytes),
+               "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)");
   if (g.block_bytes % lu_block_bytes)
-    return OptionError{bad("block", format_byte_size(g.block_bytes),
-                           "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)")};
-  if (o.config.optimizer.nesterov && o.config.optimizer.momentum == 0)
-    return OptionError{"nesterov=1 needs momentum > 0"};
+    return bad("block", format_byte_size(g.block_bytes),
+               "must be a multiple of the LU block size (" + std::to_string(lu_block_bytes) + " bytes)");
+  if (o.config.optimizer.nesterov && o.config.optimizer.momentum == 0) return refuse("nesterov=1 needs momentum > 0");
   if (o.config.rounds.min_workers > o.config.rounds.workers)
-    return OptionError{"min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
-                       std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)"};
+    return refuse("min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
+                  std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)");
   return o;
 }
 
-std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only, ShardConfig& out) {
-  out = existing;
+Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only) {
+  ShardConfig out = existing;
   for (const auto& key : opts.given) {
     const KeyDef* def = find_key(key);
     const std::string mine = def->show(opts.config);
@@ -414,13 +411,13 @@ std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool 
     if (structural_only && !def->structural) {
       LuOptions replaced;
       replaced.config = out;
-      if (std::string err = def->apply(key, mine, replaced); !err.empty()) return err;
+      if (Status applied = def->apply(key, mine, replaced); !applied.ok()) return applied;
       out = replaced.config;
       continue;
     }
-    return key + "=" + mine + " differs from " + key + "=" + theirs;
+    return Status::Error(StatusCode::mismatch, key + "=" + mine + " differs from " + key + "=" + theirs);
   }
-  return "";
+  return out;
 }
 
 const std::vector<OptionKey>& option_keys() {

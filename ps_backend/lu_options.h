@@ -5,7 +5,6 @@
 #include <set>
 #include <string>
 #include <string_view>
-#include <variant>
 #include <vector>
 
 #include "aggregator/model_shard.h"
@@ -13,6 +12,7 @@
 #include "ps_backend/contract/byte_size.h"
 #include "ps_backend/contract/limits.h"
 #include "ps_backend/contract/lu_role.h"
+#include "ps_backend/contract/status.h"
 
 namespace blockps {
 
@@ -63,18 +63,16 @@ struct LuOptions {
   std::set<std::string> given;
 };
 
-struct OptionError {
-  std::string message;  // precise: the key, the value seen, what is allowed
-};
-
 /// Parse "k=v;k=v". `lu_block_bytes` is the LU's logical block size (512 unless tgtadm --blocksize):
-/// size and block must be multiples of it. Never throws.
-std::variant<LuOptions, OptionError> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes);
+/// size and block must be multiples of it. A refusal (StatusCode::config) names the key, the value seen and
+/// what is allowed. Never throws.
+Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes);
 
 /// Merge `opts` onto an existing shard's config: every key the user gave must equal the shard's value
 /// (`structural_only`: only size/dtype/block/opt must match, hyper-parameters given replace the shard's,
-/// as when a checkpoint is loaded with a new lr). Returns the error, or "" and the merged config in `out`.
-std::string merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only, ShardConfig& out);
+/// as when a checkpoint is loaded with a new lr). Returns the merged config, or the first key that differs
+/// (StatusCode::mismatch) or cannot be applied.
+Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only);
 
 /// One row per key, for the docs and for `unknown key` messages.
 struct OptionKey {
@@ -83,8 +81,6 @@ struct OptionKey {
   std::string_view meaning;
 };
 const std::vector<OptionKey>& option_keys();
-
-/// Parse "256K", "16M", "1G", "4096" (binary multiples). Nullopt-like: returns false on bad text.
 
 }  // namespace blockps
 

@@ -225,10 +225,10 @@ bool SyncRounds::land_push(const void* handle, std::span<const std::byte> data) 
     std::uint64_t bytes = 0;
     for (const TicketPiece& p : ticket) bytes += p.elements * esize;
     const auto t0 = Clock::now();
-    const std::string err =
+    const Status pushed =
         model_.push_gradient(first.contribution->block * geometry_.block_bytes + first.element_in_block * esize,
                              data.first(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, data.size()))));
-    if (!err.empty()) log_line("ssp: push not applied: " + err);
+    if (!pushed.ok()) log_line("ssp: push not applied: " + pushed.message());
     if (on_applied_) on_applied_(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
   } else {
     for (const TicketPiece& p : ticket) {
@@ -465,8 +465,8 @@ void SyncRounds::close_ready_blocks(std::vector<std::uint64_t> candidates) {
       }
       const float scale = 1.0f / static_cast<float>(complete.size());
       for (float& v : avg) v *= scale;
-      if (std::string err = model_.apply_gradient_f32(b * geometry_.block_bytes, avg); !err.empty())
-        log_line("sync: round of block " + std::to_string(b) + " not applied: " + err);
+      if (Status applied = model_.apply_gradient_f32(b * geometry_.block_bytes, avg); !applied.ok())
+        log_line("sync: round of block " + std::to_string(b) + " not applied: " + applied.message());
       const auto t1 = Clock::now();
       const auto apply_ns = static_cast<std::uint64_t>(std::chrono::nanoseconds(t1 - t0).count());
       if (on_applied_) on_applied_(apply_ns);

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ps_backend/log.h"
+#include "ps_backend/status_page.h"
 
 namespace blockps {
 namespace {
@@ -17,6 +18,25 @@ LuOutcome good() { return {}; }
 LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
 
 bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
+
+// What an LU of each role serves: the one place that says it (indexed by LuRole).
+struct RoleBehaviour {
+  enum class Reads { weights, status_page } reads;
+  enum class Writes { push, assign, control } writes;
+  // WRITE AND VERIFY: the data read back is what was written (a grad LU's READ gives weights, never the
+  // gradient it was sent).
+  bool verifies_writes;
+  // WRITE SAME and ORWRITE rewrite weights in place: served (GOOD) on the weights LU, else refused this way.
+  LuOutcome rewrite_refusal;
+};
+const RoleBehaviour kRoleBehaviour[] = {
+    /* grad */ {RoleBehaviour::Reads::weights, RoleBehaviour::Writes::push, false,
+                check(kIllegalRequest, kAscInvalidOpcode)},
+    /* weights */ {RoleBehaviour::Reads::weights, RoleBehaviour::Writes::assign, true, good()},
+    /* status */
+    {RoleBehaviour::Reads::status_page, RoleBehaviour::Writes::control, true, check(kDataProtect, kAscWriteProtect)},
+};
+const RoleBehaviour& behaviour_of(LuRole role) { return kRoleBehaviour[static_cast<std::size_t>(role)]; }
 
 std::uint64_t get_be(const std::uint8_t* p, int bytes) {
   std::uint64_t v = 0;
@@ -61,7 +81,8 @@ bool ServedLu::admit_writer(const void* handle, std::string_view initiator) {
 }
 
 std::uint64_t ServedLu::capacity_bytes() const {
-  return role_ == LuRole::status ? kStatusLuBytes : shard_->model().geometry().bytes;
+  return behaviour_of(role_).reads == RoleBehaviour::Reads::status_page ? kStatusLuBytes
+                                                                        : shard_->model().geometry().bytes;
 }
 
 LuOutcome ServedLu::execute(const TargetCommand& cmd) {
@@ -72,8 +93,7 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       return read(cmd.offset, cmd.in.first(len));
     }
     if (writes_data(op)) {
-      if (is_write_verify(op) && role_ == LuRole::grad)  // the data read back is weights, never the gradient
-        return check(kIllegalRequest, kAscInvalidOpcode);
+      if (is_write_verify(op) && !behaviour_of(role_).verifies_writes) return check(kIllegalRequest, kAscInvalidOpcode);
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
       // FUA is byte 1 bit 3 (WRITE(6) has none).
       const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
@@ -127,9 +147,9 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
 LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
   if (offset > capacity_bytes() || out.size() > capacity_bytes() - offset)
     return check(kIllegalRequest, kAscLbaOutOfRange);
-  if (role_ == LuRole::status) {
+  if (behaviour_of(role_).reads == RoleBehaviour::Reads::status_page) {
     // The page is made afresh for each READ; read it in one command (it is far smaller than the LU).
-    const std::string page = shard_->status_json();
+    const std::string page = render_status_page(*shard_);
     std::fill(out.begin(), out.end(), std::byte{0});
     if (offset < page.size()) {
       const std::size_t n = std::min<std::size_t>(out.size(), page.size() - offset);
@@ -147,14 +167,15 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
 }
 
 LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle) {
-  if (role_ == LuRole::status) return control(data, handle);
+  const RoleBehaviour::Writes meaning = behaviour_of(role_).writes;
+  if (meaning == RoleBehaviour::Writes::control) return control(data, handle);
   if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
     return check(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
   if (offset % esize || data.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
   if (data.empty()) return good();  // a WRITE of 0 blocks is no push
   auto& k = shard_->counters();
-  if (role_ == LuRole::grad && shard_->rounds()) {
+  if (meaning == RoleBehaviour::Writes::push && shard_->rounds()) {
     // mode=sync: the gradient joins its blocks' open rounds; the round applies it (SyncRounds).
     if (!shard_->rounds()->land_push(handle, data)) {
       log_line("sync: a grad WRITE reached the I/O threads without being admitted");
@@ -162,14 +183,14 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
     }
     k.pushes.fetch_add(1, std::memory_order_relaxed);
     k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
-    if (fua && !shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
+    if (fua && !shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
     return good();
   }
-  if (role_ == LuRole::grad) {
+  if (meaning == RoleBehaviour::Writes::push) {
     const auto t0 = std::chrono::steady_clock::now();
     // Only a GPU engine fails (a device fault; it stays failed): the push is not applied.
-    if (std::string why = shard_->model().push_gradient(offset, data); !why.empty()) {
-      log_line(shard_->path() + ": " + why);
+    if (blockps::Status pushed = shard_->model().push_gradient(offset, data); !pushed.ok()) {
+      log_line(shard_->path() + ": " + pushed.message());
       return check(kHardwareError, kAscInternalTargetFailure);
     }
     const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
@@ -177,15 +198,15 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
     k.pushes.fetch_add(1, std::memory_order_relaxed);
     k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
   } else {
-    if (std::string why = shard_->model().assign_weights(offset, data); !why.empty()) {
-      log_line(shard_->path() + ": " + why);
+    if (blockps::Status assigned = shard_->model().assign_weights(offset, data); !assigned.ok()) {
+      log_line(shard_->path() + ": " + assigned.message());
       return check(kHardwareError, kAscInternalTargetFailure);
     }
     k.weight_writes.fetch_add(1, std::memory_order_relaxed);
     k.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
   }
   shard_->note_mutation();
-  if (fua && !shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
+  if (fua && !shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
   return good();
 }
 
@@ -195,8 +216,14 @@ LuOutcome ServedLu::control(std::span<const std::byte> data, const void* handle)
     if (admitted_writes_.erase(handle) == 0) return check(kIllegalRequest, kAscAccessDeniedNoAccessRights);
   }
   const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
-  if (std::string err = shard_->control(text); !err.empty()) {
-    log_line(shard_->path() + ": refused " + err);
+  if (blockps::Status obeyed = shard_->control(text); !obeyed.ok()) {
+    // A line that is wrong is the writer's error; a checkpoint it asked for that cannot be written is the
+    // medium's, as for SYNCHRONIZE CACHE.
+    if (obeyed.code() != StatusCode::invalid_argument) {
+      log_line(shard_->path() + ": control failed: " + obeyed.message());
+      return check(kMediumError, kAscWriteError);
+    }
+    log_line(shard_->path() + ": refused " + obeyed.message());
     return check(kIllegalRequest, kAscInvalidFieldInParameterList);
   }
   return good();
@@ -212,8 +239,7 @@ LuOutcome ServedLu::verify(std::uint64_t offset, std::span<const std::byte> expe
 }
 
 LuOutcome ServedLu::write_same(const TargetCommand& cmd) {
-  if (role_ != LuRole::weights)
-    return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
+  if (const LuOutcome& refusal = behaviour_of(role_).rewrite_refusal; refusal.status != kGood) return refusal;
   const std::uint64_t cap = capacity_bytes();
   if (cmd.offset > cap) return check(kIllegalRequest, kAscLbaOutOfRange);
   // The length comes from the CDB: tgt's transfer length is 32 bits and wraps for WRITE SAME(16) of 4 GiB or
@@ -244,8 +270,7 @@ LuOutcome ServedLu::write_same(const TargetCommand& cmd) {
 }
 
 LuOutcome ServedLu::or_write(const TargetCommand& cmd) {
-  if (role_ != LuRole::weights)
-    return role_ == LuRole::status ? check(kDataProtect, kAscWriteProtect) : check(kIllegalRequest, kAscInvalidOpcode);
+  if (const LuOutcome& refusal = behaviour_of(role_).rewrite_refusal; refusal.status != kGood) return refusal;
   const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
   std::vector<std::byte> merged(len);
   if (LuOutcome r = read(cmd.offset, merged); r.status != kGood) return r;
@@ -257,7 +282,7 @@ LuOutcome ServedLu::synchronize_cache(const TargetCommand& cmd) {
   // IMMED (byte 1 bit 1) asks for completion before the data is durable; a checkpoint cannot promise that
   // afterwards, so it is refused as tgt's rdwr does.
   if (cmd.cdb[1] & 0x02) return check(kIllegalRequest, kAscInvalidFieldInCdb);
-  if (!shard_->checkpoint().empty()) return check(kMediumError, kAscWriteError);
+  if (!shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
   return good();
 }
 

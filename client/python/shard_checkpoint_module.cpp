@@ -29,12 +29,12 @@ std::shared_ptr<blockps::CpuEngine> engine() {
 // The whole checkpoint: options (the shard's bsopts as its status page shows them), the per-block step counts,
 // the f32 master weights and the optimizer's state slots (Adam: exp_avg, exp_avg_sq; momentum: the velocity).
 py::dict read_checkpoint(const std::string& path) {
-  auto header = blockps::read_checkpoint_header(path);
-  if (auto* why = std::get_if<std::string>(&header)) throw std::runtime_error(path + ": " + *why);
-  const blockps::ShardConfig config = std::get<blockps::CheckpointHeader>(header).config;
+  const blockps::Result<blockps::CheckpointHeader> header = blockps::read_checkpoint_header(path);
+  if (!header.ok()) throw std::runtime_error(path + ": " + header.message());
+  const blockps::ShardConfig config = header->config;
   blockps::ModelShard shard(config.geometry, config.optimizer, engine());
-  if (std::string why = blockps::load_checkpoint(path, shard); !why.empty())
-    throw std::runtime_error(path + ": " + why);
+  if (blockps::Status loaded = blockps::load_checkpoint(path, shard); !loaded.ok())
+    throw std::runtime_error(path + ": " + loaded.message());
   const std::uint64_t elements = config.geometry.elements(), block = config.geometry.block_elements();
   const int slots = blockps::state_slots(config.optimizer.kind);
   py::array_t<float> weights(static_cast<py::ssize_t>(elements));
@@ -66,9 +66,9 @@ void write_checkpoint(const std::string& path, const std::string& bsopts,
                       py::array_t<std::uint64_t, py::array::c_style> steps,
                       py::array_t<float, py::array::c_style> weights,
                       const std::vector<py::array_t<float, py::array::c_style>>& state) {
-  auto parsed = blockps::parse_lu_options("role=grad;" + bsopts, 512);
-  if (auto* e = std::get_if<blockps::OptionError>(&parsed)) throw py::value_error("bsopts: " + e->message);
-  const blockps::ShardConfig config = std::get<blockps::LuOptions>(parsed).config;
+  const blockps::Result<blockps::LuOptions> parsed = blockps::parse_lu_options("role=grad;" + bsopts, 512);
+  if (!parsed.ok()) throw py::value_error("bsopts: " + parsed.message());
+  const blockps::ShardConfig config = parsed->config;
   const blockps::ShardGeometry& g = config.geometry;
   const int slots = blockps::state_slots(config.optimizer.kind);
   if (static_cast<std::uint64_t>(weights.size()) != g.elements())
@@ -95,8 +95,8 @@ void write_checkpoint(const std::string& path, const std::string& bsopts,
                              slots > 1 ? slice(state[1]) : none))
       throw std::runtime_error("block " + std::to_string(b) + " could not be restored");
   }
-  if (std::string why = blockps::write_checkpoint(path, shard, config); !why.empty())
-    throw std::runtime_error(path + ": " + why);
+  if (blockps::Status written = blockps::write_checkpoint(path, shard, config); !written.ok())
+    throw std::runtime_error(path + ": " + written.message());
 }
 
 }  // namespace

@@ -1,4 +1,6 @@
-// The result of a client operation that has no other value: ok, or a message that says what went wrong.
+// The worker-PS contract's error vocabulary, used by the client, the aggregator and the PS core alike: a Status
+// (ok, or a kind and a message that says what went wrong) and a Result<T> (a value or the Status that prevented
+// it). Header-only and dependency-free (docs/ARCHITECTURE.md, "The contract between worker and PS").
 #pragma once
 
 #include <cstring>
@@ -8,16 +10,19 @@
 
 namespace blockps {
 
-// What kind of failure a Status is, for callers that branch on it (the C API's result codes, blockps_c.h)
-// rather than on the message. `unknown` is any error made without a kind.
+// What kind of failure a Status is, for callers that branch on it (the client C API's result codes,
+// blockps_c.h) rather than on the message. `unknown` is any error made without a kind (on the PS: an engine
+// fault, an exception).
 enum class StatusCode {
   ok,
   unknown,
-  invalid_argument,  // the caller's request is wrong (buffer size, blocks outside the model)
-  config,            // the cluster file cannot be read or says something wrong
+  invalid_argument,  // the caller's request is wrong (buffer size, blocks outside the model, a control line,
+                     // a file that is not a checkpoint)
+  config,            // a cluster file or bsopts cannot be read or say something wrong
   connect,           // an LU cannot be reached or opened
-  io,                // a read or write on a shard's LU failed
-  mismatch,          // a shard disagrees with the cluster file (capacity, size, dtype, block)
+  io,                // a read or write failed (a shard's LU, a checkpoint file)
+  mismatch,          // two descriptions of one shard disagree (cluster file and shard; bsopts and the open
+                     // shard or its checkpoint)
   unreachable,       // a shard's session was lost and could not be logged in again within [client] reconnect_s
 };
 
@@ -69,6 +74,7 @@ class [[nodiscard]] Result {
   T* operator->() { return &*value_; }
   const T* operator->() const { return &*value_; }
   T& operator*() & { return *value_; }
+  const T& operator*() const& { return *value_; }
 
  private:
   std::optional<T> value_;

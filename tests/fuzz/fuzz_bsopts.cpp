@@ -17,17 +17,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (blockps::parse_byte_size(text, bytes)) (void)blockps::format_byte_size(bytes);
 
   const auto parsed = blockps::parse_lu_options(text, 512);
-  const auto* opts = std::get_if<blockps::LuOptions>(&parsed);
+  const blockps::LuOptions* opts = parsed.ok() ? &parsed.value() : nullptr;
   // Only a config that describes a shard reaches a checkpoint (an LU may leave size out and take the open
   // shard's).
-  if (opts == nullptr || !blockps::geometry_error(opts->config.geometry).empty()) return 0;
+  if (opts == nullptr || !blockps::check_geometry(opts->config.geometry).ok()) return 0;
   const std::string written = blockps::format_shard_options(opts->config);
   // The shard keys only, as a checkpoint header records them; the LU's role comes from its own bsopts.
   const auto reparsed = blockps::parse_lu_options("role=grad;" + written, 512);
-  const auto* again = std::get_if<blockps::LuOptions>(&reparsed);
+  const blockps::LuOptions* again = reparsed.ok() ? &reparsed.value() : nullptr;
   if (again == nullptr) {
     std::fprintf(stderr, "format_shard_options wrote '%s', which parse_lu_options refuses: %s\n", written.c_str(),
-                 std::get<blockps::OptionError>(reparsed).message.c_str());
+                 reparsed.message().c_str());
     std::abort();
   }
   if (blockps::format_shard_options(again->config) != written) {

@@ -36,10 +36,10 @@ void write_file(const std::string& path, const std::uint8_t* data, std::size_t s
 
 void load(const std::string& path) {
   const auto header = blockps::read_checkpoint_header(path);
-  const auto* h = std::get_if<blockps::CheckpointHeader>(&header);
+  const blockps::CheckpointHeader* h = header.ok() ? &header.value() : nullptr;
   if (h == nullptr) return;
   const blockps::ShardGeometry& g = h->config.geometry;
-  if (!blockps::geometry_error(g).empty() || g.bytes > kMaxShardBytes) return;
+  if (!blockps::check_geometry(g).ok() || g.bytes > kMaxShardBytes) return;
   blockps::ModelShard shard(g, h->config.optimizer, nullptr);
   (void)blockps::load_checkpoint(path, shard);
 }

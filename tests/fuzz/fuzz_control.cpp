@@ -11,6 +11,7 @@
 
 #include "ps_backend/lu_options.h"
 #include "ps_backend/served_shard.h"
+#include "ps_backend/status_page.h"
 #include "tests/fuzz/fuzz_dir.h"
 
 namespace {
@@ -21,12 +22,12 @@ std::shared_ptr<blockps::ServedShard>& shard() {
   static std::shared_ptr<blockps::ServedShard> s = [] {
     const auto opts = blockps::parse_lu_options(
         "role=status;size=64K;block=16K;opt=momentum;mode=sync;workers=2;min_workers=1;checkpoint_s=0", 512);
-    const auto created = blockps::ServedShard::create(dir.path + "/model.ckpt", std::get<blockps::LuOptions>(opts));
-    if (const auto* why = std::get_if<std::string>(&created)) {
-      std::fprintf(stderr, "cannot make the shard: %s\n", why->c_str());
+    auto created = blockps::ServedShard::create(dir.path + "/model.ckpt", opts.value());
+    if (!created.ok()) {
+      std::fprintf(stderr, "cannot make the shard: %s\n", created.message().c_str());
       std::abort();
     }
-    return std::get<std::shared_ptr<blockps::ServedShard>>(created);
+    return std::move(created).value();
   }();
   return s;
 }
@@ -36,6 +37,6 @@ std::shared_ptr<blockps::ServedShard>& shard() {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   (void)shard()->control(text);
-  (void)shard()->status_json();
+  (void)blockps::render_status_page(*shard());
   return 0;
 }

@@ -88,7 +88,7 @@ TEST_F(DeviceInTgtd, AutoUsesTheGpuWhenThereIsOneElseTheCpuAndLogsIt) {
 }
 
 TEST_F(DeviceInTgtd, Gpu0ServesOnAGpuHost) {
-  if (const std::string why = device_error(Device::cuda(0)); !why.empty())
+  if (const std::string why = check_device(Device::cuda(0)).message(); !why.empty())
     GTEST_SKIP() << "SKIPPED, the CUDA engine is NOT tested in tgtd on this machine: " << why;
   EXPECT_EQ(serve_and_push("gpu:0"), "gpu:0");
 }

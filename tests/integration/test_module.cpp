@@ -13,8 +13,8 @@
 
 #include "aggregator/model_shard.h"
 #include "client/iscsi_lun.h"
-#include "tests/support/temp_dir.h"
 #include "tests/support/blockps_shard.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -32,9 +32,15 @@ std::vector<std::byte> wire_values(WireDtype d, std::size_t elements, std::uint3
   for (std::size_t i = 0; i < elements; ++i) {
     const float v = dist(gen);
     switch (d) {
-      case WireDtype::f32: store_wire<WireDtype::f32>(out.data(), i, v); break;
-      case WireDtype::bf16: store_wire<WireDtype::bf16>(out.data(), i, v); break;
-      case WireDtype::f16: store_wire<WireDtype::f16>(out.data(), i, v); break;
+      case WireDtype::f32:
+        store_wire<WireDtype::f32>(out.data(), i, v);
+        break;
+      case WireDtype::bf16:
+        store_wire<WireDtype::bf16>(out.data(), i, v);
+        break;
+      case WireDtype::f16:
+        store_wire<WireDtype::f16>(out.data(), i, v);
+        break;
     }
   }
   return out;
@@ -120,15 +126,17 @@ TEST_F(ModuleTest, PushesMatchTheHostReferenceForEveryOptimizerAndDtype) {
 
       const auto init = wire_values(d, kBytes / wire_size(d), 1000 + tid);
       ASSERT_TRUE(weights.write(0, init).ok());
-      reference.assign_weights(0, init);
-      struct Push { std::uint64_t offset, bytes; };
+      ASSERT_TRUE(reference.assign_weights(0, init).ok());
+      struct Push {
+        std::uint64_t offset, bytes;
+      };
       const Push pushes[] = {{0, kBytes}, {0, kBytes}, {4096, 8192}, {32768, 98304}, {0, kBytes}};
       std::uint32_t seed = 7;
       for (const Push& p : pushes) {
         const auto g = wire_values(d, p.bytes / wire_size(d), seed++, 0.5f);
         const ScsiResult r = grad.write(p.offset, g);
         ASSERT_TRUE(r.ok()) << r.describe();
-        reference.push_gradient(p.offset, g);
+        ASSERT_TRUE(reference.push_gradient(p.offset, g).ok());
       }
       std::vector<std::byte> expected(kBytes);
       reference.read_weights(0, expected);
@@ -160,8 +168,8 @@ TEST_F(ModuleTest, WeightsLuRoundTripsAndSharesTheShardWithGrad) {
 }
 
 TEST_F(ModuleTest, StatusLuServesJsonAndRefusesWritesThatAreNoControlLines) {
-  ASSERT_NO_FATAL_FAILURE(
-      add_shard(1, "m.ckpt", {{1, "role=grad;size=512K;opt=momentum;lr=0.5"}, {2, "role=weights"}, {3, "role=status"}}));
+  ASSERT_NO_FATAL_FAILURE(add_shard(
+      1, "m.ckpt", {{1, "role=grad;size=512K;opt=momentum;lr=0.5"}, {2, "role=weights"}, {3, "role=status"}}));
   IscsiLun grad, status;
   ASSERT_NO_FATAL_FAILURE(connect(grad, 1, 1));
   ASSERT_NO_FATAL_FAILURE(connect(status, 1, 3));
@@ -207,7 +215,9 @@ TEST_F(ModuleTest, EveryBadOptionIsRefusedWithItsReasonAndNothingIsHalfMade) {
   const auto g = wire_values(WireDtype::f32, 256 * 1024, 5);
   ASSERT_TRUE(good.write(0, g).ok());
 
-  struct Case { std::string bsopts, path, reason; };
+  struct Case {
+    std::string bsopts, path, reason;
+  };
   const std::vector<Case> cases = {
       {"size=1M", "a.ckpt", "role= is required"},
       {"role=grad;size=1M;colour=red", "a.ckpt", "unknown key 'colour'"},
@@ -291,8 +301,10 @@ TEST_F(ModuleTest, CheckpointSurvivesStopAndKill9) {
 
   // The reference: a shard that never stopped, fed the same pushes, must agree after one more push (the
   // optimizer state and step counts came back with the weights).
-  ModelShard reference({1 << 20, WireDtype::f32, 256 * 1024}, {OptimizerKind::adam, 0.01f}, std::make_shared<CpuEngine>(1));
-  for (std::uint32_t s : {0u, 1u, 2u, 10u, 12u}) reference.push_gradient(0, wire_values(WireDtype::f32, 256 * 1024, s));
+  ModelShard reference({1 << 20, WireDtype::f32, 256 * 1024}, {OptimizerKind::adam, 0.01f},
+                       std::make_shared<CpuEngine>(1));
+  for (std::uint32_t s : {0u, 1u, 2u, 10u, 12u})
+    ASSERT_TRUE(reference.push_gradient(0, wire_values(WireDtype::f32, 256 * 1024, s)).ok());
   ASSERT_TRUE(grad.write(0, wire_values(WireDtype::f32, 256 * 1024, 12)).ok());
   std::vector<std::byte> expected(1 << 20);
   reference.read_weights(0, expected);

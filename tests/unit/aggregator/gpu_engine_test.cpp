@@ -15,13 +15,14 @@
 
 #include "aggregator/model_shard.h"
 #include "shard_snapshot.h"
+#include "tests/support/status_text.h"
 
 namespace blockps {
 namespace {
 
 /// "" when GPU 0 can run the engine, else the loud reason the GPU tests skip.
 std::string gpu_unavailable() {
-  const std::string why = device_error(Device::cuda(0));
+  const std::string why = error_text(check_device(Device::cuda(0)));
   if (!why.empty()) {
     std::cerr << "\n*** SKIPPED: the CUDA engine is NOT tested on this machine: " << why << " ***\n\n";
   }
@@ -111,8 +112,8 @@ TEST_P(GpuMatchesCpu, BitForBitOverPushesOfEveryShape) {
   std::normal_distribution<float> init(0.0f, 0.5f);
   std::vector<float> w0(g.elements());
   for (float& v : w0) v = init(rng);
-  ASSERT_EQ(cpu.fill_weights([&](std::uint64_t e) { return w0[e]; }), "");
-  ASSERT_EQ(gpu.fill_weights([&](std::uint64_t e) { return w0[e]; }), "");
+  ASSERT_EQ(error_text(cpu.fill_weights([&](std::uint64_t e) { return w0[e]; })), "");
+  ASSERT_EQ(error_text(gpu.fill_weights([&](std::uint64_t e) { return w0[e]; })), "");
   expect_same(cpu, gpu, "after fill_weights");
 
   const std::uint64_t elements = g.elements();
@@ -125,24 +126,24 @@ TEST_P(GpuMatchesCpu, BitForBitOverPushesOfEveryShape) {
       count = 1 + any_element(rng) % (elements - first);
     }
     const auto grad = random_wire(rng, c.dtype, count, 1.0f);
-    ASSERT_EQ(cpu.push_gradient(first * esize, grad), "");
-    ASSERT_EQ(gpu.push_gradient(first * esize, grad), "") << gpu.engine_error();
+    ASSERT_EQ(error_text(cpu.push_gradient(first * esize, grad)), "");
+    ASSERT_EQ(error_text(gpu.push_gradient(first * esize, grad)), "") << gpu.engine_status().message();
     expect_same(cpu, gpu, "after push " + std::to_string(round));
   }
   // The f32 input path (sync mode's averaged gradient) on a wire dtype that may be narrower.
   std::vector<float> avg(elements / 2);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   for (float& v : avg) v = unit(rng);
-  ASSERT_EQ(cpu.apply_gradient_f32(3 * esize, avg), "");
-  ASSERT_EQ(gpu.apply_gradient_f32(3 * esize, avg), "");
+  ASSERT_EQ(error_text(cpu.apply_gradient_f32(3 * esize, avg)), "");
+  ASSERT_EQ(error_text(gpu.apply_gradient_f32(3 * esize, avg)), "");
   expect_same(cpu, gpu, "after apply_gradient_f32");
   // assign_weights goes to the device too: the next push starts from it on both engines.
   const auto assigned = random_wire(rng, c.dtype, 700, 2.0f);
-  ASSERT_EQ(cpu.assign_weights(100 * esize, assigned), "");
-  ASSERT_EQ(gpu.assign_weights(100 * esize, assigned), "");
+  ASSERT_EQ(error_text(cpu.assign_weights(100 * esize, assigned)), "");
+  ASSERT_EQ(error_text(gpu.assign_weights(100 * esize, assigned)), "");
   const auto grad = random_wire(rng, c.dtype, elements, 1.0f);
-  ASSERT_EQ(cpu.push_gradient(0, grad), "");
-  ASSERT_EQ(gpu.push_gradient(0, grad), "");
+  ASSERT_EQ(error_text(cpu.push_gradient(0, grad)), "");
+  ASSERT_EQ(error_text(gpu.push_gradient(0, grad)), "");
   expect_same(cpu, gpu, "after assign_weights and a push");
 }
 
@@ -154,16 +155,17 @@ TEST(GpuEngine, CheckpointStateMovesBetweenEngines) {
   const OptimizerParams p{.kind = OptimizerKind::adamw, .lr = 0.01f, .weight_decay = 0.1f};
   ModelShard cpu(g, p, nullptr);
   std::mt19937 rng(3);
-  for (int i = 0; i < 3; ++i) ASSERT_EQ(cpu.push_gradient(0, random_wire(rng, g.dtype, g.elements(), 1.0f)), "");
+  for (int i = 0; i < 3; ++i)
+    ASSERT_EQ(error_text(cpu.push_gradient(0, random_wire(rng, g.dtype, g.elements(), 1.0f))), "");
   // CPU -> GPU (a checkpoint loaded on a GPU host) -> GPU -> CPU, continuing identically.
   ModelShard gpu(g, p, nullptr, Device::cuda(0));
   cpu.for_each_block([&](const BlockView& v) {
-    ASSERT_TRUE(gpu.restore_block(v.index, v.step, v.weights, v.state[0], v.state[1])) << gpu.engine_error();
+    ASSERT_TRUE(gpu.restore_block(v.index, v.step, v.weights, v.state[0], v.state[1])) << gpu.engine_status().message();
   });
   expect_same(cpu, gpu, "after restore into the GPU");
   const auto grad = random_wire(rng, g.dtype, g.elements(), 1.0f);
-  ASSERT_EQ(cpu.push_gradient(0, grad), "");
-  ASSERT_EQ(gpu.push_gradient(0, grad), "");
+  ASSERT_EQ(error_text(cpu.push_gradient(0, grad)), "");
+  ASSERT_EQ(error_text(gpu.push_gradient(0, grad)), "");
   expect_same(cpu, gpu, "after a push on both");
   ModelShard back(g, p, nullptr);
   gpu.for_each_block(
@@ -193,7 +195,7 @@ TEST(GpuEngine, ConcurrentPushesAllLandAndReadsNeverSeeATornBlock) {
   std::vector<std::thread> writers;
   for (int t = 0; t < kWriters; ++t)
     writers.emplace_back([&] {
-      for (int i = 0; i < kPushes; ++i) EXPECT_EQ(gpu.push_gradient(0, std::as_bytes(std::span(ones))), "");
+      for (int i = 0; i < kPushes; ++i) EXPECT_EQ(error_text(gpu.push_gradient(0, std::as_bytes(std::span(ones)))), "");
     });
   for (auto& t : writers) t.join();
   done = true;
@@ -206,11 +208,11 @@ TEST(GpuEngine, ConcurrentPushesAllLandAndReadsNeverSeeATornBlock) {
 
 // These run everywhere: without a usable GPU, asking for one is refused with the reason, and nothing aborts.
 TEST(GpuEngineSelection, AnAbsentGpuIsRefusedWithTheReason) {
-  const std::string why = device_error(Device::cuda(0));
+  const std::string why = error_text(check_device(Device::cuda(0)));
   const int count = cuda_device_count();
   if (count > 0) {
     EXPECT_EQ(why, "");
-    const std::string beyond = device_error(Device::cuda(count));
+    const std::string beyond = error_text(check_device(Device::cuda(count)));
     EXPECT_NE(beyond.find("no such GPU"), std::string::npos) << beyond;
     return;
   }
@@ -238,7 +240,7 @@ TEST(GpuEngineSelection, DeviceNamesParseBack) {
   EXPECT_EQ(parse_device(Device::cuda(7).name()), Device::cuda(7));
   for (const char* bad : {"", "gpu", "gpu:", "gpu:-1", "gpu:x", "gpu:1024", "gpu:00001", "GPU:0", "auto", "cuda:0"})
     EXPECT_FALSE(parse_device(bad).has_value()) << bad;
-  EXPECT_EQ(device_error(Device::cpu()), "");
+  EXPECT_EQ(error_text(check_device(Device::cpu())), "");
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 
 #include "reference.h"
 #include "shard_snapshot.h"
+#include "tests/support/status_text.h"
 
 namespace blockps {
 namespace {
@@ -121,13 +122,13 @@ TEST_P(ShardMatchesReference, OverSeveralStepsAndRanges) {
   // 16 elements a block, 6 blocks, the last one 7 elements long.
   const ShardGeometry geometry{
       .bytes = (5 * 16 + 7) * size, .dtype = c.dtype, .block_bytes = static_cast<std::uint32_t>(16 * size)};
-  ASSERT_EQ(geometry_error(geometry), "");
+  ASSERT_EQ(error_text(check_geometry(geometry)), "");
   const OptimizerParams params{
       .kind = c.kind, .lr = 0.05f, .weight_decay = c.weight_decay, .momentum = 0.9f, .nesterov = c.nesterov};
   ModelShard shard(geometry, params, std::make_shared<CpuEngine>(3));
   ReferenceShard reference(geometry, params);
   const auto initial = [](std::uint64_t e) { return std::sin(static_cast<float>(e)) * 0.5f; };
-  shard.fill_weights(initial);
+  EXPECT_EQ(error_text(shard.fill_weights(initial)), "");
   for (std::uint64_t e = 0; e < geometry.elements(); ++e) reference.w[e] = initial(e);
 
   struct Range {
@@ -150,7 +151,7 @@ TEST_P(ShardMatchesReference, OverSeveralStepsAndRanges) {
       SCOPED_TRACE("round " + std::to_string(round) + " range " + std::to_string(r.first) + "+" +
                    std::to_string(r.count));
       const std::vector<float> g = random_gradient(random, c.dtype, r.count);
-      shard.push_gradient(r.first * size, to_wire(c.dtype, g));
+      EXPECT_EQ(error_text(shard.push_gradient(r.first * size, to_wire(c.dtype, g))), "");
       reference.push(r.first, g);
 
       const Snapshot got = snapshot(shard);
@@ -203,34 +204,38 @@ TEST(ShardGeometry, BlocksAndTheShortLastBlock) {
 }
 
 TEST(ShardGeometry, ErrorsSayWhatIsWrong) {
-  EXPECT_EQ(geometry_error(ShardGeometry{.bytes = 1024, .dtype = WireDtype::f16, .block_bytes = 256}), "");
-  EXPECT_EQ(geometry_error(ShardGeometry{.bytes = 6, .dtype = WireDtype::bf16, .block_bytes = 4}), "");
+  EXPECT_EQ(error_text(check_geometry(ShardGeometry{.bytes = 1024, .dtype = WireDtype::f16, .block_bytes = 256})), "");
+  EXPECT_EQ(error_text(check_geometry(ShardGeometry{.bytes = 6, .dtype = WireDtype::bf16, .block_bytes = 4})), "");
 
-  const std::string zero = geometry_error(ShardGeometry{.bytes = 0});
+  const std::string zero = error_text(check_geometry(ShardGeometry{.bytes = 0}));
   EXPECT_TRUE(contains(zero, "bytes 0")) << zero;
-  const std::string odd = geometry_error(ShardGeometry{.bytes = 10, .dtype = WireDtype::f32, .block_bytes = 8});
+  const std::string odd =
+      error_text(check_geometry(ShardGeometry{.bytes = 10, .dtype = WireDtype::f32, .block_bytes = 8}));
   EXPECT_TRUE(contains(odd, "10") && contains(odd, "f32") && contains(odd, "4")) << odd;
-  const std::string no_block = geometry_error(ShardGeometry{.bytes = 8, .dtype = WireDtype::f32, .block_bytes = 0});
+  const std::string no_block =
+      error_text(check_geometry(ShardGeometry{.bytes = 8, .dtype = WireDtype::f32, .block_bytes = 0}));
   EXPECT_TRUE(contains(no_block, "block_bytes 0")) << no_block;
-  const std::string odd_block = geometry_error(ShardGeometry{.bytes = 8, .dtype = WireDtype::f32, .block_bytes = 6});
+  const std::string odd_block =
+      error_text(check_geometry(ShardGeometry{.bytes = 8, .dtype = WireDtype::f32, .block_bytes = 6}));
   EXPECT_TRUE(contains(odd_block, "block_bytes 6")) << odd_block;
-  const std::string odd_f16 = geometry_error(ShardGeometry{.bytes = 7, .dtype = WireDtype::f16, .block_bytes = 4});
+  const std::string odd_f16 =
+      error_text(check_geometry(ShardGeometry{.bytes = 7, .dtype = WireDtype::f16, .block_bytes = 4}));
   EXPECT_TRUE(contains(odd_f16, "7") && contains(odd_f16, "f16")) << odd_f16;
-  const std::string dtype = geometry_error(ShardGeometry{.bytes = 8, .dtype = static_cast<WireDtype>(9)});
+  const std::string dtype = error_text(check_geometry(ShardGeometry{.bytes = 8, .dtype = static_cast<WireDtype>(9)}));
   EXPECT_TRUE(contains(dtype, "9") && contains(dtype, "bf16")) << dtype;
 }
 
 TEST(ShardGeometry, RangeErrors) {
   const ShardGeometry g{.bytes = 64, .dtype = WireDtype::f32, .block_bytes = 16};
-  EXPECT_EQ(range_error(g, 0, 64), "");
-  EXPECT_EQ(range_error(g, 60, 4), "");
-  EXPECT_EQ(range_error(g, 64, 0), "");
-  EXPECT_TRUE(contains(range_error(g, 2, 4), "offset 2"));
-  EXPECT_TRUE(contains(range_error(g, 0, 6), "length 6"));
-  EXPECT_TRUE(contains(range_error(g, 60, 8), "64 bytes"));
-  EXPECT_FALSE(range_error(g, 68, 0).empty());
-  EXPECT_FALSE(range_error(g, 0xfffffffffffffffcull, 8).empty());  // offset + len would wrap
-  EXPECT_TRUE(contains(range_error(ShardGeometry{.bytes = 0}, 0, 0), "geometry"));
+  EXPECT_EQ(error_text(check_range(g, 0, 64)), "");
+  EXPECT_EQ(error_text(check_range(g, 60, 4)), "");
+  EXPECT_EQ(error_text(check_range(g, 64, 0)), "");
+  EXPECT_TRUE(contains(error_text(check_range(g, 2, 4)), "offset 2"));
+  EXPECT_TRUE(contains(error_text(check_range(g, 0, 6)), "length 6"));
+  EXPECT_TRUE(contains(error_text(check_range(g, 60, 8)), "64 bytes"));
+  EXPECT_FALSE(error_text(check_range(g, 68, 0)).empty());
+  EXPECT_FALSE(error_text(check_range(g, 0xfffffffffffffffcull, 8)).empty());  // offset + len would wrap
+  EXPECT_TRUE(contains(error_text(check_range(ShardGeometry{.bytes = 0}, 0, 0)), "geometry"));
 }
 
 // ---- Out-of-contract calls change nothing and never crash ----------------------------------------------
@@ -239,14 +244,14 @@ TEST(ShardGeometry, RangeErrors) {
 TEST(ModelShard, RangesOutsideTheContractAreRefusedAndChangeNothing) {
   const ShardGeometry g{.bytes = 64, .dtype = WireDtype::f32, .block_bytes = 16};
   ModelShard shard(g, OptimizerParams{.kind = OptimizerKind::sum}, std::make_shared<CpuEngine>(2));
-  shard.fill_weights([](std::uint64_t e) { return float(e); });
+  EXPECT_EQ(error_text(shard.fill_weights([](std::uint64_t e) { return float(e); })), "");
   const Snapshot before = snapshot(shard);
   const std::vector<std::byte> grad(8, std::byte{0x3f});
-  EXPECT_TRUE(contains(shard.push_gradient(2, grad), "push refused: ")) << "misaligned offset";
-  EXPECT_TRUE(contains(shard.push_gradient(60, grad), "64 bytes")) << "runs past the end";
-  EXPECT_TRUE(contains(shard.push_gradient(0, std::span(grad).first(6)), "length 6")) << "partial element";
-  EXPECT_TRUE(contains(shard.assign_weights(64, std::span(grad).first(4)), "assignment refused: "));
-  EXPECT_EQ(shard.push_gradient(0, {}), "") << "an empty push is no error";
+  EXPECT_TRUE(contains(error_text(shard.push_gradient(2, grad)), "push refused: ")) << "misaligned offset";
+  EXPECT_TRUE(contains(error_text(shard.push_gradient(60, grad)), "64 bytes")) << "runs past the end";
+  EXPECT_TRUE(contains(error_text(shard.push_gradient(0, std::span(grad).first(6))), "length 6")) << "partial element";
+  EXPECT_TRUE(contains(error_text(shard.assign_weights(64, std::span(grad).first(4))), "assignment refused: "));
+  EXPECT_EQ(error_text(shard.push_gradient(0, {})), "") << "an empty push is no error";
   const Snapshot after = snapshot(shard);
   EXPECT_EQ(after.steps, before.steps);
   expect_bitwise_equal(after.w, before.w, "weights");
@@ -261,8 +266,9 @@ TEST(ModelShard, UnusableGeometryGivesAnEmptyShard) {
   int visited = 0;
   shard.for_each_block([&](const BlockView&) { ++visited; });
   EXPECT_EQ(visited, 0);
-  shard.fill_weights([](std::uint64_t) { return 1.0f; });
-  shard.push_gradient(0, std::vector<std::byte>(4));
+  EXPECT_EQ(error_text(shard.fill_weights([](std::uint64_t) { return 1.0f; })), "");
+  EXPECT_TRUE(contains(error_text(shard.push_gradient(0, std::vector<std::byte>(4))), "unusable geometry"))
+      << "refused, not dropped";
   EXPECT_FALSE(shard.restore_block(0, 1, {}, {}, {}));
 }
 
@@ -272,7 +278,7 @@ TEST(ModelShard, SetParamsKeepsTheKind) {
   shard.set_params(OptimizerParams{.kind = OptimizerKind::adam, .lr = 0.5f});
   EXPECT_EQ(shard.params().kind, OptimizerKind::sgd);
   EXPECT_EQ(shard.params().lr, 0.5f);
-  shard.push_gradient(0, to_wire(WireDtype::f32, {1.0f, 2.0f, 3.0f, 4.0f}));
+  EXPECT_EQ(error_text(shard.push_gradient(0, to_wire(WireDtype::f32, {1.0f, 2.0f, 3.0f, 4.0f}))), "");
   const Snapshot s = snapshot(shard);
   EXPECT_EQ(s.w, (std::vector<float>{-0.5f, -1.0f, -1.5f, -2.0f}));
 }
@@ -286,7 +292,7 @@ TEST(ModelShard, AssignThenReadRoundTripsWireValues) {
     std::mt19937 random(5);
     const std::vector<float> values = random_gradient(random, d, 30);
     const std::vector<std::byte> in = to_wire(d, values);
-    shard.assign_weights(5 * size, in);
+    EXPECT_EQ(error_text(shard.assign_weights(5 * size, in)), "");
     std::vector<std::byte> out(in.size());
     shard.read_weights(5 * size, out);
     EXPECT_EQ(out, in);
@@ -306,8 +312,12 @@ TEST(ModelShard, CheckpointRoundTripContinuesIdentically) {
     auto engine = std::make_shared<CpuEngine>(2);
     ModelShard original(g, p, engine);
     std::mt19937 random(9);
-    original.push_gradient(0, to_wire(WireDtype::f32, random_gradient(random, WireDtype::f32, 50)));
-    original.push_gradient(20 * kF32Bytes, to_wire(WireDtype::f32, random_gradient(random, WireDtype::f32, 10)));
+    EXPECT_EQ(
+        error_text(original.push_gradient(0, to_wire(WireDtype::f32, random_gradient(random, WireDtype::f32, 50)))),
+        "");
+    EXPECT_EQ(error_text(original.push_gradient(20 * kF32Bytes,
+                                                to_wire(WireDtype::f32, random_gradient(random, WireDtype::f32, 10)))),
+              "");
 
     ModelShard restored(g, p, engine);
     original.for_each_block([&](const BlockView& b) {
@@ -322,8 +332,8 @@ TEST(ModelShard, CheckpointRoundTripContinuesIdentically) {
 
     // The step counts came along too: the next step (bias corrections included) is the same on both.
     const std::vector<std::byte> next = to_wire(WireDtype::f32, random_gradient(random, WireDtype::f32, 50));
-    original.push_gradient(0, next);
-    restored.push_gradient(0, next);
+    EXPECT_EQ(error_text(original.push_gradient(0, next)), "");
+    EXPECT_EQ(error_text(restored.push_gradient(0, next)), "");
     expect_bitwise_equal(snapshot(restored).w, snapshot(original).w, "weights after a step");
   }
 }
@@ -372,8 +382,8 @@ TEST(ModelShard, ReadersNeverSeeATornBlock) {
       threads.emplace_back([&, w] {
         start.arrive_and_wait();
         for (std::uint64_t i = 0; i < 50 || reads.load() < kMinReads; ++i) {
-          shard.push_gradient(0, ones_all);
-          shard.push_gradient(((i + w) % kBlocks) * g.block_bytes, ones_block);
+          EXPECT_EQ(error_text(shard.push_gradient(0, ones_all)), "");
+          EXPECT_EQ(error_text(shard.push_gradient(((i + w) % kBlocks) * g.block_bytes, ones_block)), "");
           pushes.fetch_add(1);
         }
         writers_done.fetch_add(1);

@@ -24,7 +24,8 @@ inline Snapshot snapshot(const ModelShard& shard) {
     s.s0.insert(s.s0.end(), view.state[0].begin(), view.state[0].end());
     s.s1.insert(s.s1.end(), view.state[1].begin(), view.state[1].end());
   });
-  EXPECT_EQ(s.steps.size(), shard.geometry().blocks()) << "a block could not be visited: " << shard.engine_error();
+  EXPECT_EQ(s.steps.size(), shard.geometry().blocks())
+      << "a block could not be visited: " << shard.engine_status().message();
   return s;
 }
 

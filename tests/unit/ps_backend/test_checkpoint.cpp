@@ -5,8 +5,8 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 #include <vector>
 
 #include "ps_backend/checkpoint.h"
@@ -39,9 +39,9 @@ TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
   // 3 blocks of 1K (the last shorter) so per-block steps and state differ.
   auto a = make_shard(path, "role=grad;size=2560;block=1K;opt=adam;lr=0.01;init=uniform:1;seed=5");
   ASSERT_TRUE(a);
-  a->model().push_gradient(0, floats(640, 0.5f, 0.01f));
-  a->model().push_gradient(1024, floats(128, -1.0f, 0.02f));  // block 1 only, twice as many steps
-  ASSERT_EQ(a->checkpoint(), "");
+  EXPECT_EQ(error_text(a->model().push_gradient(0, floats(640, 0.5f, 0.01f))), "");
+  EXPECT_EQ(error_text(a->model().push_gradient(1024, floats(128, -1.0f, 0.02f))), "");  // block 1 only: 2x steps
+  ASSERT_EQ(error_text(a->checkpoint()), "");
   const auto before = read_all(a->model());
 
   // The checkpoint restores the same weights, and further pushes give the same result on both (state and
@@ -51,21 +51,21 @@ TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
   ASSERT_TRUE(b);
   EXPECT_EQ(read_all(b->model()), before);
   const auto g = floats(640, 0.25f, -0.003f);
-  a->model().push_gradient(0, g);
-  b->model().push_gradient(0, g);
+  EXPECT_EQ(error_text(a->model().push_gradient(0, g)), "");
+  EXPECT_EQ(error_text(b->model().push_gradient(0, g)), "");
   EXPECT_EQ(read_all(a->model()), read_all(b->model()));
 }
 
 TEST(Checkpoint, ShapeMismatchIsRefusedWithTheReason) {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");
-  ASSERT_EQ(make_shard(path, "role=grad;size=4K;opt=momentum")->checkpoint(), "");
+  ASSERT_EQ(error_text(make_shard(path, "role=grad;size=4K;opt=momentum")->checkpoint()), "");
   auto r = ServedShard::create(path, unit::options("role=grad;size=8K;opt=momentum"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("size=8K differs from size=4K"), std::string::npos) << std::get<std::string>(r);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("size=8K differs from size=4K"), std::string::npos) << r.message();
   r = ServedShard::create(path, unit::options("role=grad;opt=sgd"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("opt=sgd differs from opt=momentum"), std::string::npos);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("opt=sgd differs from opt=momentum"), std::string::npos);
   // Hyper-parameters may change across a restart; size may be left out (it comes from the checkpoint).
   auto ok = make_shard(path, "role=grad;lr=0.5");
   ASSERT_TRUE(ok);
@@ -76,7 +76,7 @@ TEST(Checkpoint, ShapeMismatchIsRefusedWithTheReason) {
 TEST(Checkpoint, CorruptionIsDetected) {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");
-  ASSERT_EQ(make_shard(path, "role=grad;size=8K;init=normal:1")->checkpoint(), "");
+  ASSERT_EQ(error_text(make_shard(path, "role=grad;size=8K;init=normal:1")->checkpoint()), "");
   {  // flip one byte in the weights (the last 12 bytes are the trailer)
     const int fd = ::open(path.c_str(), O_RDWR);
     ASSERT_GE(fd, 0);
@@ -93,20 +93,20 @@ TEST(Checkpoint, CorruptionIsDetected) {
   };
   const std::string corrupt = file_text();
   auto r = ServedShard::create(path, unit::options("role=grad"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("CRC mismatch"), std::string::npos) << std::get<std::string>(r);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("CRC mismatch"), std::string::npos) << r.message();
   // A shard that failed to open must not overwrite the file it could not load (it may be the only copy).
   EXPECT_EQ(file_text(), corrupt);
 
   ASSERT_EQ(::truncate(path.c_str(), 100), 0);
   r = ServedShard::create(path, unit::options("role=grad"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("truncated"), std::string::npos) << std::get<std::string>(r);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("truncated"), std::string::npos) << r.message();
 
   std::ofstream(path) << "not a checkpoint at all";
   r = ServedShard::create(path, unit::options("role=grad"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("not a blockps checkpoint"), std::string::npos);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("not a blockps checkpoint"), std::string::npos);
 }
 
 // Found by tests/fuzz (fuzz_checkpoint): a header field of another JSON type made json::value() throw out of
@@ -131,15 +131,15 @@ TEST(Checkpoint, AHeaderFieldOfAnotherTypeIsRefusedWithItsName) {
   };
   for (const auto& [json, expected] : cases) {
     write_header(json);
-    std::variant<CheckpointHeader, std::string> r;
+    Result<CheckpointHeader> r = Status::Error("not read");
     ASSERT_NO_THROW(r = read_checkpoint_header(path)) << json;
-    ASSERT_TRUE(std::holds_alternative<std::string>(r)) << json;
-    EXPECT_NE(std::get<std::string>(r).find(expected), std::string::npos) << std::get<std::string>(r);
+    ASSERT_TRUE(!r.ok()) << json;
+    EXPECT_NE(r.message().find(expected), std::string::npos) << r.message();
   }
   write_header(R"({"format":1,"blocks":2,)" + options + "}");  // and the same header, well typed, is read
   const auto good = read_checkpoint_header(path);
-  ASSERT_TRUE(std::holds_alternative<CheckpointHeader>(good)) << std::get<std::string>(good);
-  EXPECT_EQ(std::get<CheckpointHeader>(good).config.geometry.bytes, 2048u);
+  ASSERT_TRUE(good.ok()) << good.message();
+  EXPECT_EQ(good.value().config.geometry.bytes, 2048u);
 }
 
 TEST(Checkpoint, EmptyFileMeansNewShardAndSizeIsThenRequired) {
@@ -148,8 +148,8 @@ TEST(Checkpoint, EmptyFileMeansNewShardAndSizeIsThenRequired) {
   std::ofstream(path).close();
   EXPECT_FALSE(checkpoint_exists(path));
   auto r = ServedShard::create(path, unit::options("role=grad"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("size= is required"), std::string::npos);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("size= is required"), std::string::npos);
   EXPECT_TRUE(make_shard(path, "role=grad;size=4K"));
 }
 
@@ -157,14 +157,14 @@ TEST(Checkpoint, FailedWriteKeepsThePreviousFile) {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");
   auto s = make_shard(path, "role=grad;size=4K;init=uniform:1");
-  ASSERT_EQ(s->checkpoint(), "");
+  ASSERT_EQ(error_text(s->checkpoint()), "");
   std::ifstream in(path, std::ios::binary);
   const std::string good((std::istreambuf_iterator<char>(in)), {});
   // A directory where the temp file must go makes the write fail; the old checkpoint must survive.
   ASSERT_EQ(::mkdir((path + ".tmp").c_str(), 0755), 0);
-  s->model().push_gradient(0, floats(16, 1, 0));
+  EXPECT_EQ(error_text(s->model().push_gradient(0, floats(16, 1, 0))), "");
   s->note_mutation();
-  EXPECT_NE(s->checkpoint(), "");
+  EXPECT_NE(error_text(s->checkpoint()), "");
   std::ifstream again(path, std::ios::binary);
   EXPECT_EQ(std::string((std::istreambuf_iterator<char>(again)), {}), good);
   EXPECT_EQ(s->counters().checkpoint_errors.load(), 1u);
@@ -183,9 +183,8 @@ TEST(Checkpoint, InitFromFileMustHaveTheShardSize) {
   ASSERT_TRUE(s);
   EXPECT_EQ(read_all(s->model()), floats(1024, -2, 0.5f));
   auto r = ServedShard::create(dir.file("b.ckpt"), unit::options("role=grad;size=8K;init=file:" + init));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r));
-  EXPECT_NE(std::get<std::string>(r).find("holds 4096 bytes, the shard needs 8192"), std::string::npos)
-      << std::get<std::string>(r);
+  ASSERT_TRUE(!r.ok());
+  EXPECT_NE(r.message().find("holds 4096 bytes, the shard needs 8192"), std::string::npos) << r.message();
 }
 
 }  // namespace
@@ -203,7 +202,7 @@ TEST(Checkpoint, PeriodicCheckpointsWriteOnlyWhenSomethingChanged) {
   std::vector<std::byte> g(4096);
   const float one = 1.0f;
   for (std::size_t i = 0; i < g.size(); i += 4) std::memcpy(g.data() + i, &one, 4);
-  s->model().push_gradient(0, g);
+  EXPECT_EQ(error_text(s->model().push_gradient(0, g)), "");
   s->note_mutation();
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   while (s->counters().checkpoints.load() == 0 && std::chrono::steady_clock::now() < deadline)
@@ -214,9 +213,9 @@ TEST(Checkpoint, PeriodicCheckpointsWriteOnlyWhenSomethingChanged) {
   // What was written is the pushed state.
   s.reset();
   auto back = ServedShard::create(dir.file("./m.ckpt"), unit::options("role=weights"));
-  ASSERT_TRUE(std::holds_alternative<std::shared_ptr<ServedShard>>(back));
+  ASSERT_TRUE(back.ok());
   std::vector<std::byte> w(4096);
-  std::get<std::shared_ptr<ServedShard>>(back)->model().read_weights(0, w);
+  back.value()->model().read_weights(0, w);
   EXPECT_EQ(w, g);
 }
 
@@ -232,9 +231,8 @@ TEST(Checkpoint, ASecondOpenerOfTheSameFileIsRefused) {
   auto first = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
   ASSERT_TRUE(first);
   auto second = ServedShard::create(dir.file("m.ckpt"), unit::options("role=grad;size=4K"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(second));
-  EXPECT_NE(std::get<std::string>(second).find("is in use by another process"), std::string::npos)
-      << std::get<std::string>(second);
+  ASSERT_TRUE(!second.ok());
+  EXPECT_NE(second.message().find("is in use by another process"), std::string::npos) << second.message();
   first.reset();
   EXPECT_TRUE(unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K"));
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ps_backend/checkpoint.h"
+#include "ps_backend/status_page.h"
 #include "test_support.h"
 
 namespace blockps {
@@ -13,7 +14,7 @@ namespace {
 using unit::TempDir;
 
 std::string engine_of(const ServedShard& shard) {
-  return nlohmann::json::parse(shard.status_json())["shard"]["engine"];
+  return nlohmann::json::parse(render_status_page(shard))["shard"]["engine"];
 }
 
 TEST(DeviceSelection, CpuIsTheDefaultAndUnchanged) {
@@ -31,8 +32,8 @@ TEST(DeviceSelection, AGpuThatCannotBeUsedIsRefusedWithTheReason) {
   // With GPUs, the first absent ordinal; without, gpu:0.
   const std::string device = "gpu:" + std::to_string(gpus);
   auto r = ServedShard::create(dir.file("m.ckpt"), unit::options("role=grad;size=4K;device=" + device));
-  ASSERT_TRUE(std::holds_alternative<std::string>(r)) << device << " was accepted";
-  const std::string why = std::get<std::string>(r);
+  ASSERT_TRUE(!r.ok()) << device << " was accepted";
+  const std::string why = r.message();
   EXPECT_EQ(why.rfind("device=" + device + ": ", 0), 0u) << why;
   EXPECT_NE(why.find(gpus > 0              ? "no such GPU"
                      : cuda_engine_built() ? "no usable GPU"
@@ -61,13 +62,12 @@ TEST(DeviceSelection, ACheckpointFromAGpuHostOpensOnTheCpuWhenAskedTo) {
     ASSERT_TRUE(shard);
     ShardConfig c = shard->config();
     c.device = "gpu:0";
-    ASSERT_EQ(write_checkpoint(path, shard->model(), c), "");
+    ASSERT_EQ(error_text(write_checkpoint(path, shard->model(), c)), "");
   }
   auto refused = ServedShard::create(path, unit::options("role=grad"));
-  ASSERT_TRUE(std::holds_alternative<std::string>(refused));
-  EXPECT_NE(std::get<std::string>(refused).find("is the checkpoint's; give device=cpu or device=auto"),
-            std::string::npos)
-      << std::get<std::string>(refused);
+  ASSERT_TRUE(!refused.ok());
+  EXPECT_NE(refused.message().find("is the checkpoint's; give device=cpu or device=auto"), std::string::npos)
+      << refused.message();
   auto opened = unit::make_shard(path, "role=grad;device=cpu");
   ASSERT_TRUE(opened);
   EXPECT_EQ(opened->model().device(), Device::cpu());

@@ -4,19 +4,20 @@
 #include <sstream>
 
 #include "ps_backend/lu_options.h"
+#include "tests/support/status_text.h"
 
 namespace blockps {
 namespace {
 
 LuOptions parse_ok(const std::string& s, std::uint32_t lu_block = 512) {
   auto r = parse_lu_options(s, lu_block);
-  if (auto* e = std::get_if<OptionError>(&r)) ADD_FAILURE() << s << ": " << e->message;
-  return std::holds_alternative<LuOptions>(r) ? std::get<LuOptions>(r) : LuOptions{};
+  if (!r.ok()) ADD_FAILURE() << s << ": " << r.message();
+  return r.ok() ? r.value() : LuOptions{};
 }
 
 std::string parse_error(const std::string& s, std::uint32_t lu_block = 512) {
   auto r = parse_lu_options(s, lu_block);
-  if (auto* e = std::get_if<OptionError>(&r)) return e->message;
+  if (!r.ok()) return r.message();
   ADD_FAILURE() << "accepted: " << s;
   return "";
 }
@@ -122,12 +123,13 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
 
 TEST(LuOptions, AdminsIsAListOfInitiatorNames) {
   const auto parsed = parse_lu_options("role=status;admins=iqn.2026-11.io.blockps:admin | eui.02004567A425678D", 512);
-  ASSERT_TRUE(std::holds_alternative<LuOptions>(parsed)) << std::get<OptionError>(parsed).message;
-  const LuOptions& o = std::get<LuOptions>(parsed);
+  ASSERT_TRUE(parsed.ok()) << parsed.message();
+  const LuOptions& o = parsed.value();
   EXPECT_EQ(o.admins, (std::vector<std::string>{"iqn.2026-11.io.blockps:admin", "eui.02004567A425678D"}));
   EXPECT_TRUE(o.given.empty()) << "admins= is the LU's, not the shard's (not merged, not in checkpoints)";
   const auto none = parse_lu_options("role=status", 512);
-  EXPECT_TRUE(std::get<LuOptions>(none).admins.empty());
+  ASSERT_TRUE(none.ok()) << none.message();
+  EXPECT_TRUE(none->admins.empty());
 }
 
 TEST(LuOptions, LuBlockSizeGovernsSizeAndBlock) {
@@ -161,24 +163,25 @@ TEST(LuOptions, FormattedShardOptionsParseBackToTheSameConfig) {
 
 TEST(LuOptions, MergeOntoAnOpenShardRequiresAgreement) {
   const ShardConfig open = parse_ok("role=grad;size=4M;opt=adam;lr=0.001").config;
-  ShardConfig merged;
   // Keys not given are inherited.
-  EXPECT_EQ(merge_onto(parse_ok("role=weights"), open, false, merged), "");
-  EXPECT_EQ(merged.geometry.bytes, 4u << 20);
-  EXPECT_EQ(merged.optimizer.kind, OptimizerKind::adam);
+  const Result<ShardConfig> merged = merge_onto(parse_ok("role=weights"), open, false);
+  ASSERT_EQ(error_text(merged), "");
+  EXPECT_EQ(merged->geometry.bytes, 4u << 20);
+  EXPECT_EQ(merged->optimizer.kind, OptimizerKind::adam);
   // Keys given must match.
-  EXPECT_EQ(merge_onto(parse_ok("role=status;size=4M;opt=adam"), open, false, merged), "");
-  EXPECT_EQ(merge_onto(parse_ok("role=weights;size=8M"), open, false, merged), "size=8M differs from size=4M");
-  EXPECT_EQ(merge_onto(parse_ok("role=weights;lr=0.01"), open, false, merged), "lr=0.01 differs from lr=0.001");
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=status;size=4M;opt=adam"), open, false)), "");
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=weights;size=8M"), open, false)), "size=8M differs from size=4M");
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=weights;lr=0.01"), open, false)), "lr=0.01 differs from lr=0.001");
+  EXPECT_EQ(merge_onto(parse_ok("role=weights;size=8M"), open, false).status().code(), StatusCode::mismatch);
 }
 
 TEST(LuOptions, MergeOntoACheckpointKeepsShapeButTakesNewHyperParameters) {
   const ShardConfig saved = parse_ok("role=grad;size=4M;opt=adam;lr=0.001").config;
-  ShardConfig merged;
-  EXPECT_EQ(merge_onto(parse_ok("role=grad;size=4M;opt=adam;lr=0.01"), saved, true, merged), "");
-  EXPECT_FLOAT_EQ(merged.optimizer.lr, 0.01f);
-  EXPECT_EQ(merge_onto(parse_ok("role=grad;opt=sgd"), saved, true, merged), "opt=sgd differs from opt=adam");
-  EXPECT_EQ(merge_onto(parse_ok("role=grad;dtype=bf16"), saved, true, merged), "dtype=bf16 differs from dtype=f32");
+  const Result<ShardConfig> merged = merge_onto(parse_ok("role=grad;size=4M;opt=adam;lr=0.01"), saved, true);
+  ASSERT_EQ(error_text(merged), "");
+  EXPECT_FLOAT_EQ(merged->optimizer.lr, 0.01f);
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=grad;opt=sgd"), saved, true)), "opt=sgd differs from opt=adam");
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=grad;dtype=bf16"), saved, true)), "dtype=bf16 differs from dtype=f32");
 }
 
 // docs/OPTIONS.md is the one page users read: every key must be there.

@@ -10,6 +10,7 @@
 
 #include "ps_backend/lu_options.h"
 #include "ps_backend/served_shard.h"
+#include "tests/support/status_text.h"
 
 namespace blockps::unit {
 
@@ -28,20 +29,20 @@ class TempDir {
 
 inline LuOptions options(const std::string& bsopts) {
   auto r = parse_lu_options(bsopts, 512);
-  if (auto* e = std::get_if<OptionError>(&r)) {
-    ADD_FAILURE() << bsopts << ": " << e->message;
+  if (!r.ok()) {
+    ADD_FAILURE() << bsopts << ": " << r.message();
     return {};
   }
-  return std::get<LuOptions>(r);
+  return std::move(r).value();
 }
 
 inline std::shared_ptr<ServedShard> make_shard(const std::string& path, const std::string& bsopts) {
   auto r = ServedShard::create(path, options(bsopts));
-  if (auto* e = std::get_if<std::string>(&r)) {
-    ADD_FAILURE() << bsopts << ": " << *e;
+  if (!r.ok()) {
+    ADD_FAILURE() << bsopts << ": " << r.message();
     return nullptr;
   }
-  return std::get<std::shared_ptr<ServedShard>>(r);
+  return std::move(r).value();
 }
 
 }  // namespace blockps::unit
