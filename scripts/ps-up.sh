@@ -129,7 +129,7 @@ for conf in "$@"; do
     die "$conf: tgt-admin cannot read it: $out"
   fi
   lus=$(conf_lus "$expanded")
-  [ -n "$lus" ] || die "$conf: no <target> with a backing-store"
+  [ -n "$lus" ] || die "$conf: no <target> with a blockps-shard line or a backing-store"
   while read -r iqn lun bstype path; do
     [ "$lun" != - ] || die "$conf: LU $path of $iqn has no 'lun N' (give every LU its number)"
     case "$path" in *,*) die "$conf: backing-store path '$path' contains ',' (tgtd splits on it)" ;; esac

@@ -87,7 +87,8 @@ tgtd_alive() { pid_running "$1" && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = tgtd
 #   blockps-portal IP:PORT    (top level; required)  tgtd --iscsi portal=IP:PORT. tgt-admin ignores unknown
 #                                                    top-level keys, so this one is ours.
 #   blockps-iser yes|no|auto  (top level; default no) also serve the shard over iSER (below)
-#   <target IQN> ... </target> with <backing-store PATH> blocks (lun N, bs-type T) or backing-store PATH lines
+#   <target IQN> ... </target> with a blockps-shard line (below), <backing-store PATH> blocks (lun N, bs-type T)
+#                                                    or backing-store PATH lines
 
 conf_value() { # FILE KEY -> the value of a top-level KEY (outside any <block>), one line per occurrence
   awk -v key="$2" '
