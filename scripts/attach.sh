@@ -10,7 +10,8 @@
 #   --conf FILE          a shard config (configs/shardN.conf): portal from its `blockps-portal` line (plus
 #                        BLOCKPS_PORT_OFFSET, and with its address replaced by BLOCKPS_PORTAL_ADDR when set,
 #                        as ps-up.sh does), IQN from its <target ...> (over iSER: IQN-iser, the target ps-up.sh
-#                        adds for `blockps-iser`), and the LUN of each role from its bsopts
+#                        adds for `blockps-iser`), and the LUN of each role: 1 grad, 2 weights, 3 status
+#                        of its `blockps-shard` line, or the lun of each <backing-store> by its bsopts
 #                        role=grad/weights/status. Shard name: the file name without .conf.
 #   --portal HOST:PORT   a shard's portal; its target is found by discovery (exactly one target must be
 #                        listed there; over TCP the IQN-iser targets of ps-up.sh are not counted) unless
@@ -62,7 +63,8 @@ dry=''
 timeout_s=60
 names=() hosts=() ports=() iqns=() lgrad=() lweights=() lstatus=() status_files=() conf_iqn=()
 
-# conf_fields FILE: prints "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of a shard config.
+# conf_fields FILE: prints "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of a shard config as tgt-admin reads it
+# (conf_expand_shards: a blockps-shard line made into its LUs).
 conf_fields() {
   awk '
     function flush() { if (lun != "" && role != "") lu[role] = lun; lun = ""; role = "" }
@@ -80,7 +82,7 @@ conf_fields() {
       if (nportal != 1) { print "ERR needs exactly one blockps-portal line (found " nportal + 0 ")"; exit }
       if (ntarget != 1) { print "ERR needs exactly one <target IQN> (found " ntarget + 0 ")"; exit }
       if (!("grad" in lu) || !("weights" in lu) || !("status" in lu)) {
-        print "ERR needs one LU each with role=grad, role=weights and role=status (a lun line and a bsopts line)"; exit
+        print "ERR needs a blockps-shard line in its <target>, or one LU each with role=grad, role=weights and role=status (a lun line and a bsopts line)"; exit
       }
       print portal, t, lu["grad"], lu["weights"], lu["status"]
     }' "$1"
@@ -96,8 +98,9 @@ add_portal() { # HOST:PORT
 }
 add_conf() { # FILE
   if [ ! -f "$1" ] || [ ! -r "$1" ]; then die "--conf '$1': no such file (or not readable)"; fi
-  local f
-  f=$(conf_fields "$1")
+  local f expanded
+  expanded=$(conf_expand_shards "$1") || die "--conf $expanded"
+  f=$(conf_fields <(echo "$expanded"))
   [ "${f#ERR }" = "$f" ] || die "--conf $1: ${f#ERR }"
   read -r portal iqn g w s <<<"$f"
   [[ $portal =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]] || die "--conf $1: blockps-portal '$portal' is not HOST:PORT"

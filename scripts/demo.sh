@@ -121,7 +121,7 @@ read -r model_bytes optimizer_bsopts < <("$python" "$repo/client/examples/fashio
 # write_shard_conf RUN INDEX EXTRA_BSOPTS: a shard config (ps-up.sh's format, as configs/shard0.conf) whose
 # checkpoint lives in the scratch directory, so every run starts from the weights its rank 0 writes.
 write_shard_conf() {
-  local run=$1 i=$2 extra=$3 conf=$work/$1-shard$2.conf lun opts n role sep
+  local run=$1 i=$2 extra=$3 conf=$work/$1-shard$2.conf opts
   opts="size=$((model_bytes / shards));dtype=f32;block=$block_bytes;$optimizer_bsopts;init=zeros;seed=1$extra"
   {
     echo "control-port $((1 + i))"
@@ -130,15 +130,7 @@ write_shard_conf() {
     printf '    %s\n' "MaxRecvDataSegmentLength 262144" "MaxXmitDataSegmentLength 262144" \
       "MaxBurstLength 16776192" "FirstBurstLength 16776192" "InitialR2T No" "ImmediateData Yes" \
       "initiator-address ALL" "allow-in-use yes"
-    # One checkpoint file named three ways (tgt-admin merges backing stores with equal path strings).
-    for lun in 1:grad:/ 2:weights:/./ 3:status://; do
-      IFS=: read -r n role sep <<<"$lun"
-      echo "    <backing-store $work/checkpoints/$run/shard$i${sep}model.ckpt>"
-      echo "        lun $n"
-      echo "        bs-type blockps"
-      echo "        bsopts 'role=$role;$opts'"
-      echo "    </backing-store>"
-    done
+    echo "    blockps-shard $work/checkpoints/$run/shard$i/model.ckpt '$opts'"
     echo "</target>"
   } >"$conf"
   mkdir -p "$work/checkpoints/$run/shard$i"

@@ -2,6 +2,9 @@
 # Starts blockps PS shards: one tgtd per conf file (its own control number and portal), loaded with tgt-admin.
 #
 #   scripts/ps-up.sh CONF...          e.g. scripts/ps-up.sh configs/shard0.conf configs/shard1.conf
+#   scripts/ps-up.sh --print-tgt-conf CONF
+#                                     prints the targets.conf that plain tgt-admin reads (CONF with each
+#                                     blockps-shard line made into its three <backing-store> blocks); starts nothing
 #
 # A conf file is a tgt targets.conf (tgt-admin's format) with top-level lines of ours:
 #   control-port N             the shard's tgtd control number (tgtd -C N, tgtadm -C N)
@@ -12,7 +15,13 @@
 #                              every RDMA address (tgtd --iser port=PORT). auto: when the host has an RDMA
 #                              device (/sys/class/infiniband), else TCP only (said). iSER logins need both an
 #                              initiator-address and an initiator-name ACL in the target.
-# For each file it: checks everything first (the file, the module, free control numbers and ports), creates
+# and one line of ours inside a <target IQN> block, the shard (at most one per target):
+#   blockps-shard PATH 'OPTS'  LUN 1 role=grad, 2 role=weights, 3 role=status over the checkpoint file PATH
+#                              (absolute), each LU with the shard's bsopts OPTS (no role=; admins= goes to the
+#                              status LU only). Explicit <backing-store> blocks stay valid: beside the line, on
+#                              LUN 4 and above and over other files; a shard spelled as three blocks works too.
+# For each file it: checks everything first (the file and its blockps-shard lines, the module, free control
+# numbers and ports; a wrong line is named as FILE:LINE with what is allowed), creates
 # missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
 # an empty file means "no checkpoint yet"), starts `tgtd -f -C N --iscsi portal=IP:PORT` (log in the state
 # directory), loads the file with `tgt-admin -C N -e`, checks that every LU of the file exists, and records
@@ -30,6 +39,14 @@ blockps_prog=ps-up
 case "${1:-}" in
   -h | --help) usage 0 ;;
   "") echo "usage: scripts/ps-up.sh CONF... (--help for details)" >&2; exit 2 ;;
+  --print-tgt-conf)
+    [ "$#" -eq 2 ] || die "--print-tgt-conf takes one conf file (got $(($# - 1)) arguments)"
+    if [ ! -f "$2" ] || [ ! -r "$2" ]; then die "$2: no such file (or not readable)"; fi
+    tgt_conf=$(conf_expand_shards "$2") || die "$tgt_conf"
+    echo "# $2 as tgt-admin reads it (scripts/ps-up.sh --print-tgt-conf): each blockps-shard line made into its LUs"
+    echo "$tgt_conf"
+    exit 0
+    ;;
 esac
 
 [ "$(id -u)" = 0 ] || die "run as root (tgtd needs it)"
@@ -46,6 +63,9 @@ fi
 # --- check every file before starting anything -----------------------------------------------------------------
 names=() confs=() controls=() addrs=() ports=() isers=()
 needs_module=
+# Each file as tgt-admin reads it (conf_expand_shards), until its shard's state directory holds it.
+expanded_dir=$(mktemp -d "${TMPDIR:-/tmp}/blockps-ps-up-XXXXXX")
+trap 'rm -rf "$expanded_dir"' EXIT
 for conf in "$@"; do
   if [ ! -f "$conf" ] || [ ! -r "$conf" ]; then die "$conf: no such file (or not readable)"; fi
   conf=$(realpath "$conf")
@@ -100,13 +120,16 @@ for conf in "$@"; do
     [ "${ports[$i]}" != "$port" ] || die "$conf and ${confs[$i]} use the same port $port"
   done
 
+  expanded=$expanded_dir/$name.conf
+  out=$(conf_expand_shards "$conf") || die "$out"
+  echo "$out" >"$expanded"
   # Config::General must be able to read it (tgt-admin -p only prints what it would do). It asks tgtd 0
   # for its targets even so; that noise is dropped.
-  if ! out=$("$TGT_ADMIN" -p -e -c "$conf" 2>/dev/null); then
+  if ! out=$("$TGT_ADMIN" -p -e -c "$expanded" 2>/dev/null); then
     die "$conf: tgt-admin cannot read it: $out"
   fi
-  lus=$(conf_lus "$conf")
-  [ -n "$lus" ] || die "$conf: no <target> with a backing-store"
+  lus=$(conf_lus "$expanded")
+  [ -n "$lus" ] || die "$conf: no <target> with a blockps-shard line or a backing-store"
   while read -r iqn lun bstype path; do
     [ "$lun" != - ] || die "$conf: LU $path of $iqn has no 'lun N' (give every LU its number)"
     case "$path" in *,*) die "$conf: backing-store path '$path' contains ',' (tgtd splits on it)" ;; esac
@@ -138,6 +161,7 @@ started=() # indexes of shards whose tgtd runs
 failed_log=
 cleanup_on_failure() {
   local rc=$? i
+  rm -rf "$expanded_dir"
   if [ "$rc" -ne 0 ]; then
     if [ -n "$failed_log" ] && [ -s "$failed_log" ]; then
       echo "$blockps_prog: last lines of $failed_log:" >&2
@@ -170,15 +194,15 @@ for i in "${!names[@]}"; do
     [ "$bstype" = blockps ] || continue
     mkdir -p "$(dirname "$path")" || die "$name: cannot create the checkpoint directory of $path"
     [ -e "$path" ] || : >"$path" || die "$name: cannot create the checkpoint file $path"
-  done < <(conf_lus "$conf")
+  done < <(conf_lus "$expanded_dir/$name.conf")
 
   if [ "$iser" = yes ]; then
-    conf_without_control_port "$conf" >"$state/targets.tcp.conf"
+    conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.tcp.conf"
     conf_with_iser_targets "$state/targets.tcp.conf" >"$state/targets.conf"
     rm -f "$state/targets.tcp.conf"
     echo "$port" >"$state/iser-port"
   else
-    conf_without_control_port "$conf" >"$state/targets.conf"
+    conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.conf"
   fi
   echo "$conf" >"$state/conf"
   echo "$control" >"$state/control"
@@ -282,3 +306,4 @@ for i in "${!names[@]}"; do
   say "$name: tgtd pid $pid, control $control, portal $addr:$port${iser_args[*]+ (TCP and iSER)}, LUs ${luns_of[*]} (state $state)"
 done
 trap - EXIT
+rm -rf "$expanded_dir"

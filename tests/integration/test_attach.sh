@@ -42,6 +42,8 @@ expect_error() { # PATTERN ARGS...
   echo "    ok: $(head -n 1 <<<"$out")"
 }
 c0=$repo/configs/shard0.conf c1=$repo/configs/shard1.conf
+# configs/shard0.conf with the shard as three <backing-store> blocks instead of its blockps-shard line.
+explicit0=$repo/tests/integration/configs/shard0-backing-stores.conf
 S=(--status-json "$tmp/s0.json" --status-json "$tmp/s1.json")
 
 step "argument errors"
@@ -68,8 +70,11 @@ expect_error "disagree on block: shard0 has 262144, shard1 has 131072" --dry-run
   --out "$tmp/c.toml" --status-json "$tmp/s0.json" --status-json "$tmp/b128.json"
 grep -v '^blockps-portal' "$c0" >"$tmp/noportal.conf"
 expect_error "needs exactly one blockps-portal" --conf "$tmp/noportal.conf" --out "$tmp/c.toml"
-sed 's/role=status/role=weights/' "$c0" >"$tmp/nostatus.conf"
+sed 's/role=status/role=weights/' "$explicit0" >"$tmp/nostatus.conf"
 expect_error "role=status" --conf "$tmp/nostatus.conf" --out "$tmp/c.toml"
+sed 's#blockps-shard /[^ ]*#blockps-shard#' "$c0" >"$tmp/nopath.conf"
+expect_error "^attach: ERROR: --conf $tmp/nopath.conf:$(grep -n '^ *blockps-shard' "$c0" | cut -d: -f1): blockps-shard: the checkpoint path is missing" \
+  --conf "$tmp/nopath.conf" --out "$tmp/c.toml"
 if [ "$(id -u)" != 0 ]; then
   expect_error "run as root" --conf "$c0" --out "$tmp/c.toml"
 fi
@@ -113,6 +118,14 @@ assert doc["shard"] == want, doc["shard"]
 assert set(doc) == {"model", "layout", "shard"}, set(doc)
 print("    TOML ok")
 EOF
+
+step "the shard as <backing-store> blocks: the same commands and cluster file as its blockps-shard line"
+cp "$explicit0" "$tmp/shard0.conf"
+want=$("$attach" --transport iser --conf "$c0" --out "$tmp/c.toml" --dry-run --status-json "$tmp/s0.json") ||
+  fail "dry run failed: $want"
+out=$("$attach" --transport iser --conf "$tmp/shard0.conf" --out "$tmp/c.toml" --dry-run --status-json "$tmp/s0.json") ||
+  fail "dry run of the explicit spelling failed: $out"
+[ "$out" = "$want" ] || fail "the spellings differ: $(diff <(echo "$want") <(echo "$out"))"
 
 step "tcp: the default iface, --portal/--target, BLOCKPS_PORT_OFFSET applies to --conf only"
 out=$(BLOCKPS_PORT_OFFSET=100 "$attach" --conf "$c0" --portal 10.0.0.2:3262 --target iqn.2026-11.io.blockps:other \

@@ -71,21 +71,7 @@ blockps-portal 127.0.0.1:3263
     ImmediateData Yes
     initiator-address ALL
     allow-in-use yes
-    <backing-store $tmp/lib/fiosum/model.ckpt>
-        lun 1
-        bs-type blockps
-        bsopts 'role=grad;$sumopts'
-    </backing-store>
-    <backing-store $tmp/lib/fiosum/./model.ckpt>
-        lun 2
-        bs-type blockps
-        bsopts 'role=weights;$sumopts'
-    </backing-store>
-    <backing-store $tmp/lib/fiosum//model.ckpt>
-        lun 3
-        bs-type blockps
-        bsopts 'role=status;$sumopts'
-    </backing-store>
+    blockps-shard $tmp/lib/fiosum/model.ckpt '$sumopts'
 </target>
 EOF
 confs+=("$tmp/fiosum.conf")
