@@ -61,6 +61,12 @@ class Glue : public ::testing::Test {
     return c;
   }
 
+  // Worker A pushes block 0 and reads it back: the READ waits for the round (B has not pushed).
+  ut_cmd* pull_parked_behind_its_push() {
+    push(kWorkerA, 0);
+    return park_pull(kWorkerA, 0);
+  }
+
   static void expect_parked(const ut_cmd* c) {
     const ut_fate f = ut_cmd_fate(c);
     EXPECT_TRUE(f.async);
@@ -114,8 +120,7 @@ TEST_F(Glue, AnAsyncLuQueuesEveryCommandAndWatchesNoFd) {
 TEST_F(Glue, ParkedPullIsResubmittedWhenItsRoundCloses) {
   open(kSync);
   EXPECT_TRUE(ut_wake_fd_watched());
-  push(kWorkerA, 0);
-  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* pull = pull_parked_behind_its_push();
   ut_wake();  // a wake before the round closed hands nothing back
   expect_parked(pull);
 
@@ -141,8 +146,7 @@ TEST_F(Glue, ParkedPushIsResubmittedWhenItsRoundCloses) {
 
 TEST_F(Glue, ParkedPastItsDeadlineFailsNotReady) {
   open("role=grad;size=8k;block=4k;mode=sync;workers=2;straggler_ms=600000;worker_timeout_ms=100");
-  push(kWorkerA, 0);
-  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* pull = pull_parked_behind_its_push();
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   ut_wake();
   expect_failed(pull, scsi::kNotReady, scsi::kAscNotReadyManualIntervention);
@@ -151,8 +155,7 @@ TEST_F(Glue, ParkedPastItsDeadlineFailsNotReady) {
 
 TEST_F(Glue, AbortedWhileParkedFailsAbortedCommand) {
   open(kSync);
-  push(kWorkerA, 0);
-  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* pull = pull_parked_behind_its_push();
   ut_abort(pull);
   ut_wake();
   expect_failed(pull, scsi::kAbortedCommand, scsi::kAscNone);
@@ -161,8 +164,7 @@ TEST_F(Glue, AbortedWhileParkedFailsAbortedCommand) {
 
 TEST_F(Glue, ClosingTheLuFailsItsParkedCommandsAndStopsWatching) {
   open(kSync);
-  push(kWorkerA, 0);
-  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* pull = pull_parked_behind_its_push();
   ut_lu_close();
   expect_failed(pull, scsi::kNotReady, scsi::kAscNotReadyManualIntervention);
   EXPECT_FALSE(ut_wake_fd_watched());
