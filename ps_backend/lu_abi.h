@@ -4,8 +4,8 @@
  * One convention: every call that can fail returns an `enum blockps_result` (BLOCKPS_OK = 0) and, when it is not
  * BLOCKPS_OK, writes the reason as one NUL-terminated line into the caller's `message` buffer (cut to
  * `message_size` bytes; `message` may be NULL). The caller logs that line. Calls that cannot fail return their
- * value directly and say so. No call throws, aborts, or waits for a worker or for another thread's progress;
- * only attach and detach touch the disk (the shard's checkpoint file). Nothing fails open: a command whose
+ * value directly and say so. No call throws, aborts or waits for a worker; only attach and detach touch the disk
+ * (the shard's checkpoint file), and the last detach of a shard stops its threads. Nothing fails open: a command whose
  * admission or execution fails is refused, never run unchecked. */
 #ifndef BLOCKPS_LU_ABI_H
 #define BLOCKPS_LU_ABI_H
