@@ -11,7 +11,6 @@
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "list.h"
 #include "util.h"
@@ -41,10 +40,33 @@ static void log_to_tgtd(const char *line)
 	eprintf("%s\n", line);
 }
 
+/* Sets the SCSI result the core chose; tgt completes the command afterwards (or the caller does). */
+static void set_outcome(struct scsi_cmd *cmd, const struct blockps_outcome *o)
+{
+	scsi_set_result(cmd, o->status);
+	if (o->status == SAM_STAT_GOOD)
+		return;
+	if (o->has_info)
+		sense_data_build_with_info(cmd, o->sense_key, o->asc, o->info);
+	else
+		sense_data_build(cmd, o->sense_key, o->asc);
+}
+
+/* Whether a core call succeeded; one log line saying why not when it did not (any thread: eprintf is the one tgt
+ * call that may run off the main thread). */
+static int check_core(const struct scsi_lu *lu, enum blockps_result r, const char *message)
+{
+	if (r == BLOCKPS_OK)
+		return 1;
+	eprintf("blockps: LU %" PRIu64 ": %s\n", lu->lun, message);
+	return 0;
+}
+
 static void blockps_request(struct scsi_cmd *cmd)
 {
 	struct blockps_command c;
 	struct blockps_outcome o;
+	char message[BLOCKPS_MESSAGE_BYTES];
 
 	c.handle = cmd;
 	c.cdb = cmd->scb;
@@ -54,15 +76,9 @@ static void blockps_request(struct scsi_cmd *cmd)
 	c.in_length = scsi_get_in_length(cmd);
 	c.out = scsi_get_out_buffer(cmd);
 	c.out_length = scsi_get_out_length(cmd);
-	blockps_lu_execute(lu_private(cmd->dev)->core, &c, &o);
-
-	scsi_set_result(cmd, o.status);
-	if (o.status != SAM_STAT_GOOD) {
-		if (o.has_info)
-			sense_data_build_with_info(cmd, o.sense_key, o.asc, o.info);
-		else
-			sense_data_build(cmd, o.sense_key, o.asc);
-	}
+	/* On failure the outcome is already HARDWARE ERROR, INTERNAL TARGET FAILURE: only the reason is left to log. */
+	check_core(cmd->dev, blockps_lu_execute(lu_private(cmd->dev)->core, &c, &o, message, sizeof(message)), message);
+	set_outcome(cmd, &o);
 }
 
 /* The session's initiator name: tgt's transport id puts it, NUL-terminated, at byte 4 (main thread only). A
@@ -86,17 +102,26 @@ static const char *initiator_name(struct scsi_cmd *cmd, char *buf, int size)
 static int blockps_cmd_submit(struct scsi_cmd *cmd)
 {
 	struct blockps_lu_private *priv = lu_private(cmd->dev);
+	enum blockps_admission admission;
 	struct blockps_worker worker;
+	char message[BLOCKPS_MESSAGE_BYTES];
 	char id[512];
 
-	if (blockps_lu_needs_admission(priv->core, cmd->scb)) {
-		worker.tid = cmd->c_target->tid;
-		worker.itn_id = cmd->cmd_itn_id;
-		worker.iqn = initiator_name(cmd, id, sizeof(id));
-		if (blockps_lu_admit(priv->core, cmd, cmd->scb, cmd->offset, cmd->tl, &worker) == BLOCKPS_ADMIT_PARKED) {
-			set_cmd_async(cmd);
-			return 0;
-		}
+	if (!blockps_lu_needs_admission(priv->core, cmd->scb))
+		return bs_thread_cmd_submit(cmd);
+	worker.tid = cmd->c_target->tid;
+	worker.itn_id = cmd->cmd_itn_id;
+	worker.iqn = initiator_name(cmd, id, sizeof(id));
+	if (blockps_lu_admit(priv->core, cmd, cmd->scb, cmd->offset, cmd->tl, &worker, &admission, message,
+			     sizeof(message)) != BLOCKPS_OK) {
+		/* Refused, never run unchecked: tgt answers HARDWARE ERROR, INTERNAL TARGET FAILURE. */
+		eprintf("blockps: LU %" PRIu64 ": refused command 0x%02x of %s: %s\n", cmd->dev->lun, cmd->scb[0],
+			worker.iqn, message);
+		return -1;
+	}
+	if (admission == BLOCKPS_ADMIT_PARKED) {
+		set_cmd_async(cmd);
+		return 0;
 	}
 	return bs_thread_cmd_submit(cmd);
 }
@@ -120,8 +145,7 @@ static void parked_fail(const void *handle, const struct blockps_outcome *o)
 {
 	struct scsi_cmd *cmd = (struct scsi_cmd *)handle;
 
-	scsi_set_result(cmd, o->status);
-	sense_data_build(cmd, o->sense_key, o->asc);
+	set_outcome(cmd, o);
 	target_cmd_io_done(cmd, o->status);
 }
 
@@ -134,20 +158,24 @@ static const struct blockps_parked_ops parked_ops = {
 
 static void blockps_wake(int fd, int events, void *data)
 {
-	blockps_lu_on_wake(lu_private((struct scsi_lu *)data)->core, &parked_ops);
+	struct scsi_lu *lu = data;
+	char message[BLOCKPS_MESSAGE_BYTES];
+
+	check_core(lu, blockps_lu_on_wake(lu_private(lu)->core, &parked_ops, message, sizeof(message)), message);
 }
 
 static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
-	char error[1024];
+	char message[BLOCKPS_MESSAGE_BYTES];
+	enum blockps_result r;
 	tgtadm_err ret;
 
 	priv->wake_fd = -1;
-	priv->core = blockps_lu_configure(bsopts, 1U << lu->blk_shift, error, sizeof(error));
-	if (!priv->core) {
-		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, error);
-		return strstr(error, "unknown key") ? TGTADM_UNKNOWN_PARAM : TGTADM_INVALID_REQUEST;
+	r = blockps_lu_configure(bsopts, 1U << lu->blk_shift, &priv->core, message, sizeof(message));
+	if (r != BLOCKPS_OK) {
+		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, message);
+		return r == BLOCKPS_UNKNOWN_OPTION ? TGTADM_UNKNOWN_PARAM : TGTADM_INVALID_REQUEST;
 	}
 	ret = bs_thread_open(&priv->thread_info, blockps_request, (int)blockps_lu_io_threads(priv->core));
 	if (ret != TGTADM_SUCCESS) {
@@ -161,20 +189,20 @@ static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *size)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
-	char error[1024];
+	char message[BLOCKPS_MESSAGE_BYTES];
 	int wake_fd;
 
 	*fd = -1; /* no file descriptor: the shard lives in memory, the path is its checkpoint file */
 	priv->wake_fd = -1;
-	if (blockps_lu_attach(priv->core, path, size, error, sizeof(error)) != 0) {
-		eprintf("blockps: refused LU %" PRIu64 " on %s: %s\n", lu->lun, path, error);
+	if (blockps_lu_attach(priv->core, path, size, message, sizeof(message)) != BLOCKPS_OK) {
+		eprintf("blockps: refused LU %" PRIu64 " on %s: %s\n", lu->lun, path, message);
 		return -1;
 	}
 	wake_fd = blockps_lu_wake_fd(priv->core);
 	if (wake_fd >= 0) {
 		if (tgt_event_add(wake_fd, EPOLLIN, blockps_wake, lu) != 0) {
 			eprintf("blockps: refused LU %" PRIu64 " on %s: cannot watch its eventfd\n", lu->lun, path);
-			blockps_lu_detach(priv->core);
+			check_core(lu, blockps_lu_detach(priv->core, message, sizeof(message)), message);
 			return -1;
 		}
 		priv->wake_fd = wake_fd;
@@ -187,13 +215,14 @@ static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *si
 static void bs_blockps_close(struct scsi_lu *lu)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
+	char message[BLOCKPS_MESSAGE_BYTES];
 
 	if (priv->wake_fd >= 0) {
-		blockps_lu_fail_parked(priv->core, &parked_ops);
+		check_core(lu, blockps_lu_fail_parked(priv->core, &parked_ops, message, sizeof(message)), message);
 		tgt_event_del(priv->wake_fd);
 	}
 	priv->wake_fd = -1;
-	blockps_lu_detach(priv->core);
+	check_core(lu, blockps_lu_detach(priv->core, message, sizeof(message)), message);
 }
 
 static void bs_blockps_exit(struct scsi_lu *lu)

@@ -1,4 +1,4 @@
-// The extern "C" side of lu_abi.h: exceptions stop here.
+// The extern "C" side of lu_abi.h: exceptions stop here and become a result code plus a message.
 #include "ps_backend/lu_abi.h"
 
 #include <sys/eventfd.h>
@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <exception>
 #include <memory>
 #include <string>
 
@@ -27,98 +28,178 @@ struct blockps_lu {
 };
 
 namespace {
-void set_error(char* error, size_t size, const std::string& text) {
-  if (error && size) std::snprintf(error, size, "%s", text.c_str());
+
+// Writes "context: detail" without allocating, so that it can report running out of memory too.
+blockps_result report(blockps_result code, char* message, size_t size, const char* context,
+                      const char* detail) noexcept {
+  if (message && size) std::snprintf(message, size, "%s: %s", context, detail);
+  return code;
 }
+
+blockps_result report(blockps_result code, char* message, size_t size, const char* context,
+                      const std::string& detail) noexcept {
+  return report(code, message, size, context, detail.c_str());
+}
+
+// Runs `body` (which returns a blockps_result): an exception from the core becomes INTERNAL_ERROR and its text.
+template <class Body>
+blockps_result guarded(const char* context, char* message, size_t size, Body&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::exception& e) {
+    return report(BLOCKPS_INTERNAL_ERROR, message, size, context, e.what());
+  } catch (...) {
+    return report(BLOCKPS_INTERNAL_ERROR, message, size, context, "unknown exception");
+  }
+}
+
+// Undoes attach: no subscription, no wake fd, no shard (the last LU of a shard writes its final checkpoint here).
+void release_shard(blockps_lu& lu) {
+  if (lu.wake_fd >= 0) {
+    if (auto served = lu.served.load(); served && served->shard().rounds()) served->shard().rounds()->unsubscribe(&lu);
+    ::close(lu.wake_fd);  // after unsubscribe: nothing writes it any more
+    lu.wake_fd = -1;
+  }
+  lu.served.store(nullptr);
+}
+
+void signal_wake(int fd) {
+  const std::uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);  // EAGAIN: a wake is pending already
+}
+
+blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity, char* message, size_t size) {
+  blockps::Result<std::shared_ptr<blockps::ServedShard>> attached =
+      blockps::ShardRegistry::instance().attach(path, lu.options);
+  if (!attached.ok()) return report(BLOCKPS_SHARD_REFUSED, message, size, "attach", attached.message());
+  std::shared_ptr<blockps::ServedShard> shard = std::move(attached).value();
+  if (lu.options.role != blockps::LuRole::status && shard->model().geometry().bytes % lu.lu_block_bytes != 0)
+    return report(BLOCKPS_SHARD_REFUSED, message, size, "attach",
+                  "shard size " + std::to_string(shard->model().geometry().bytes) +
+                      " is not a multiple of this LU's block size " + std::to_string(lu.lu_block_bytes));
+  auto served =
+      std::make_shared<blockps::ServedLu>(lu.options.role, std::move(shard), lu.lu_block_bytes, lu.options.admins);
+  capacity = served->capacity_bytes();
+  lu.served.store(served);
+  if (lu.options.role == blockps::LuRole::grad && served->shard().rounds()) {
+    lu.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (lu.wake_fd < 0)
+      return report(BLOCKPS_SYSTEM_ERROR, message, size, "eventfd for parked commands", std::strerror(errno));
+    served->shard().rounds()->subscribe(&lu, [fd = lu.wake_fd] { signal_wake(fd); });
+  }
+  std::string writers;
+  if (lu.options.role == blockps::LuRole::status)
+    writers = lu.options.admins.empty()
+                  ? "; control lines accepted from every initiator (no admins=)"
+                  : "; control lines accepted from " + std::to_string(lu.options.admins.size()) + " administrator(s)";
+  blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu.options.role)) +
+                    " LU attached, capacity " + std::to_string(capacity) + " bytes" + writers);
+  return BLOCKPS_OK;
+}
+
+blockps_result admit(blockps_lu& lu, const void* handle, const uint8_t* cdb, uint64_t offset, uint32_t length,
+                     const blockps_worker& worker, blockps_admission& admission) {
+  admission = BLOCKPS_ADMIT_RUN;
+  const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
+  if (served && served->checks_writers() && blockps::scsi::writes_data(cdb[0])) {
+    // The write runs either way: execute() refuses it there unless it was admitted here (the glue can set a
+    // sense only on a command that completes through the I/O threads or asynchronously).
+    served->admit_writer(handle, worker.iqn ? worker.iqn : "");
+    return BLOCKPS_OK;
+  }
+  if (lu.wake_fd < 0) return BLOCKPS_OK;
+  blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+  const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
+  if (!rounds || (!push && !pull)) return BLOCKPS_OK;
+  const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
+  const blockps::Admission a =
+      push ? rounds->admit_push(handle, who, offset, length) : rounds->admit_pull(who.itn, offset, length);
+  if (a == blockps::Admission::run) return BLOCKPS_OK;
+  std::string refusal;
+  if (a == blockps::Admission::not_ready) refusal = rounds->degraded_reason();
+  rounds->park(&lu, handle, push, who, offset, length, refusal);
+  admission = BLOCKPS_ADMIT_PARKED;
+  if (!refusal.empty()) signal_wake(lu.wake_fd);
+  return BLOCKPS_OK;
+}
+
+void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const auto n = ::read(lu.wake_fd, &count, sizeof count);
+  const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
+  blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+  if (!rounds) return;
+  rounds->process_parked(
+      &lu, [&ops](int tid, std::uint64_t itn) { return ops.alive(tid, itn) != 0; },
+      [&ops](const void* handle) { return ops.aborted(handle) != 0; },
+      [&ops](const blockps::SyncRounds::Parked& p) { ops.resubmit(p.handle); },
+      [&ops, &served](const blockps::SyncRounds::Parked& p, bool aborted, const std::string& why) {
+        blockps_outcome o{};
+        o.status = blockps::scsi::kCheckCondition;
+        o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;
+        o.asc = aborted ? blockps::scsi::kAscNone : blockps::scsi::kAscNotReadyManualIntervention;
+        blockps::log_line(served->shard().path() + ": sync: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn +
+                          " at byte " + std::to_string(p.offset) + " failed: " + why);
+        ops.fail(p.handle, &o);
+      });
+}
+
+void set_outcome(blockps_outcome& to, const blockps::LuOutcome& from) {
+  to.status = from.status;
+  to.sense_key = from.sense_key;
+  to.asc = from.asc;
+  to.has_info = from.has_info;
+  to.info = from.info;
+}
+
 }  // namespace
 
 extern "C" {
 
 void blockps_set_log(void (*sink)(const char* line)) { blockps::set_log_sink(sink); }
 
-blockps_lu* blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes, char* error, size_t error_size) {
-  try {
-    if (lu_block_bytes == 0) {
-      set_error(error, error_size, "LU block size is 0");
-      return nullptr;
-    }
+blockps_result blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes, blockps_lu** lu, char* message,
+                                    size_t message_size) {
+  if (lu) *lu = nullptr;
+  if (!lu || lu_block_bytes == 0)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "configure", "no LU to set, or LU block size 0");
+  return guarded("bsopts", message, message_size, [&] {
     blockps::Result<blockps::LuOptions> parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
     if (!parsed.ok()) {
-      set_error(error, error_size, "bsopts: " + parsed.message());
-      return nullptr;
+      // lu_options words every unknown key so; tgtadm tells that case apart ("unknown parameter").
+      const bool unknown_key = parsed.message().starts_with("unknown key");
+      return report(unknown_key ? BLOCKPS_UNKNOWN_OPTION : BLOCKPS_BAD_OPTION, message, message_size, "bsopts",
+                    parsed.message());
     }
-    auto lu = std::make_unique<blockps_lu>();
-    lu->options = std::move(parsed).value();
-    lu->lu_block_bytes = lu_block_bytes;
-    return lu.release();
-  } catch (const std::exception& e) {
-    set_error(error, error_size, std::string("bsopts: ") + e.what());
-    return nullptr;
-  }
+    auto created = std::make_unique<blockps_lu>();
+    created->options = std::move(parsed).value();
+    created->lu_block_bytes = lu_block_bytes;
+    *lu = created.release();
+    return BLOCKPS_OK;
+  });
 }
 
-int blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char* error, size_t error_size) {
-  try {
-    if (!lu || !path) {
-      set_error(error, error_size, "no LU or no backing-store path");
-      return -1;
-    }
-    blockps::Result<std::shared_ptr<blockps::ServedShard>> attached =
-        blockps::ShardRegistry::instance().attach(path, lu->options);
-    if (!attached.ok()) {
-      set_error(error, error_size, attached.message());
-      return -1;
-    }
-    std::shared_ptr<blockps::ServedShard> shard = std::move(attached).value();
-    if (lu->options.role != blockps::LuRole::status && shard->model().geometry().bytes % lu->lu_block_bytes != 0) {
-      set_error(error, error_size,
-                "shard size " + std::to_string(shard->model().geometry().bytes) +
-                    " is not a multiple of this LU's block size " + std::to_string(lu->lu_block_bytes));
-      return -1;
-    }
-    auto served =
-        std::make_shared<blockps::ServedLu>(lu->options.role, std::move(shard), lu->lu_block_bytes, lu->options.admins);
-    // After everything that may throw: a subscribed eventfd must never outlive a failed attach.
-    if (lu->options.role == blockps::LuRole::grad && served->shard().rounds()) {
-      lu->wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-      if (lu->wake_fd < 0) {
-        set_error(error, error_size, std::string("eventfd for parked commands: ") + std::strerror(errno));
-        return -1;
-      }
-      served->shard().rounds()->subscribe(lu, [fd = lu->wake_fd] {
-        const std::uint64_t one = 1;
-        [[maybe_unused]] const auto n = ::write(fd, &one, sizeof one);  // EAGAIN: a wake is pending already
-      });
-    }
-    *capacity = served->capacity_bytes();
-    lu->served.store(std::move(served));
-    std::string writers;
-    if (lu->options.role == blockps::LuRole::status)
-      writers = lu->options.admins.empty() ? "; control lines accepted from every initiator (no admins=)"
-                                           : "; control lines accepted from " +
-                                                 std::to_string(lu->options.admins.size()) + " administrator(s)";
-    blockps::log_line(std::string(path) + ": " + std::string(blockps::to_string(lu->options.role)) +
-                      " LU attached, capacity " + std::to_string(*capacity) + " bytes" + writers);
-    return 0;
-  } catch (const std::exception& e) {
-    set_error(error, error_size, e.what());
-    return -1;
-  }
+blockps_result blockps_lu_attach(blockps_lu* lu, const char* path, uint64_t* capacity, char* message,
+                                 size_t message_size) {
+  if (!lu || !path || !capacity)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "attach", "no LU, path or capacity to set");
+  const blockps_result r = guarded("attach", message, message_size,
+                                   [&] { return attach_shard(*lu, path, *capacity, message, message_size); });
+  // A failed attach leaves nothing behind: above all no subscribed eventfd (tgt will not call bs_close).
+  if (r != BLOCKPS_OK)
+    guarded("attach", nullptr, 0, [&] {
+      release_shard(*lu);
+      return BLOCKPS_OK;
+    });
+  return r;
 }
 
-void blockps_lu_detach(blockps_lu* lu) {
-  try {
-    if (!lu) return;
-    if (lu->wake_fd >= 0) {
-      if (auto served = lu->served.load(); served && served->shard().rounds())
-        served->shard().rounds()->unsubscribe(lu);
-      ::close(lu->wake_fd);
-      lu->wake_fd = -1;
-    }
-    lu->served.store(nullptr);  // the last LU of a shard writes its final checkpoint here
-  } catch (...) {
-    blockps::log_line_noexcept("detach failed", "");
-  }
+blockps_result blockps_lu_detach(blockps_lu* lu, char* message, size_t message_size) {
+  if (!lu) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "detach", "no LU");
+  return guarded("detach", message, message_size, [&] {
+    release_shard(*lu);
+    return BLOCKPS_OK;
+  });
 }
 
 void blockps_lu_free(blockps_lu* lu) { delete lu; }
@@ -126,89 +207,11 @@ void blockps_lu_free(blockps_lu* lu) { delete lu; }
 uint32_t blockps_lu_io_threads(const blockps_lu* lu) { return lu ? lu->options.io_threads : 1; }
 
 const char* blockps_lu_product_id(const blockps_lu* lu) {
-  if (!lu) return "BLOCKPS";
-  switch (lu->options.role) {
-    case blockps::LuRole::grad:
-      return "BLOCKPS-GRAD";
-    case blockps::LuRole::weights:
-      return "BLOCKPS-WEIGHTS";
-    case blockps::LuRole::status:
-      return "BLOCKPS-STATUS";
-  }
-  return "BLOCKPS";
+  // The table's ids are string literals: data() is NUL-terminated.
+  return lu ? blockps::facts(lu->options.role).product_id.data() : "BLOCKPS";
 }
 
 int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
-
-blockps_admission blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
-                                   uint32_t length, const blockps_worker* worker) {
-  try {
-    if (!lu || !cdb || !worker) return BLOCKPS_ADMIT_RUN;
-    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
-    if (served && served->checks_writers() && blockps::scsi::writes_data(cdb[0])) {
-      // The write runs either way: execute() refuses it there unless it was admitted here (the glue can set a
-      // sense only on a command that completes through the I/O threads or asynchronously).
-      served->admit_writer(handle, worker->iqn ? worker->iqn : "");
-      return BLOCKPS_ADMIT_RUN;
-    }
-    if (lu->wake_fd < 0) return BLOCKPS_ADMIT_RUN;
-    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
-    const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
-    if (!rounds || (!push && !pull)) return BLOCKPS_ADMIT_RUN;
-    const blockps::WorkerRef who{worker->tid, worker->itn_id, worker->iqn ? worker->iqn : ""};
-    const blockps::Admission a =
-        push ? rounds->admit_push(handle, who, offset, length) : rounds->admit_pull(who.itn, offset, length);
-    if (a == blockps::Admission::run) return BLOCKPS_ADMIT_RUN;
-    std::string refusal;
-    if (a == blockps::Admission::not_ready) refusal = rounds->degraded_reason();
-    rounds->park(lu, handle, push, who, offset, length, refusal);
-    if (!refusal.empty()) {
-      const std::uint64_t one = 1;
-      [[maybe_unused]] const auto n = ::write(lu->wake_fd, &one, sizeof one);
-    }
-    return BLOCKPS_ADMIT_PARKED;
-  } catch (...) {
-    blockps::log_line_noexcept("admission failed: ", "unexpected exception");
-    return BLOCKPS_ADMIT_RUN;
-  }
-}
-
-void blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops) {
-  if (!lu || lu->wake_fd < 0 || !ops) return;
-  std::uint64_t count = 0;
-  [[maybe_unused]] const auto n = ::read(lu->wake_fd, &count, sizeof count);
-  try {
-    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
-    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
-    if (!rounds) return;
-    rounds->process_parked(
-        lu, [ops](int tid, std::uint64_t itn) { return ops->alive(tid, itn) != 0; },
-        [ops](const void* handle) { return ops->aborted(handle) != 0; },
-        [ops](const blockps::SyncRounds::Parked& p) { ops->resubmit(p.handle); },
-        [ops, &served](const blockps::SyncRounds::Parked& p, bool aborted, const std::string& why) {
-          blockps_outcome o{};
-          o.status = blockps::scsi::kCheckCondition;
-          o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;
-          o.asc = aborted ? blockps::scsi::kAscNone : blockps::scsi::kAscNotReadyManualIntervention;
-          blockps::log_line(served->shard().path() + ": sync: " + (p.is_push ? "push" : "pull") + " of " +
-                            p.worker.iqn + " at byte " + std::to_string(p.offset) + " failed: " + why);
-          ops->fail(p.handle, &o);
-        });
-  } catch (...) {
-    blockps::log_line_noexcept("parked commands: ", "unexpected exception");
-  }
-}
-
-void blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* ops) {
-  try {
-    const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
-    if (!served || !served->shard().rounds()) return;
-    served->shard().rounds()->refuse_parked(lu, "its LU is closing");
-    blockps_lu_on_wake(lu, ops);
-  } catch (...) {
-    blockps::log_line_noexcept("parked commands: ", "unexpected exception at close");
-  }
-}
 
 int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
   if (!lu || !cdb) return 0;
@@ -221,28 +224,56 @@ int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
              : 0;
 }
 
-void blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome) {
-  blockps::LuOutcome r{blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError,
-                       blockps::scsi::kAscInternalTargetFailure};
-  try {
-    const std::shared_ptr<blockps::ServedLu> served = lu ? lu->served.load() : nullptr;
-    if (served && cmd && cmd->cdb) {
-      const blockps::TargetCommand c{cmd->cdb,
-                                     cmd->offset,
-                                     cmd->transfer_length,
-                                     {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
-                                     {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
-                                     cmd->handle};
-      r = served->execute(c);
-    }
-  } catch (...) {
-    blockps::log_line_noexcept("command failed: ", "unexpected exception");
-  }
-  outcome->status = r.status;
-  outcome->sense_key = r.sense_key;
-  outcome->asc = r.asc;
-  outcome->has_info = r.has_info;
-  outcome->info = r.info;
+blockps_result blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
+                                uint32_t length, const blockps_worker* worker, blockps_admission* admission,
+                                char* message, size_t message_size) {
+  if (!lu || !cdb || !worker || !admission)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, CDB, worker or result");
+  return guarded("admission", message, message_size,
+                 [&] { return admit(*lu, handle, cdb, offset, length, *worker, *admission); });
+}
+
+blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops, char* message, size_t message_size) {
+  if (!lu || !ops) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "parked commands", "no LU or ops");
+  if (lu->wake_fd < 0) return BLOCKPS_OK;
+  return guarded("parked commands", message, message_size, [&] {
+    hand_back_parked(*lu, *ops);
+    return BLOCKPS_OK;
+  });
+}
+
+blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* ops, char* message,
+                                      size_t message_size) {
+  if (!lu || !ops) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "parked commands", "no LU or ops");
+  if (lu->wake_fd < 0) return BLOCKPS_OK;
+  return guarded("parked commands at close", message, message_size, [&] {
+    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
+    if (!served || !served->shard().rounds()) return BLOCKPS_OK;
+    served->shard().rounds()->refuse_parked(lu, "its LU is closing");
+    hand_back_parked(*lu, *ops);
+    return BLOCKPS_OK;
+  });
+}
+
+blockps_result blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome, char* message,
+                                  size_t message_size) {
+  if (!outcome) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command", "no outcome to set");
+  set_outcome(*outcome, blockps::LuOutcome{blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError,
+                                           blockps::scsi::kAscInternalTargetFailure});
+  if (!lu || !cmd || !cmd->cdb)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command", "no LU, command or CDB");
+  return guarded("command", message, message_size, [&] {
+    const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
+    if (!served) return report(BLOCKPS_NOT_ATTACHED, message, message_size, "command", "the LU has no shard");
+    const blockps::TargetCommand c{cmd->cdb,
+                                   cmd->offset,
+                                   cmd->transfer_length,
+                                   {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
+                                   {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
+                                   cmd->handle};
+    set_outcome(*outcome, served->execute(c));
+    return BLOCKPS_OK;
+  });
 }
 
 }  // extern "C"

@@ -1,5 +1,12 @@
 /* The C interface between the tgt glue (bs_blockps.c, the only file that includes tgt's headers) and the C++
- * PS core. Every call is safe to make with bad input: errors come back as text, nothing throws or aborts. */
+ * PS core behind it (docs/ARCHITECTURE.md, "The C boundary").
+ *
+ * One convention: every call that can fail returns an `enum blockps_result` (BLOCKPS_OK = 0) and, when it is not
+ * BLOCKPS_OK, writes the reason as one NUL-terminated line into the caller's `message` buffer (cut to
+ * `message_size` bytes; `message` may be NULL). The caller logs that line. Calls that cannot fail return their
+ * value directly and say so. No call throws, aborts or waits for a worker; only attach and detach touch the disk
+ * (the shard's checkpoint file), and the last detach of a shard stops its threads. Nothing fails open: a command whose
+ * admission or execution fails is refused, never run unchecked. */
 #ifndef BLOCKPS_LU_ABI_H
 #define BLOCKPS_LU_ABI_H
 
@@ -10,54 +17,71 @@
 extern "C" {
 #endif
 
+/* Changes whenever a call's signature or the meaning of a code changes. */
+#define BLOCKPS_LU_ABI_VERSION 2
+
+/* A `message` buffer of this size holds every message whole. */
+#define BLOCKPS_MESSAGE_BYTES 1024
+
+enum blockps_result {
+  BLOCKPS_OK = 0,
+  BLOCKPS_INVALID_ARGUMENT = 1, /* a required pointer is NULL or a size is 0: a bug in the caller */
+  BLOCKPS_UNKNOWN_OPTION = 2,   /* bsopts names a key blockps does not have */
+  BLOCKPS_BAD_OPTION = 3,       /* bsopts is malformed or a value is not allowed */
+  BLOCKPS_SHARD_REFUSED = 4,    /* the shard cannot be served as asked (checkpoint file, sizes) */
+  BLOCKPS_SYSTEM_ERROR = 5,     /* the operating system refused a resource */
+  BLOCKPS_NOT_ATTACHED = 6,     /* the LU has no shard (a command reached it before attach or after detach) */
+  BLOCKPS_INTERNAL_ERROR = 7    /* the core failed unexpectedly (an exception, out of memory) */
+};
+
 struct blockps_lu;
 
-/* Route the core's log lines (one line each, no newline) to the host daemon's log. */
-void blockps_set_log(void (*sink)(const char *line));
+/* Route the core's own log lines (one line each, no newline) to the host daemon's log; NULL: stderr.
+ * Cannot fail. */
+void blockps_set_log(void (*sink)(const char* line));
 
-/* bs_init: parse and check --bsopts (may be NULL). Returns NULL and writes the reason into `error` on failure. */
-struct blockps_lu *blockps_lu_configure(const char *bsopts, uint32_t lu_block_bytes, char *error, size_t error_size);
+/* bs_init: parse and check --bsopts (may be NULL) for an LU of `lu_block_bytes` bytes per block, and set `*lu`
+ * to the new LU (NULL on failure).
+ * Codes: OK; INVALID_ARGUMENT (lu NULL, lu_block_bytes 0); UNKNOWN_OPTION; BAD_OPTION; INTERNAL_ERROR. */
+enum blockps_result blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes, struct blockps_lu** lu,
+                                         char* message, size_t message_size);
 
-/* bs_open: attach the LU to the shard of `path` (its checkpoint file), creating or loading it. Returns 0 and the
- * LU's capacity in bytes, or -1 and the reason. */
-int blockps_lu_attach(struct blockps_lu *lu, const char *path, uint64_t *capacity, char *error, size_t error_size);
+/* bs_open: attach the LU to the shard of `path` (its checkpoint file), creating or loading it, and set
+ * `*capacity` to the LU's size in bytes. On failure the LU stays detached (no wake fd).
+ * Codes: OK; INVALID_ARGUMENT (lu, path or capacity NULL); SHARD_REFUSED; SYSTEM_ERROR (no eventfd);
+ * INTERNAL_ERROR. */
+enum blockps_result blockps_lu_attach(struct blockps_lu* lu, const char* path, uint64_t* capacity, char* message,
+                                      size_t message_size);
 
-/* bs_close: detach from the shard (the last LU of a shard writes a final checkpoint). */
-void blockps_lu_detach(struct blockps_lu *lu);
+/* bs_close: detach from the shard (the last LU of a shard writes a final checkpoint). The LU is detached even
+ * when this fails. Codes: OK (also when not attached); INVALID_ARGUMENT (lu NULL); INTERNAL_ERROR. */
+enum blockps_result blockps_lu_detach(struct blockps_lu* lu, char* message, size_t message_size);
 
-/* bs_exit: free. */
-void blockps_lu_free(struct blockps_lu *lu);
+/* bs_exit: free (NULL is fine). Cannot fail. */
+void blockps_lu_free(struct blockps_lu* lu);
 
-/* Threads for tgt's I/O pool of this LU (bsopts io_threads). */
-uint32_t blockps_lu_io_threads(const struct blockps_lu *lu);
+/* Threads for tgt's I/O pool of this LU (bsopts io_threads; 1 for NULL). Cannot fail. */
+uint32_t blockps_lu_io_threads(const struct blockps_lu* lu);
 
-/* The INQUIRY product id for this LU's role ("BLOCKPS-GRAD" ...), so hosts can tell the LUs apart. */
-const char *blockps_lu_product_id(const struct blockps_lu *lu);
+/* The INQUIRY product id for this LU's role ("BLOCKPS-GRAD" ...), so hosts can tell the LUs apart. Cannot
+ * fail. */
+const char* blockps_lu_product_id(const struct blockps_lu* lu);
 
-struct blockps_command {
-  const void *handle;       /* the glue's command (struct scsi_cmd *), as given to blockps_lu_admit */
-  const uint8_t *cdb;
-  uint64_t offset;          /* bytes (LBA << block shift) */
-  uint32_t transfer_length; /* bytes */
-  uint8_t *in;              /* READ data buffer, in_length bytes */
-  uint32_t in_length;
-  const uint8_t *out;       /* WRITE data, out_length bytes (may be NULL) */
-  uint32_t out_length;
-};
+/* An eventfd the glue watches on its main loop (tgt_event_add) while the LU is attached, or -1 when this LU never
+ * parks commands. Readable when parked commands may go on, and periodically while workers are known. Cannot
+ * fail. */
+int blockps_lu_wake_fd(const struct blockps_lu* lu);
 
-struct blockps_outcome {
-  uint8_t status;    /* SAM status: 0 GOOD, 2 CHECK CONDITION */
-  uint8_t sense_key;
-  uint16_t asc;      /* ASC << 8 | ASCQ */
-  int has_info;
-  uint64_t info;
-};
+/* Whether a command with this CDB needs blockps_lu_admit and its sender's identity (1) or not (0): a READ or
+ * WRITE of a mode=sync/ssp grad LU (it may have to wait), or a WRITE of a status LU with admins= (a control
+ * line, accepted only from an administrator). Cannot fail (0 for NULL). */
+int blockps_lu_needs_admission(const struct blockps_lu* lu, const uint8_t* cdb);
 
 /* Who sent a command: one I_T nexus (tid + itn_id locate it in tgt; iqn names it). */
 struct blockps_worker {
   int tid;
   uint64_t itn_id;
-  const char *iqn;
+  const char* iqn;
 };
 
 enum blockps_admission {
@@ -66,38 +90,66 @@ enum blockps_admission {
                               resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
 };
 
-/* Main thread, before a command is queued to the I/O threads, for a command blockps_lu_needs_admission named: a
- * READ/WRITE of a mode=sync grad LU may park; a WRITE of a status LU with admins= has its sender checked (RUN; the
- * I/O thread then refuses it unless the sender is an administrator). RUN at once for anything else. */
-enum blockps_admission blockps_lu_admit(struct blockps_lu *lu, const void *handle, const uint8_t *cdb, uint64_t offset,
-                                        uint32_t length, const struct blockps_worker *worker);
+/* Main thread, before a command blockps_lu_needs_admission named is queued to the I/O threads: a READ/WRITE of a
+ * mode=sync grad LU may park; a WRITE of a status LU with admins= has its sender checked (RUN; the I/O thread
+ * then refuses it unless the sender is an administrator). RUN for anything else.
+ * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cdb, worker or admission NULL); INTERNAL_ERROR.
+ * On any code but OK nothing was parked and the glue must refuse the command (it fails it synchronously: tgt
+ * answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */
+enum blockps_result blockps_lu_admit(struct blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
+                                     uint32_t length, const struct blockps_worker* worker,
+                                     enum blockps_admission* admission, char* message, size_t message_size);
 
-/* An eventfd the glue watches on its main loop (tgt_event_add) while the LU is attached, or -1 when this LU
- * never parks commands. Readable when parked commands may go on, and periodically while workers are known. */
-int blockps_lu_wake_fd(const struct blockps_lu *lu);
-
-/* What the glue does for parked commands; every call on the main thread. */
-struct blockps_parked_ops {
-  int (*alive)(int tid, uint64_t itn_id);  /* the session still exists */
-  int (*aborted)(const void *handle);      /* an ABORT TASK / LUN RESET waits on it */
-  void (*resubmit)(const void *handle);    /* queue it to the I/O threads now */
-  void (*fail)(const void *handle, const struct blockps_outcome *outcome); /* complete it with this result */
+/* A command's SCSI result. */
+struct blockps_outcome {
+  uint8_t status; /* SAM status: 0 GOOD, 2 CHECK CONDITION */
+  uint8_t sense_key;
+  uint16_t asc; /* ASC << 8 | ASCQ */
+  int has_info;
+  uint64_t info;
 };
 
-/* The wake fd's handler: drains it, drops workers whose session is gone, and hands parked commands back. */
-void blockps_lu_on_wake(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
+/* What the glue does for parked commands; the core calls them on the main thread, inside blockps_lu_on_wake and
+ * blockps_lu_fail_parked. */
+struct blockps_parked_ops {
+  int (*alive)(int tid, uint64_t itn_id);                                  /* the session still exists */
+  int (*aborted)(const void* handle);                                      /* an ABORT TASK / LUN RESET waits */
+  void (*resubmit)(const void* handle);                                    /* queue it to the I/O threads now */
+  void (*fail)(const void* handle, const struct blockps_outcome* outcome); /* complete it with this result */
+};
+
+/* The wake fd's handler (main thread): drains it, drops workers whose session is gone, and hands back every
+ * parked command that may go on (resubmit), is refused, aborted (ABORTED COMMAND) or past its deadline (NOT
+ * READY, MANUAL INTERVENTION REQUIRED) (fail). Each failed command gets one log line from the core.
+ * Codes: OK (also for an LU that never parks); INVALID_ARGUMENT (lu or ops NULL); INTERNAL_ERROR (commands not
+ * handed back yet stay parked until the next wake). */
+enum blockps_result blockps_lu_on_wake(struct blockps_lu* lu, const struct blockps_parked_ops* ops, char* message,
+                                       size_t message_size);
 
 /* bs_close (main thread, before the LU detaches): fail every command still parked on it (NOT READY). tgt may
- * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever. */
-void blockps_lu_fail_parked(struct blockps_lu *lu, const struct blockps_parked_ops *ops);
+ * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever.
+ * Codes: as blockps_lu_on_wake. */
+enum blockps_result blockps_lu_fail_parked(struct blockps_lu* lu, const struct blockps_parked_ops* ops, char* message,
+                                           size_t message_size);
 
-/* Whether a command with this CDB needs blockps_lu_admit and its sender's identity: a READ or WRITE of a
- * mode=sync/ssp grad LU (it may have to wait), or a WRITE of a status LU with admins= (a control line, accepted
- * only from an administrator). */
-int blockps_lu_needs_admission(const struct blockps_lu *lu, const uint8_t *cdb);
+/* A command as tgt hands it to a store. */
+struct blockps_command {
+  const void* handle; /* the glue's command (struct scsi_cmd *), as given to blockps_lu_admit */
+  const uint8_t* cdb;
+  uint64_t offset;          /* bytes (LBA << block shift) */
+  uint32_t transfer_length; /* bytes */
+  uint8_t* in;              /* READ data buffer, in_length bytes */
+  uint32_t in_length;
+  const uint8_t* out; /* WRITE data, out_length bytes (may be NULL) */
+  uint32_t out_length;
+};
 
-/* Execute one command (called from tgt's I/O threads, several at once). */
-void blockps_lu_execute(struct blockps_lu *lu, const struct blockps_command *cmd, struct blockps_outcome *outcome);
+/* Execute one command (tgt's I/O threads, several at once) and set `*outcome` to its SCSI result.
+ * Codes: OK (*outcome is what the command means: GOOD, or the CHECK CONDITION the core chose, e.g. a refused
+ * control line); INVALID_ARGUMENT (lu, cmd or its cdb NULL); NOT_ATTACHED; INTERNAL_ERROR. With any code but OK
+ * (and a non-NULL outcome) *outcome is CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE. */
+enum blockps_result blockps_lu_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
+                                       struct blockps_outcome* outcome, char* message, size_t message_size);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,218 @@
+// The tgt glue's parked-command life cycle without tgtd: bs_blockps.c runs against stubbed tgt calls
+// (bs_blockps_ut.c) and the real core; each test plays tgt's main loop and checks what the glue handed to tgt.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ps_backend/contract/scsi_codes.h"
+#include "tests/unit/ps_backend/glue/allocation_failure.h"
+#include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
+#include "tests/unit/ps_backend/test_support.h"
+
+namespace {
+
+using namespace blockps;
+
+constexpr std::uint32_t kBlock = 4096;
+constexpr std::uint64_t kWorkerA = 1, kWorkerB = 2;
+// Two workers per round; rounds close only when both pushed (no straggler deadline within a test).
+const std::string kSync = "role=grad;size=8k;block=4k;mode=sync;workers=2;straggler_ms=600000;worker_timeout_ms=600000";
+
+std::string last_log() {
+  char line[1200];
+  ut_log_last(line, sizeof line);
+  return line;
+}
+
+class Glue : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    ut_lu_close();
+    for (ut_cmd* c : cmds_) ut_cmd_free(c);
+  }
+
+  void open(const std::string& bsopts) {
+    ASSERT_EQ(ut_lu_init(bsopts.c_str()), UT_INIT_OK) << last_log();
+    ASSERT_EQ(ut_lu_open(dir_.file("shard.ckpt").c_str()), 0) << last_log();
+  }
+
+  ut_cmd* command(std::uint64_t itn, bool write, std::uint64_t offset, std::uint32_t length = kBlock) {
+    cmds_.push_back(ut_cmd_new(itn, write ? 1 : 0, offset, length));
+    return cmds_.back();
+  }
+
+  // A push that runs at once and completes GOOD through the I/O pool.
+  void push(std::uint64_t itn, std::uint64_t offset) {
+    ut_cmd* c = command(itn, true, offset);
+    ASSERT_EQ(ut_submit(c), 0);
+    ASSERT_EQ(ut_run_pool(), 1) << "push of worker " << itn << " at " << offset << " did not run at once";
+    expect_completed_good(c);
+  }
+
+  // A command the glue holds: asynchronous, neither queued to the pool nor completed.
+  ut_cmd* park_pull(std::uint64_t itn, std::uint64_t offset) {
+    ut_cmd* c = command(itn, false, offset);
+    EXPECT_EQ(ut_submit(c), 0);
+    expect_parked(c);
+    return c;
+  }
+
+  // Worker A pushes block 0 and reads it back: the READ waits for the round (B has not pushed).
+  ut_cmd* pull_parked_behind_its_push() {
+    push(kWorkerA, 0);
+    return park_pull(kWorkerA, 0);
+  }
+
+  static void expect_parked(const ut_cmd* c) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_TRUE(f.async);
+    EXPECT_EQ(f.queued, 0);
+    EXPECT_EQ(f.completed, 0);
+  }
+
+  static void expect_completed_good(const ut_cmd* c) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_EQ(f.executed, 1);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kGood);
+    EXPECT_FALSE(f.sense_built);
+  }
+
+  // Failed by the glue itself (target_cmd_io_done from the wake handler), never run.
+  static void expect_failed(const ut_cmd* c, std::uint8_t sense_key, std::uint16_t asc) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_EQ(f.queued, 0);
+    EXPECT_EQ(f.executed, 0);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kCheckCondition);
+    EXPECT_TRUE(f.sense_built);
+    EXPECT_EQ(f.sense_key, sense_key);
+    EXPECT_EQ(f.asc, asc);
+  }
+
+  // tgt's event loop: call the wake handler until `done` (rounds close on the pool's thread, wakes come later).
+  static bool wake_until(const std::function<bool()>& done) {
+    for (int i = 0; i < 200 && !done(); ++i) {
+      ut_wake();
+      if (!done()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return done();
+  }
+
+  unit::TempDir dir_;
+  std::vector<ut_cmd*> cmds_;
+};
+
+TEST_F(Glue, AnAsyncLuQueuesEveryCommandAndWatchesNoFd) {
+  open("role=grad;size=8k;block=4k");
+  EXPECT_FALSE(ut_wake_fd_watched());
+  push(kWorkerA, 0);
+  ut_cmd* pull = command(kWorkerA, false, 0);
+  ASSERT_EQ(ut_submit(pull), 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(pull);
+}
+
+TEST_F(Glue, ParkedPullIsResubmittedWhenItsRoundCloses) {
+  open(kSync);
+  EXPECT_TRUE(ut_wake_fd_watched());
+  ut_cmd* pull = pull_parked_behind_its_push();
+  ut_wake();  // a wake before the round closed hands nothing back
+  expect_parked(pull);
+
+  push(kWorkerB, 0);  // the round's last push: it closes
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(pull).queued == 1; })) << last_log();
+  EXPECT_EQ(ut_cmd_fate(pull).completed, 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(pull);
+}
+
+TEST_F(Glue, ParkedPushIsResubmittedWhenItsRoundCloses) {
+  open(kSync);
+  push(kWorkerA, 0);
+  ut_cmd* again = command(kWorkerA, true, 0);  // the same block in the same open round waits
+  ASSERT_EQ(ut_submit(again), 0);
+  expect_parked(again);
+
+  push(kWorkerB, 0);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(again).queued == 1; })) << last_log();
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(again);
+}
+
+TEST_F(Glue, ParkedPastItsDeadlineFailsNotReady) {
+  open("role=grad;size=8k;block=4k;mode=sync;workers=2;straggler_ms=600000;worker_timeout_ms=100");
+  ut_cmd* pull = pull_parked_behind_its_push();
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  ut_wake();
+  expect_failed(pull, scsi::kNotReady, scsi::kAscNotReadyManualIntervention);
+  EXPECT_EQ(ut_log_count("parked for worker_timeout_ms=100"), 1) << last_log();
+}
+
+TEST_F(Glue, AbortedWhileParkedFailsAbortedCommand) {
+  open(kSync);
+  ut_cmd* pull = pull_parked_behind_its_push();
+  ut_abort(pull);
+  ut_wake();
+  expect_failed(pull, scsi::kAbortedCommand, scsi::kAscNone);
+  EXPECT_EQ(ut_log_count("aborted by the initiator"), 1) << last_log();
+}
+
+TEST_F(Glue, ClosingTheLuFailsItsParkedCommandsAndStopsWatching) {
+  open(kSync);
+  ut_cmd* pull = pull_parked_behind_its_push();
+  ut_lu_close();
+  expect_failed(pull, scsi::kNotReady, scsi::kAscNotReadyManualIntervention);
+  EXPECT_FALSE(ut_wake_fd_watched());
+  EXPECT_EQ(ut_log_count("its LU is closing"), 1) << last_log();
+}
+
+TEST_F(Glue, TooFewLiveWorkersRefuseAPullNotReady) {
+  open("role=grad;size=8k;block=4k;mode=sync;workers=2;min_workers=2;straggler_ms=600000;worker_timeout_ms=600000");
+  push(kWorkerA, 0);
+  push(kWorkerB, kBlock);  // both joined: the group formed, no round complete
+  ut_end_session(kWorkerB);
+  ut_wake();                              // drops B: 1 live worker < min_workers=2
+  ut_cmd* pull = park_pull(kWorkerA, 0);  // the refusal comes back through the wake, as a parked command's
+  ut_wake();
+  expect_failed(pull, scsi::kNotReady, scsi::kAscNotReadyManualIntervention);
+  EXPECT_EQ(ut_log_count("pull of iqn.2024-01.test:worker-1 at byte 0 failed: live workers 1 < min_workers=2"), 1)
+      << last_log();
+}
+
+TEST_F(Glue, AnAdmissionThatFailsRefusesTheCommandInsteadOfRunningIt) {
+  open(kSync);
+  push(kWorkerA, 0);
+  ut_cmd* pull = command(kWorkerA, false, 0);
+  unit::fail_allocations_on_this_thread(true);
+  const int submitted = ut_submit(pull);
+  unit::fail_allocations_on_this_thread(false);
+  // Non-zero: tgt fails it with CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE (sbc_rw).
+  EXPECT_NE(submitted, 0);
+  const ut_fate f = ut_cmd_fate(pull);
+  EXPECT_FALSE(f.async);
+  EXPECT_EQ(f.queued, 0);
+  EXPECT_EQ(f.completed, 0);
+  EXPECT_EQ(ut_log_count("refused command 0x28 of iqn.2024-01.test:worker-1: admission: std::bad_alloc"), 1)
+      << last_log();
+
+  // Nothing was left parked or claimed: the round still closes and the LU goes on serving.
+  push(kWorkerB, 0);
+  ut_cmd* next = command(kWorkerA, false, 0);
+  ASSERT_EQ(ut_submit(next), 0);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(next).queued == 1; })) << last_log();
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(next);
+}
+
+TEST_F(Glue, BsoptsRefusalsTellTgtadmUnknownKeyFromBadValue) {
+  EXPECT_EQ(ut_lu_init("role=grad;size=8k;colour=red"), UT_INIT_UNKNOWN_PARAM);
+  EXPECT_EQ(ut_log_count("unknown key 'colour'"), 1) << last_log();
+  EXPECT_EQ(ut_lu_init("role=grad;size=8k;mode=sideways"), UT_INIT_INVALID_REQUEST);
+}
+
+}  // namespace
