@@ -1,4 +1,4 @@
-// The CUDA engine's ShardStore (docs/ARCHITECTURE.md, "Parts", the paper's Fig. 4b): master weights and
+// The CUDA engine's ShardStore (docs/ARCHITECTURE.md, "Parts"): master weights and
 // optimizer state in GPU memory, a pinned host mirror of the weights that READs are served from.
 //
 // A push runs on a lane (a compute stream, a copy-back stream and two pinned staging slots); concurrent pushes

@@ -8,10 +8,10 @@
 //      and prints per pipeline: stall as % of compute, mean bubble, mean weight age; the ideal stall of double
 //      buffering (max(0, comm - compute) / compute) from the ceiling; and the ratios: stall(double) / compute,
 //      age(double) / age(adaptive).
-// Targets (issue 5): with double buffering, stall <= 5% of compute whenever comm <= compute; adaptive pull cuts
+// Targets: with double buffering, stall <= 5% of compute whenever comm <= compute; adaptive pull cuts
 // the mean weight age >= 2x against pulling right after the push.
 //
-// Compute is a sleep by default: the worker's CPU is free while its accelerator computes, as in the paper's
+// Compute is a sleep by default: the worker's CPU is free while its accelerator computes, as on
 // GPU workers (--compute spin burns a core instead, for CPU training on a host that also runs the shards).
 #include <CLI/CLI.hpp>
 

@@ -12,6 +12,7 @@
 #include "client/blockps.h"
 #include "client/trace.h"
 #include "client/transport.h"
+#include "ps_backend/contract/status_page.h"
 
 namespace blockps {
 namespace detail {
@@ -195,17 +196,21 @@ Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& c
   if (!page.ok()) return page.status();
   const std::string prefix = config.source + ": shard '" + shard.spec().name + "': status page ";
   nlohmann::json j = nlohmann::json::parse(page.value(), nullptr, false);
-  if (j.is_discarded() || !j.contains("shard") || !j["shard"].is_object())
+  using pointer = nlohmann::json::json_pointer;
+  if (j.is_discarded() || !j.is_object() || !j.contains(pointer(status_page::kShard)) ||
+      !j[pointer(status_page::kShard)].is_object())
     return Status::Error(StatusCode::mismatch,
                          prefix + "is not a blockps status page (no JSON object with a \"shard\" member)");
-  const nlohmann::json& s = j["shard"];
-  auto number = [&](const char* key) -> std::optional<std::uint64_t> {
-    if (!s.contains(key) || !s[key].is_number_unsigned()) return std::nullopt;
-    return s[key].get<std::uint64_t>();
+  auto number = [&](const char* field) -> std::optional<std::uint64_t> {
+    const pointer p(field);
+    if (!j.contains(p) || !j[p].is_number_unsigned()) return std::nullopt;
+    return j[p].get<std::uint64_t>();
   };
-  const auto size = number("size");
-  const auto block = number("block");
-  const std::string dtype = s.contains("dtype") && s["dtype"].is_string() ? s["dtype"].get<std::string>() : "";
+  const auto size = number(status_page::kShardSize);
+  const auto block = number(status_page::kShardBlock);
+  const pointer dtype_field(status_page::kShardDtype);
+  const std::string dtype =
+      j.contains(dtype_field) && j[dtype_field].is_string() ? j[dtype_field].get<std::string>() : "";
   if (!size || !block || dtype.empty())
     return Status::Error(StatusCode::mismatch, prefix + "lacks shard.size, shard.dtype or shard.block");
   if (*size != need)

@@ -108,7 +108,7 @@ const std::vector<KeyDef>& key_table() {
   static const std::vector<KeyDef> table = {
       {{"role", "(required)",
         "grad: WRITE pushes a gradient, READ pulls weights; weights: plain disk over the "
-        "weights; status: READ gives a JSON status page, WRITE is refused"},
+        "weights; status: READ gives a JSON status page, WRITE carries control lines"},
        false,
        false,
        [](std::string_view key, std::string_view v, LuOptions& o) -> Status {

@@ -4,6 +4,8 @@
 #include <functional>
 #include <optional>
 
+#include "ps_backend/contract/status_page.h"
+
 namespace blockps::cli {
 namespace {
 
@@ -44,7 +46,7 @@ void from_pages(std::string& out, const std::vector<ShardReport>& shards, const 
                 const char* help, const char* pointer, double scale = 1, bool sync_only = false) {
   Family f(out, name, type, help);
   for (const ShardReport& r : shards) {
-    if (!r.page || (sync_only && !r.page->contains(json::json_pointer("/rounds/rounds_closed")))) continue;
+    if (!r.page || (sync_only && !r.page->contains(json::json_pointer(status_page::kRoundsClosed)))) continue;
     if (const auto v = number(*r.page, pointer)) f.sample(r.name, *v * scale);
   }
 }
@@ -59,13 +61,15 @@ void summary(std::string& out, const std::vector<ShardReport>& shards, const std
     const json::json_pointer p(pointer);
     if (!r.page->contains(p) || !(*r.page)[p].is_object()) continue;
     const json& l = (*r.page)[p];
-    for (const auto& [q, key] : {std::pair{"0.5", "p50_ns"}, {"0.9", "p90_ns"}, {"0.99", "p99_ns"}})
+    namespace latency = status_page::latency;
+    for (const auto& [q, key] :
+         {std::pair{"0.5", latency::kP50Ns}, {"0.9", latency::kP90Ns}, {"0.99", latency::kP99Ns}})
       if (l.contains(key) && l[key].is_number())
         f.sample(r.name, l[key].get<double>() / 1e9, "quantile=\"" + std::string(q) + "\"");
-    if (l.contains("total_ns") && l["total_ns"].is_number())
-      f.sample(r.name, l["total_ns"].get<double>() / 1e9, {}, "_sum");
-    if (l.contains("total_count") && l["total_count"].is_number())
-      f.sample(r.name, l["total_count"].get<double>(), {}, "_count");
+    if (l.contains(latency::kTotalNs) && l[latency::kTotalNs].is_number())
+      f.sample(r.name, l[latency::kTotalNs].get<double>() / 1e9, {}, "_sum");
+    if (l.contains(latency::kTotalCount) && l[latency::kTotalCount].is_number())
+      f.sample(r.name, l[latency::kTotalCount].get<double>(), {}, "_count");
   }
 }
 
@@ -105,74 +109,75 @@ std::string render_prometheus(const std::vector<ShardReport>& shards, double scr
       if (!r.page) continue;
       const json& p = *r.page;
       std::string labels;
-      for (const auto& [label, pointer] : {std::pair{"dtype", "/shard/dtype"},
-                                           {"opt", "/shard/opt"},
-                                           {"mode", "/shard/mode"},
-                                           {"device", "/shard/device"},
-                                           {"engine", "/shard/engine"}})
+      for (const auto& [label, pointer] : {std::pair{"dtype", status_page::kShardDtype},
+                                           {"opt", status_page::kShardOpt},
+                                           {"mode", status_page::kShardMode},
+                                           {"device", status_page::kShardDevice},
+                                           {"engine", status_page::kShardEngine}})
         labels += std::string(labels.empty() ? "" : ",") + label + "=\"" + escape_label_value(text(p, pointer)) + "\"";
       info.sample(r.name, 1, labels);
     }
   }
-  from_pages(out, shards, "blockps_shard_size_bytes", "gauge", "the shard's size in wire bytes", "/shard/size");
+  from_pages(out, shards, "blockps_shard_size_bytes", "gauge", "the shard's size in wire bytes",
+             status_page::kShardSize);
   from_pages(out, shards, "blockps_shard_block_bytes", "gauge", "the shard's aggregation block in wire bytes",
-             "/shard/block");
-  from_pages(out, shards, "blockps_learning_rate", "gauge", "the shard's current learning rate", "/shard/lr");
+             status_page::kShardBlock);
+  from_pages(out, shards, "blockps_learning_rate", "gauge", "the shard's current learning rate", status_page::kShardLr);
   from_pages(out, shards, "blockps_shard_start_time_seconds", "gauge",
-             "when the shard was created or loaded (Unix time)", "/shard/started_unix");
+             "when the shard was created or loaded (Unix time)", status_page::kShardStartedUnix);
   from_pages(out, shards, "blockps_pushes_total", "counter", "gradient pushes (WRITEs of the grad LU)",
-             "/counters/pushes");
-  from_pages(out, shards, "blockps_push_bytes_total", "counter", "bytes of gradients pushed", "/counters/push_bytes");
+             status_page::kPushes);
+  from_pages(out, shards, "blockps_push_bytes_total", "counter", "bytes of gradients pushed", status_page::kPushBytes);
   from_pages(out, shards, "blockps_pulls_total", "counter", "weight pulls (READs of the grad and weights LUs)",
-             "/counters/pulls");
-  from_pages(out, shards, "blockps_pull_bytes_total", "counter", "bytes of weights pulled", "/counters/pull_bytes");
+             status_page::kPulls);
+  from_pages(out, shards, "blockps_pull_bytes_total", "counter", "bytes of weights pulled", status_page::kPullBytes);
   from_pages(out, shards, "blockps_weight_writes_total", "counter", "WRITEs of the weights LU (assignments)",
-             "/counters/weight_writes");
+             status_page::kWeightWrites);
   from_pages(out, shards, "blockps_weight_write_bytes_total", "counter", "bytes written to the weights LU",
-             "/counters/weight_write_bytes");
-  from_pages(out, shards, "blockps_io_errors_total", "counter", "commands the shard failed", "/counters/io_errors");
+             status_page::kWeightWriteBytes);
+  from_pages(out, shards, "blockps_io_errors_total", "counter", "commands the shard failed", status_page::kIoErrors);
   summary(out, shards, "blockps_aggregation_seconds",
           "time of one optimizer step over a pushed range (async) or a closed round's block (sync)",
-          "/aggregation/latency");
-  from_pages(out, shards, "blockps_checkpoints_total", "counter", "checkpoints written", "/checkpoint/count");
+          status_page::kAggregationLatency);
+  from_pages(out, shards, "blockps_checkpoints_total", "counter", "checkpoints written", status_page::kCheckpointCount);
   from_pages(out, shards, "blockps_checkpoint_errors_total", "counter", "checkpoint writes that failed",
-             "/checkpoint/errors");
+             status_page::kCheckpointErrors);
   from_pages(out, shards, "blockps_last_checkpoint_timestamp_seconds", "gauge",
-             "when the last checkpoint was written (Unix time; 0: none yet)", "/checkpoint/last_unix");
+             "when the last checkpoint was written (Unix time; 0: none yet)", status_page::kCheckpointLastUnix);
   // Sync (BSP) shards: their rounds and workers.
   from_pages(out, shards, "blockps_rounds_closed_total", "counter", "rounds closed and applied (sync)",
-             "/rounds/rounds_closed", 1, true);
+             status_page::kRoundsClosed, 1, true);
   from_pages(out, shards, "blockps_round_min", "gauge", "the lowest round a block of the shard is in (sync)",
-             "/rounds/rounds_min", 1, true);
+             status_page::kRoundsMin, 1, true);
   from_pages(out, shards, "blockps_round_max", "gauge", "the highest round a block of the shard is in (sync)",
-             "/rounds/rounds_max", 1, true);
+             status_page::kRoundsMax, 1, true);
   {
     Family live(out, "blockps_live_workers", "gauge", "workers the shard counts in its rounds now (sync)");
     for (const ShardReport& r : shards)
-      if (r.page && r.page->contains(json::json_pointer("/rounds/live_workers")) &&
-          (*r.page)["rounds"]["live_workers"].is_array())
-        live.sample(r.name, static_cast<double>((*r.page)["rounds"]["live_workers"].size()));
+      if (const json::json_pointer p(status_page::kRoundsLiveWorkers);
+          r.page && r.page->contains(p) && (*r.page)[p].is_array())
+        live.sample(r.name, static_cast<double>((*r.page)[p].size()));
   }
   from_pages(out, shards, "blockps_expected_workers", "gauge", "the workers= a round waits for (sync)",
-             "/rounds/workers", 1, true);
+             status_page::kRoundsWorkers, 1, true);
   from_pages(out, shards, "blockps_parked_commands", "gauge", "READs and WRITEs waiting for a round (sync)",
-             "/rounds/parked_commands", 1, true);
+             status_page::kRoundsParkedCommands, 1, true);
   from_pages(out, shards, "blockps_stragglers_dropped_total", "counter",
-             "rounds closed without a worker that was late (straggler_ms) (sync)", "/rounds/stragglers_dropped", 1,
-             true);
+             "rounds closed without a worker that was late (straggler_ms) (sync)",
+             status_page::kRoundsStragglersDropped, 1, true);
   from_pages(out, shards, "blockps_workers_dropped_total", "counter",
-             "workers dropped from the rounds (session gone or worker_timeout_ms) (sync)", "/rounds/workers_dropped", 1,
-             true);
+             "workers dropped from the rounds (session gone or worker_timeout_ms) (sync)",
+             status_page::kRoundsWorkersDropped, 1, true);
   {
     Family degraded(out, "blockps_degraded", "gauge",
                     "1 when the shard fails its grad LU's commands (fewer live workers than min_workers) (sync)");
     for (const ShardReport& r : shards)
-      if (r.page && r.page->contains(json::json_pointer("/rounds/degraded")) &&
-          (*r.page)["rounds"]["degraded"].is_boolean())
-        degraded.sample(r.name, (*r.page)["rounds"]["degraded"].get<bool>() ? 1 : 0);
+      if (const json::json_pointer p(status_page::kRoundsDegraded);
+          r.page && r.page->contains(p) && (*r.page)[p].is_boolean())
+        degraded.sample(r.name, (*r.page)[p].get<bool>() ? 1 : 0);
   }
   summary(out, shards, "blockps_round_seconds", "time from a round's first push to its close (sync)",
-          "/rounds/round_latency");
+          status_page::kRoundsRoundLatency);
   out +=
       "# HELP blockps_exporter_scrape_duration_seconds time this scrape took to read every shard's status page\n"
       "# TYPE blockps_exporter_scrape_duration_seconds gauge\nblockps_exporter_scrape_duration_seconds " +

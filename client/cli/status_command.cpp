@@ -10,6 +10,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/status_reports.h"
 #include "client/cli/table.h"
+#include "ps_backend/contract/status_page.h"
 
 namespace blockps::cli {
 namespace {
@@ -19,6 +20,17 @@ std::uint64_t number_at(const nlohmann::json& page, const char* pointer) {
   if (!page.contains(p) || !page[p].is_number_unsigned()) return 0;
   return page[p].get<std::uint64_t>();
 }
+// The page's live workers (an empty array when it has none or is not a sync shard's).
+const nlohmann::json& live_workers(const nlohmann::json& page) {
+  static const nlohmann::json none = nlohmann::json::array();
+  const nlohmann::json::json_pointer p(status_page::kRoundsLiveWorkers);
+  return page.contains(p) && page[p].is_array() ? page[p] : none;
+}
+// A latency object's field, as a pointer.
+std::string latency_field(const char* latency, const char* key) { return std::string(latency) + "/" + key; }
+const std::string round_latency_p50 = latency_field(status_page::kRoundsRoundLatency, status_page::latency::kP50Ns);
+const std::string round_latency_p99 = latency_field(status_page::kRoundsRoundLatency, status_page::latency::kP99Ns);
+
 std::string text_at(const nlohmann::json& page, const char* pointer) {
   const nlohmann::json::json_pointer p(pointer);
   if (!page.contains(p)) return "?";
@@ -56,23 +68,24 @@ void print_table(const std::vector<ShardReport>& reports) {
       continue;
     }
     const nlohmann::json& p = *r.page;
-    std::string last_error = text_at(p, "/checkpoint/last_error");
+    std::string last_error = text_at(p, status_page::kCheckpointLastError);
     for (char& c : last_error)
       if (c == '\n') c = ' ';
-    table.add_row({r.name, format_bytes(number_at(p, "/shard/size")), text_at(p, "/shard/dtype"),
-                   format_bytes(number_at(p, "/shard/block")), text_at(p, "/shard/opt"), text_at(p, "/shard/lr"),
-                   std::to_string(number_at(p, "/counters/pushes")), std::to_string(number_at(p, "/counters/pulls")),
-                   format_bytes(number_at(p, "/counters/push_bytes")),
-                   format_bytes(number_at(p, "/counters/pull_bytes")),
-                   format_fixed(static_cast<double>(number_at(p, "/aggregation/mean_ns")) / 1e3, 1),
-                   std::to_string(number_at(p, "/checkpoint/count")), last_error.empty() ? "-" : last_error});
-    size += number_at(p, "/shard/size");
-    pushes += number_at(p, "/counters/pushes");
-    pulls += number_at(p, "/counters/pulls");
-    push_bytes += number_at(p, "/counters/push_bytes");
-    pull_bytes += number_at(p, "/counters/pull_bytes");
-    aggregation_ns += number_at(p, "/aggregation/total_ns");
-    checkpoints += number_at(p, "/checkpoint/count");
+    table.add_row({r.name, format_bytes(number_at(p, status_page::kShardSize)), text_at(p, status_page::kShardDtype),
+                   format_bytes(number_at(p, status_page::kShardBlock)), text_at(p, status_page::kShardOpt),
+                   text_at(p, status_page::kShardLr), std::to_string(number_at(p, status_page::kPushes)),
+                   std::to_string(number_at(p, status_page::kPulls)),
+                   format_bytes(number_at(p, status_page::kPushBytes)),
+                   format_bytes(number_at(p, status_page::kPullBytes)),
+                   format_fixed(static_cast<double>(number_at(p, status_page::kAggregationMeanNs)) / 1e3, 1),
+                   std::to_string(number_at(p, status_page::kCheckpointCount)), last_error.empty() ? "-" : last_error});
+    size += number_at(p, status_page::kShardSize);
+    pushes += number_at(p, status_page::kPushes);
+    pulls += number_at(p, status_page::kPulls);
+    push_bytes += number_at(p, status_page::kPushBytes);
+    pull_bytes += number_at(p, status_page::kPullBytes);
+    aggregation_ns += number_at(p, status_page::kAggregationTotalNs);
+    checkpoints += number_at(p, status_page::kCheckpointCount);
   }
   table.add_rule();
   const double mean_us = pushes ? static_cast<double>(aggregation_ns) / static_cast<double>(pushes) / 1e3 : 0.0;
@@ -101,24 +114,27 @@ void print_rounds(const std::vector<ShardReport>& reports) {
   bool any = false, any_worker = false;
   const auto ms = [](std::uint64_t ns) { return format_fixed(static_cast<double>(ns) / 1e6, 1); };
   for (const ShardReport& r : reports) {
-    if (!r.page || text_at(*r.page, "/rounds/mode") != "sync") continue;
+    if (!r.page || text_at(*r.page, status_page::kRoundsMode) != "sync") continue;
     any = true;
     const nlohmann::json& p = *r.page;
-    const std::string reason = text_at(p, "/rounds/degraded_reason");
+    const std::string reason = text_at(p, status_page::kRoundsDegradedReason);
     rounds.add_row(
         {r.name,
-         std::to_string(number_at(p, "/rounds/rounds_min")) + "-" + std::to_string(number_at(p, "/rounds/rounds_max")),
-         std::to_string(p["rounds"]["live_workers"].size()) + "/" + std::to_string(number_at(p, "/rounds/workers")),
-         std::to_string(number_at(p, "/rounds/min_workers")), std::to_string(number_at(p, "/rounds/parked_commands")),
-         std::to_string(number_at(p, "/rounds/stragglers_dropped")),
-         std::to_string(number_at(p, "/rounds/workers_dropped")), ms(number_at(p, "/rounds/round_latency/p50_ns")),
-         ms(number_at(p, "/rounds/round_latency/p99_ns")),
-         reason.empty() || reason == "-" ? "ok" : "DEGRADED: " + reason});
-    for (const auto& w : p["rounds"]["live_workers"]) {
+         std::to_string(number_at(p, status_page::kRoundsMin)) + "-" +
+             std::to_string(number_at(p, status_page::kRoundsMax)),
+         std::to_string(live_workers(p).size()) + "/" + std::to_string(number_at(p, status_page::kRoundsWorkers)),
+         std::to_string(number_at(p, status_page::kRoundsMinWorkers)),
+         std::to_string(number_at(p, status_page::kRoundsParkedCommands)),
+         std::to_string(number_at(p, status_page::kRoundsStragglersDropped)),
+         std::to_string(number_at(p, status_page::kRoundsWorkersDropped)), ms(number_at(p, round_latency_p50.c_str())),
+         ms(number_at(p, round_latency_p99.c_str())), reason.empty() || reason == "-" ? "ok" : "DEGRADED: " + reason});
+    for (const auto& w : live_workers(p)) {
+      namespace worker = status_page::live_worker;
       any_worker = true;
-      workers.add_row({r.name, w.value("iqn", "?"), std::to_string(w.value("session", 0ULL)),
-                       std::to_string(w.value("pushes", 0ULL)), std::to_string(w.value("last_push_ms_ago", 0ULL)),
-                       std::to_string(w.value("rounds_behind", 0ULL))});
+      workers.add_row({r.name, w.value(worker::kIqn, "?"), std::to_string(w.value(worker::kSession, 0ULL)),
+                       std::to_string(w.value(worker::kPushes, 0ULL)),
+                       std::to_string(w.value(worker::kLastPushMsAgo, 0ULL)),
+                       std::to_string(w.value(worker::kRoundsBehind, 0ULL))});
     }
   }
   if (!any) return;
