@@ -87,9 +87,8 @@ class CommandStream {
 // buffer (DATA_BUFFER_SIZE 0x40000). A READ or WRITE above that fails in iser_send_command ("Libiscsi-iSER
 // supports messages smaller than 512k", checked in the installed binary: cmp $0x40000 on the transfer length),
 // and the process then dies of SIGSEGV (seen in tests/vm with 1 MiB requests and the 1 MiB status page read;
-// gone with commands <= 256 KiB; the exact fault site is not traced, likely the failed PDU left queued on the
-// session and freed). So iser:// sessions carry at
-// most this many bytes per command; callers split requests (libblockps caps [client] max_request).
+// gone with commands <= 256 KiB). So iser:// sessions carry at most this many bytes per command; callers split
+// requests (libblockps caps [client] max_request).
 inline constexpr std::uint64_t kLibiscsiIserMaxCommandBytes = std::uint64_t{256} * 1024;
 
 // libiscsi 1.19 can break a session when it answers a target's NOP-In while Data-Out PDUs wait in its send
@@ -111,9 +110,9 @@ class IscsiLun {
   IscsiLun& operator=(IscsiLun&& other) noexcept;
 
   // Logs in to url ("iscsi://HOST:PORT/IQN/LUN", or "iser://..." when libiscsi was built with iSER) as
-  // initiator_iqn, offering ImmediateData=Yes and
-  // InitialR2T=No, and reads the LU's capacity (READ CAPACITY 16). Error when the URL is malformed, the
-  // target is unreachable, login is refused or the LUN does not exist.
+  // initiator_iqn, offering ImmediateData=Yes and InitialR2T=No (header digest NONE), and reads the LU's capacity (READ
+  // CAPACITY 16). Error when the URL is malformed, the target is unreachable, login is refused or the LUN does not
+  // exist.
   Status connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options = {});
   // Logs in again after a transport failure (or disconnect()), to the same URL as the same initiator with the
   // same ISID, so the target reinstates the session (it closes what is left of the old one, RFC 7143 6.3.5)
