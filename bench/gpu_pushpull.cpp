@@ -16,6 +16,7 @@
 #include "client/iscsi_lun.h"
 #include "ps_backend/lu_options.h"
 #include "tests/support/blockps_shard.h"
+#include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
     spec.seconds = secs;
     spec.requests = requests;
     if (d == IoDirection::write) spec.write_source = grads;
-    const PipelineResult r = lun.run_pipeline(spec);
+    const PipelineResult r = run_pipeline(lun, spec);
     mbps = r.megabytes_per_second();
     return r.ok() ? std::string() : r.error.describe();
   };

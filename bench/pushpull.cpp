@@ -35,6 +35,7 @@
 #include "client/iscsi_lun.h"
 #include "ps_backend/lu_options.h"
 #include "tests/support/blockps_shard.h"
+#include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -162,7 +163,7 @@ int main(int argc, char** argv) {
     spec.seconds = seconds;
     spec.requests = requests;
     if (dir_ == IoDirection::write) spec.write_source = grads;
-    PipelineResult r = lun.run_pipeline(spec);
+    PipelineResult r = run_pipeline(lun, spec);
     if (!r.ok()) return r.error.describe();
     mbps = r.megabytes_per_second();
     return {};

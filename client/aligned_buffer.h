@@ -1,5 +1,5 @@
 // Page-aligned byte buffers: the memory O_DIRECT I/O needs (the posix transport), and what the double buffer
-// and the libiscsi pipeline read into so that the same buffers serve either transport. One definition of the
+// and tests/support's pipeline read into so that the same buffers serve either transport. One definition of the
 // alignment and of how such memory is freed.
 #pragma once
 

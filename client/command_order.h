@@ -27,7 +27,7 @@
 #include <string>
 #include <vector>
 
-#include "client/iscsi_lun.h"
+#include "client/lu_command.h"
 
 namespace blockps {
 

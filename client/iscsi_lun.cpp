@@ -1,6 +1,5 @@
 #include "client/iscsi_lun.h"
 
-#include "client/aligned_buffer.h"
 #include "client/command_order.h"
 
 // libiscsi's headers are C; they declare everything extern "C" themselves.
@@ -25,7 +24,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-static_assert(kScsiGood == SCSI_STATUS_GOOD && kScsiCheckCondition == SCSI_STATUS_CHECK_CONDITION &&
+static_assert(int{scsi::kGood} == int{SCSI_STATUS_GOOD} &&
+              int{scsi::kCheckCondition} == int{SCSI_STATUS_CHECK_CONDITION} &&
               kScsiTransportCancelled == SCSI_STATUS_CANCELLED && kScsiTransportError == SCSI_STATUS_ERROR &&
               kScsiTransportTimeout == SCSI_STATUS_TIMEOUT);
 
@@ -97,25 +97,24 @@ struct IscsiLun::Completion {
   ScsiResult result;
 };
 
-// A place in the queue of run_pipeline() and run_commands(): one command at a time.
+// A place in the queue of run_commands() and run_stream(): one command at a time.
 struct IscsiLun::QueueSlot {
   Completion c;
   bool busy = false;            // a command of this slot is queued and not taken back yet
   std::vector<scsi_iovec> iov;  // its data; must live until the command completes
-  AlignedBuffer buffer;         // run_pipeline's read target
   std::uint64_t tag = 0;        // the caller's name for the command (run_commands: its index)
 };
 
 std::string ScsiResult::describe() const {
-  if (status == kScsiCheckCondition) {
+  if (status == scsi::kCheckCondition) {
     const char* key = scsi_sense_key_str(sense_key);
     const char* a = scsi_sense_ascq_str(asc);
     return std::string("CHECK CONDITION ") + (key != nullptr ? key : "?") + "(" + hex(sense_key, 2) + ") " +
            (a != nullptr ? a : "?") + "(" + hex(asc, 4) + ")";
   }
   std::string s = std::string(status_name(status));
-  if (status != kScsiGood && status < kScsiTransportCancelled) s += " (" + hex(status, 2) + ")";
-  if (!message.empty() && status != kScsiGood) s += ": " + message;
+  if (status != scsi::kGood && status < kScsiTransportCancelled) s += " (" + hex(status, 2) + ")";
+  if (!message.empty() && status != scsi::kGood) s += ": " + message;
   return s;
 }
 
@@ -190,14 +189,14 @@ Status IscsiLun::connect(const std::string& url, const std::string& initiator_iq
     iscsi_destroy_context(ctx);
     return Status::Error(msg);
   }
-  iscsi_set_header_digest(ctx, options.header_digest ? ISCSI_HEADER_DIGEST_CRC32C : ISCSI_HEADER_DIGEST_NONE);
+  iscsi_set_header_digest(ctx, ISCSI_HEADER_DIGEST_NONE);
   // The parameters that make writes fast (docs/ARCHITECTURE.md, "Facts about the machines"). libiscsi 1.19 has setters
   // only for these two; it always offers MaxRecvDataSegmentLength, FirstBurstLength and MaxBurstLength of 262144
   // (lib/init.c), so those negotiate to min(262144, target's value) whatever the target allows.
   iscsi_set_immediate_data(ctx, ISCSI_IMMEDIATE_DATA_YES);
   iscsi_set_initial_r2t(ctx, ISCSI_INITIAL_R2T_NO);
   iscsi_set_timeout(ctx, static_cast<int>(options.timeout.count()));
-  if (!options.auto_reconnect) iscsi_set_noautoreconnect(ctx, 1);
+  iscsi_set_noautoreconnect(ctx, 1);
   if (iscsi_full_connect_sync(ctx, portal.c_str(), lun) != 0) {
     std::string msg = std::string(iser ? "iSER" : "iSCSI") + " login to " + portal + " target " + target + " LUN " +
                       std::to_string(lun) + " as " + initiator_iqn +
@@ -403,21 +402,6 @@ ScsiResult IscsiLun::synchronize_cache() {
   return wait_for(c);
 }
 
-ScsiResult IscsiLun::test_unit_ready() {
-  if (ctx_ == nullptr) return usage_error("not connected");
-  Completion c;
-  c.task = iscsi_testunitready_task(ctx_, lun_, &IscsiLun::on_command_done, &c);
-  if (c.task == nullptr) return usage_error(std::string("TEST UNIT READY not queued: ") + iscsi_get_error(ctx_));
-  return wait_for(c);
-}
-
-ScsiResult IscsiLun::lun_reset() {
-  if (ctx_ == nullptr) return usage_error("not connected");
-  if (iscsi_task_mgmt_lun_reset_sync(ctx_, lun_) != 0)
-    return usage_error(std::string("LUN RESET failed: ") + iscsi_get_error(ctx_));
-  return {};
-}
-
 bool IscsiLun::queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes) {
   s.c.done = false;
   s.c.result = {};
@@ -498,81 +482,6 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
   return failure;
 }
 
-PipelineResult IscsiLun::run_pipeline(const PipelineSpec& spec) {
-  PipelineResult result;
-  const std::uint64_t req = spec.request_bytes;
-  if (ScsiResult r = check_range(spec.range_offset, req); !r.ok()) {
-    result.error = r;
-    return result;
-  }
-  if (spec.queue_depth < 1) {
-    result.error = usage_error("queue depth " + std::to_string(spec.queue_depth) + " must be >= 1");
-    return result;
-  }
-  if (spec.requests == 0 && spec.seconds <= 0) {
-    result.error = usage_error("pipeline needs a request count or a duration");
-    return result;
-  }
-  std::uint64_t range = spec.range_bytes;
-  if (range == 0) range = capacity_bytes_ > spec.range_offset ? capacity_bytes_ - spec.range_offset : 0;
-  range -= range % req;
-  if (range < req) {
-    result.error = usage_error("range of " + std::to_string(range) + " bytes holds no request of " +
-                               std::to_string(req) + " bytes");
-    return result;
-  }
-  const bool writing = spec.direction == IoDirection::write;
-  if (writing && (spec.write_source.empty() || spec.write_source.size() % req != 0)) {
-    result.error = usage_error("write_source of " + std::to_string(spec.write_source.size()) +
-                               " bytes must be a non-zero multiple of the request size " + std::to_string(req));
-    return result;
-  }
-
-  std::vector<QueueSlot> slots(static_cast<std::size_t>(spec.queue_depth));
-  if (!writing) {
-    for (QueueSlot& s : slots) {
-      s.buffer = make_aligned_buffer(req);
-      if (!s.buffer) {
-        result.error = usage_error("out of memory for read buffers");
-        return result;
-      }
-    }
-  }
-
-  const auto start = Clock::now();
-  const auto stop_issuing_at =
-      spec.seconds > 0
-          ? start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(spec.seconds))
-          : Clock::time_point::max();
-  std::uint64_t issued = 0;
-  std::uint64_t next = 0;  // range-relative offset of the next request
-  const auto issue = [&](QueueSlot& s) {
-    if ((spec.requests != 0 && issued >= spec.requests) || Clock::now() >= stop_issuing_at) return Issue::stop;
-    std::byte* data =
-        writing ? const_cast<std::byte*>(spec.write_source.data() + next % spec.write_source.size()) : s.buffer.get();
-    s.iov.assign(1, scsi_iovec{data, req});
-    if (!queue(s, spec.direction, spec.range_offset + next, static_cast<std::uint32_t>(req))) {
-      if (result.error.ok()) result.error = not_queued(spec.direction);
-      return Issue::stop;
-    }
-    ++issued;
-    next = (next + req) % range;
-    return Issue::queued;
-  };
-  const auto completed = [&](QueueSlot& s) {
-    if (!s.c.result.ok()) {
-      if (result.error.ok()) result.error = s.c.result;
-      return false;
-    }
-    ++result.requests;
-    result.bytes += req;
-    return true;
-  };
-  if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok() && result.error.ok()) result.error = std::move(r);
-  result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return result;
-}
-
 CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, QueueLimits limits,
                                           LuQueueCounters* counters) {
   CommandBatchResult result;
@@ -619,8 +528,8 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
   };
   const auto completed = [&](QueueSlot& s) {
     const int status = s.c.result.status;
-    order.completed(s.tag, status == kScsiGood);
-    if (status == kScsiGood) {
+    order.completed(s.tag, status == scsi::kGood);
+    if (status == scsi::kGood) {
       result.outcomes[s.tag] = CommandOutcome::succeeded;
       return true;
     }
@@ -638,6 +547,38 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
   }
   result.session_lost = ctx_ == nullptr;
   return result;
+}
+
+ScsiResult IscsiLun::run_stream(CommandStream& stream, int depth) {
+  if (depth < 1) return usage_error("queue depth " + std::to_string(depth) + " must be >= 1");
+  std::vector<QueueSlot> slots(static_cast<std::size_t>(depth));
+  ScsiResult failure;
+  LuCommand cmd;
+  const auto issue = [&](QueueSlot& s) {
+    std::uint64_t tag = 0;
+    if (!stream.next(cmd, tag)) return Issue::stop;
+    ScsiResult refused = cmd.after == kNoPredecessor
+                             ? check_range(cmd.offset, cmd.bytes())
+                             : usage_error("a stream's command waits for command " + std::to_string(cmd.after) +
+                                           "; only a batch (run_commands) orders its commands");
+    if (refused.ok()) {
+      s.iov.clear();
+      for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
+      s.tag = tag;
+      if (queue(s, cmd.direction, cmd.offset, static_cast<std::uint32_t>(cmd.bytes()))) return Issue::queued;
+      refused = not_queued(cmd.direction);
+    }
+    failure = std::move(refused);
+    return Issue::stop;
+  };
+  const auto completed = [&](QueueSlot& s) {
+    stream.completed(s.tag, s.c.result);
+    if (s.c.result.ok()) return true;
+    if (failure.ok()) failure = s.c.result;
+    return false;
+  };
+  if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok() && failure.ok()) failure = std::move(r);
+  return failure;
 }
 
 }  // namespace blockps

@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <thread>
 
+#include "client/iscsi_lun.h"
 #include "client/transport.h"
 
 namespace blockps {

@@ -15,7 +15,7 @@
 
 #include "client/cluster_file.h"
 #include "client/command_order.h"
-#include "client/iscsi_lun.h"
+#include "client/lu_command.h"
 #include "ps_backend/contract/status.h"
 
 namespace blockps {
@@ -57,8 +57,8 @@ struct TransportOptions {
   // Cluster passes the cluster file's [client] reconnect_s (ClientSpec). client/libiscsi_transport.cpp says
   // what is sent again.
   std::chrono::milliseconds reconnect_for{0};
-  // libiscsi: a login, or a batch in which no command completed for this long, fails (IscsiLun's default: 30 s).
-  std::chrono::seconds timeout = ConnectOptions{}.timeout;
+  // libiscsi: a login, or a batch in which no command completed for this long, fails.
+  std::chrono::seconds timeout = kDefaultIscsiTimeout;
 };
 
 // Opens the LU at `address` with the transport its kind needs (URLs: libiscsi; paths: posix).

@@ -1,5 +1,6 @@
-// The SCSI facts the PS core needs (SPC/SBC): opcodes that reach a backing store, sense keys and ASC/ASCQ
-// codes, as plain constants so the core stays free of tgt's headers.
+// The SCSI facts both sides of the wire use (SPC/SBC): opcodes that reach a backing store, status bytes, sense
+// keys and ASC/ASCQ codes, as plain constants: the PS core answers with them without tgt's headers, the
+// initiator (client/iscsi_lun.h, the tests) checks answers against them without libiscsi's.
 #pragma once
 
 #include <cstdint>

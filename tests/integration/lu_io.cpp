@@ -31,6 +31,8 @@
 #include <vector>
 
 #include "client/iscsi_lun.h"
+#include "ps_backend/contract/scsi_codes.h"
+#include "tests/support/lu_pipeline.h"
 
 namespace {
 
@@ -127,7 +129,7 @@ int main(int argc, char** argv) {
     ScsiResult r = lun.write(0, block);
     if (r.ok()) return 0;
     std::cerr << "control write refused: " << r.describe() << "\n";
-    return r.status == blockps::kScsiCheckCondition ? 1 : kError;
+    return r.status == blockps::scsi::kCheckCondition ? 1 : kError;
   }
   if (cmd == "write") {
     ScsiResult r = lun.write(offset, float_pattern(length, seed));
@@ -160,7 +162,7 @@ int main(int argc, char** argv) {
   }
   if (cmd == "pushloop") {
     const std::vector<std::byte> pattern = float_pattern(length, seed);
-    blockps::PipelineSpec spec;
+    blockps::testing::PipelineSpec spec;
     spec.direction = blockps::IoDirection::write;
     spec.request_bytes = static_cast<std::uint32_t>(std::min<std::uint64_t>(length, 1u << 20));
     spec.queue_depth = 8;
@@ -168,7 +170,7 @@ int main(int argc, char** argv) {
     spec.range_bytes = length;
     spec.seconds = 30;
     spec.write_source = pattern;
-    const blockps::PipelineResult r = lun.run_pipeline(spec);
+    const blockps::testing::PipelineResult r = blockps::testing::run_pipeline(lun, spec);
     std::cerr << "blockps_lu_io: pushloop: " << r.requests << " writes"
               << (r.ok() ? std::string() : ", then: " + r.error.describe()) << "\n";
     return 0;

@@ -13,6 +13,7 @@
 
 #include "aggregator/model_shard.h"
 #include "client/iscsi_lun.h"
+#include "ps_backend/contract/scsi_codes.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -186,7 +187,7 @@ TEST_F(ModuleTest, StatusLuServesJsonAndRefusesWritesThatAreNoControlLines) {
   EXPECT_GT(j["aggregation"]["total_ns"].get<std::uint64_t>(), 0u);
   // A write is a control line; zeros are none: INVALID FIELD IN PARAMETER LIST (test_sync.cpp has the lines).
   const ScsiResult w = status.write(0, std::vector<std::byte>(512));
-  EXPECT_TRUE(w.check_condition(0x05, 0x2600)) << w.describe();
+  EXPECT_TRUE(w.check_condition(scsi::kIllegalRequest, scsi::kAscInvalidFieldInParameterList)) << w.describe();
 }
 
 TEST_F(ModuleTest, OutOfRangeIoGetsCheckConditionAndChangesNothing) {
@@ -198,12 +199,12 @@ TEST_F(ModuleTest, OutOfRangeIoGetsCheckConditionAndChangesNothing) {
   const std::vector<std::byte> g(256 * 1024, std::byte{0x3f});
   for (IscsiLun* lun : {&grad, &weights}) {
     ScsiResult r = lun->write((1 << 20) - 128 * 1024, g);  // straddles the end
-    EXPECT_TRUE(r.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << r.describe();
+    EXPECT_TRUE(r.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << r.describe();
     r = lun->write(1 << 20, std::span(g).first(512));  // starts at the end
-    EXPECT_TRUE(r.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << r.describe();
+    EXPECT_TRUE(r.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << r.describe();
     std::vector<std::byte> out(4096);
     r = lun->read((1 << 20) - 512, out);
-    EXPECT_TRUE(r.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << r.describe();
+    EXPECT_TRUE(r.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << r.describe();
   }
   EXPECT_EQ(read_all(weights), before);
 }

@@ -13,7 +13,10 @@
 #include <vector>
 
 #include "client/iscsi_lun.h"
+#include "ps_backend/contract/scsi_codes.h"
+#include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"
+#include "tests/support/scsi_commands.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
 
@@ -107,7 +110,7 @@ TEST_F(SupportSmoke, WriteReadCompare) {
   file.read(on_disk.data(), static_cast<std::streamsize>(on_disk.size()));
   EXPECT_TRUE(std::equal(on_disk.begin(), on_disk.end(), reinterpret_cast<const char*>(data.data())));
 
-  EXPECT_TRUE(lun.test_unit_ready().ok());
+  EXPECT_TRUE(test_unit_ready(lun).ok());
 }
 
 TEST_F(SupportSmoke, OutOfRangeReadIsIllegalRequestLbaOutOfRange) {
@@ -115,9 +118,9 @@ TEST_F(SupportSmoke, OutOfRangeReadIsIllegalRequestLbaOutOfRange) {
   ASSERT_NO_FATAL_FAILURE(connect(lun));
   std::vector<std::byte> buf(4096);
   ScsiResult beyond = lun.read(kLunBytes, buf);
-  EXPECT_TRUE(beyond.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << beyond.describe();
+  EXPECT_TRUE(beyond.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << beyond.describe();
   ScsiResult straddling = lun.read(kLunBytes - 512, buf);
-  EXPECT_TRUE(straddling.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << straddling.describe();
+  EXPECT_TRUE(straddling.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << straddling.describe();
   // The session survives a CHECK CONDITION.
   ScsiResult ok = lun.read(0, buf);
   EXPECT_TRUE(ok.ok()) << ok.describe();
@@ -145,7 +148,7 @@ TEST_F(SupportSmoke, Kill9ThenRestartOnSameControlAndPort) {
     std::vector<std::byte> buf(4096);
     ScsiResult dead = lun.read(0, buf);
     EXPECT_FALSE(dead.ok());
-    EXPECT_FALSE(dead.status == kScsiCheckCondition) << dead.describe();
+    EXPECT_FALSE(dead.status == scsi::kCheckCondition) << dead.describe();
     EXPECT_FALSE(lun.connected());
 
     Status s = tgtd_.restart();
@@ -181,7 +184,7 @@ TEST_F(SupportSmoke, PipelineWritesThenReadsBack) {
   w.range_bytes = source.size();
   w.requests = 64;  // wraps the 4 MiB range four times
   w.write_source = source;
-  PipelineResult wr = lun.run_pipeline(w);
+  PipelineResult wr = run_pipeline(lun, w);
   ASSERT_TRUE(wr.ok()) << wr.error.describe();
   EXPECT_EQ(wr.requests, 64u);
   EXPECT_EQ(wr.bytes, 64ull * (256 << 10));
@@ -196,7 +199,7 @@ TEST_F(SupportSmoke, PipelineWritesThenReadsBack) {
   r.request_bytes = 1 << 20;
   r.queue_depth = 16;
   r.seconds = 0.3;
-  PipelineResult rd = lun.run_pipeline(r);
+  PipelineResult rd = run_pipeline(lun, r);
   ASSERT_TRUE(rd.ok()) << rd.error.describe();
   EXPECT_GT(rd.requests, 0u);
   EXPECT_GT(rd.megabytes_per_second(), 0.0);
@@ -207,8 +210,8 @@ TEST_F(SupportSmoke, PipelineWritesThenReadsBack) {
   bad.requests = 4;
   bad.range_offset = kLunBytes;
   bad.range_bytes = 1 << 20;
-  PipelineResult br = lun.run_pipeline(bad);
-  EXPECT_TRUE(br.error.check_condition(kSenseIllegalRequest, kAscLbaOutOfRange)) << br.error.describe();
+  PipelineResult br = run_pipeline(lun, bad);
+  EXPECT_TRUE(br.error.check_condition(scsi::kIllegalRequest, scsi::kAscLbaOutOfRange)) << br.error.describe();
 }
 
 TEST_F(SupportSmoke, TargetHasBlockpsSessionParameters) {

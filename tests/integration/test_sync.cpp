@@ -19,8 +19,10 @@
 #include "aggregator/model_shard.h"
 #include "client/blockps.h"
 #include "client/iscsi_lun.h"
+#include "ps_backend/contract/scsi_codes.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
+#include "tests/support/scsi_commands.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
 
@@ -32,7 +34,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::uint64_t kBytes = 256 * 1024;  // f32, 4 blocks of 64K
 constexpr const char* kTarget = "iqn.2026-11.io.blockps:sync";
-constexpr int kNotReady = 0x02, kAscManualIntervention = 0x0403;
 
 std::string worker_iqn(const std::string& name) { return "iqn.2026-11.io.blockps:sync-worker-" + name; }
 
@@ -381,7 +382,7 @@ TEST_F(SyncModeTest, ALunResetOfAParkedReadIsAnsweredPromptly) {
   IscsiLun admin;
   ASSERT_NO_FATAL_FAILURE(connect(admin, "admin"));
   const auto t0 = Clock::now();
-  const ScsiResult reset = admin.lun_reset();
+  const ScsiResult reset = lun_reset(admin);
   EXPECT_TRUE(reset.ok()) << reset.describe();
   EXPECT_LT(Clock::now() - t0, 2s) << "the LUN RESET waited for the parked READ instead of aborting it";
   EXPECT_EQ(status_page()["rounds"]["parked_commands"], 0);
@@ -406,7 +407,7 @@ TEST_F(SyncModeTest, BelowMinWorkersPullsFailWithNotReadyAndRecoverWhenAWorkerRe
   const auto t0 = Clock::now();
   const ScsiResult refused = a.read(0, back);
   EXPECT_LT(Clock::now() - t0, 3s) << "the refusal must come promptly, not at a timeout";
-  EXPECT_TRUE(refused.check_condition(kNotReady, kAscManualIntervention)) << refused.describe();
+  EXPECT_TRUE(refused.check_condition(scsi::kNotReady, scsi::kAscNotReadyManualIntervention)) << refused.describe();
   const auto s = status_page();
   EXPECT_TRUE(s["rounds"]["degraded"].get<bool>()) << s["rounds"].dump();
   EXPECT_NE(s["rounds"]["degraded_reason"].get<std::string>().find("live workers 1 < min_workers=2"),
@@ -474,7 +475,7 @@ TEST_F(SyncModeTest, StatusLuControlLinesSetLrResetRoundsAndRefuseUnknownKeys) {
     return status.write(0, block);
   };
   const ScsiResult bad = control("learning_rate=0.1\n");
-  EXPECT_TRUE(bad.check_condition(0x05, 0x2600)) << bad.describe();
+  EXPECT_TRUE(bad.check_condition(scsi::kIllegalRequest, scsi::kAscInvalidFieldInParameterList)) << bad.describe();
   EXPECT_NE(tgtd_.log_text().find("refused control 'learning_rate=0.1': unknown"), std::string::npos);
   ASSERT_TRUE(control("lr=0.125\nreset-rounds\n").ok());
   const auto s = status_page();
