@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -132,6 +133,24 @@ TEST(ServedLu, StatusPageIsJsonAndTakesControlLines) {
   EXPECT_FLOAT_EQ(l.shard->config().optimizer.lr, 0.5f);
   EXPECT_FLOAT_EQ(l.shard->model().params().lr, 0.5f);
   EXPECT_FALSE(l.shard->dirty());  // the checkpoint line wrote one, after the new lr
+}
+
+// A checkpoint line whose checkpoint cannot be written is the medium's failure (as SYNCHRONIZE CACHE's), not a
+// refused line: the writer must not take it for a typo.
+TEST(ServedLu, AControlCheckpointThatCannotBeWrittenIsAMediumError) {
+  Lus l("role=grad;size=8K");
+  ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(4096)).status, kGood);
+  const std::string tmp = l.dir.file("m.ckpt.tmp");
+  ASSERT_EQ(::mkdir(tmp.c_str(), 0755), 0);  // where the temp file must go: the write fails
+  std::vector<std::byte> block(512);
+  const std::string line = "checkpoint\n";
+  std::memcpy(block.data(), line.data(), line.size());
+  const LuOutcome w = do_write(l.status, 0, block);
+  EXPECT_EQ(w.status, kCheckCondition);
+  EXPECT_EQ(w.sense_key, kMediumError);
+  EXPECT_EQ(w.asc, kAscWriteError);
+  EXPECT_EQ(l.shard->counters().checkpoint_errors.load(), 1u);
+  ::rmdir(tmp.c_str());
 }
 
 // admins=: a control write runs only when admit_writer() said its sender is an administrator; a write it never
