@@ -21,7 +21,7 @@ struct blockps_lu {
   // Set between attach and detach. Each command holds its own reference: tgt closes an LU on a path change
   // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
   std::atomic<std::shared_ptr<blockps::ServedLu>> served;
-  // mode=sync grad LUs: the glue's main loop watches it; SyncRounds writes it when parked commands may go on.
+  // mode=sync grad LUs: the glue's main loop watches it; Rounds writes it when parked commands may go on.
   int wake_fd = -1;
 };
 
@@ -150,7 +150,7 @@ blockps_admission blockps_lu_admit(blockps_lu* lu, const void* handle, const uin
       return BLOCKPS_ADMIT_RUN;
     }
     if (lu->wake_fd < 0) return BLOCKPS_ADMIT_RUN;
-    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+    blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
     const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
     if (!rounds || (!push && !pull)) return BLOCKPS_ADMIT_RUN;
     const blockps::WorkerRef who{worker->tid, worker->itn_id, worker->iqn ? worker->iqn : ""};
@@ -177,13 +177,13 @@ void blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops) {
   [[maybe_unused]] const auto n = ::read(lu->wake_fd, &count, sizeof count);
   try {
     const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
-    blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+    blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
     if (!rounds) return;
     rounds->process_parked(
         lu, [ops](int tid, std::uint64_t itn) { return ops->alive(tid, itn) != 0; },
         [ops](const void* handle) { return ops->aborted(handle) != 0; },
-        [ops](const blockps::SyncRounds::Parked& p) { ops->resubmit(p.handle); },
-        [ops, &served](const blockps::SyncRounds::Parked& p, bool aborted, const std::string& why) {
+        [ops](const blockps::ParkedCommand& p) { ops->resubmit(p.handle); },
+        [ops, &served](const blockps::ParkedCommand& p, bool aborted, const std::string& why) {
           blockps_outcome o{};
           o.status = blockps::scsi::kCheckCondition;
           o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;

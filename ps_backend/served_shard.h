@@ -14,7 +14,8 @@
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/lu_options.h"
-#include "ps_backend/rounds.h"
+#include "ps_backend/rounds/latency_window.h"
+#include "ps_backend/rounds/rounds.h"
 
 namespace blockps {
 
@@ -54,8 +55,8 @@ class ServedShard {
   /// Changes completed since the last checkpoint (periodic and final checkpoints write only then).
   bool dirty();
 
-  /// The round keeper of a mode=sync shard; null for async.
-  SyncRounds* rounds() { return rounds_.get(); }
+  /// The rounds of a mode=sync or ssp:K shard; null for async.
+  Rounds* rounds() { return rounds_.get(); }
 
   /// The status page (JSON) as the status LU serves it.
   std::string status_json() const;
@@ -71,7 +72,7 @@ class ServedShard {
   mutable std::mutex config_mutex_;
   ShardConfig config_;
   ModelShard model_;
-  std::unique_ptr<SyncRounds> rounds_;  // after model_: it applies rounds to it
+  std::unique_ptr<Rounds> rounds_;  // after model_: it applies rounds to it
   ShardCounters counters_;
   LatencyWindow aggregation_latency_;
   const std::uint64_t started_unix_;
