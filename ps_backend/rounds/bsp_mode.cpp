@@ -58,7 +58,8 @@ Admission BspMode::admit_pull(std::uint64_t itn, std::uint64_t first_block, std:
 }
 
 void BspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
-  // A contribution dropped meanwhile (straggler close, worker dropped, reset) stays alive through the ticket.
+  // A contribution dropped meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and
+  // is freed with it; one a round closed without is not decoded.
   for (const TicketPiece& p : ticket)
     if (!p.contribution->discarded) p.contribution->decode(ctx_.geometry.dtype, p.span, data);
 }

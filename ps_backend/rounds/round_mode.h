@@ -45,7 +45,7 @@ struct RoundContext {
   LatencyWindow round_latency;  // first push of a round -> applied
 };
 
-/// A block's round numbers for the status page.
+/// The shard's round numbers for the status page.
 struct RoundProgress {
   std::uint64_t rounds_min = 0, rounds_max = 0;  // over the blocks
   std::uint64_t open_rounds = 0;                 // blocks with a push in an open round

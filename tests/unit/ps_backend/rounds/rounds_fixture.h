@@ -57,11 +57,9 @@ inline RoundPolicy sync_policy(std::uint32_t workers, std::uint32_t min_workers,
 }
 
 inline RoundPolicy ssp_policy(std::uint32_t staleness, std::uint32_t workers, std::uint32_t min_workers = 1) {
-  RoundPolicy p;
+  RoundPolicy p = sync_policy(workers, min_workers);
   p.mode = RoundPolicy::Mode::ssp;
   p.staleness = staleness;
-  p.workers = workers;
-  p.min_workers = min_workers;
   return p;
 }
 
