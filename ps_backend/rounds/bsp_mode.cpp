@@ -161,6 +161,7 @@ void BspMode::apply(std::uint64_t block, std::vector<std::shared_ptr<Contributio
             [](const auto& x, const auto& y) { return std::tie(x->iqn, x->itn) < std::tie(y->iqn, y->itn); });
   const auto t0 = Clock::now();
   std::vector<const float*> grads;
+  grads.reserve(complete.size());
   for (const auto& c : complete) grads.push_back(c->grad.data());
   std::vector<float>& average = complete.front()->grad;  // the closed round's: summed in place
   average_gradients(grads, average);

@@ -27,7 +27,7 @@ std::unique_ptr<RoundMode> make_mode(RoundContext& ctx) {
 
 Rounds::Rounds(ModelShard& model, const RoundPolicy& policy, std::function<void(std::uint64_t ns)> on_applied)
     : ctx_(model, policy, std::move(on_applied)), mode_(make_mode(ctx_)) {
-  keeper_ = std::jthread([this](std::stop_token stop) { keep(stop); });
+  keeper_ = std::jthread([this](const std::stop_token& stop) { keep(stop); });
 }
 
 Rounds::~Rounds() {
@@ -134,7 +134,7 @@ void Rounds::drop_member_locked(std::uint64_t itn, const std::string& why) {
   if (ctx_.members.drop(itn, why)) mode_->drop_worker(itn);
 }
 
-void Rounds::keep(std::stop_token stop) {
+void Rounds::keep(const std::stop_token& stop) {
   auto last_wake = Clock::now();
   while (!stop.stop_requested()) {
     bool wake = false;

@@ -74,7 +74,7 @@ class Rounds {
  private:
   using Clock = std::chrono::steady_clock;
   void drop_member_locked(std::uint64_t itn, const std::string& why);
-  void keep(std::stop_token stop);
+  void keep(const std::stop_token& stop);
 
   RoundContext ctx_;
   std::unique_ptr<RoundMode> mode_;

@@ -30,6 +30,7 @@ std::vector<std::vector<float>> gradients(std::size_t k, std::size_t n) {
 
 std::vector<const float*> pointers(const std::vector<std::vector<float>>& grads) {
   std::vector<const float*> p;
+  p.reserve(grads.size());
   for (const auto& g : grads) p.push_back(g.data());
   return p;
 }
