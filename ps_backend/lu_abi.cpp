@@ -23,7 +23,7 @@ struct blockps_lu {
   // Set between attach and detach. Each command holds its own reference: tgt closes an LU on a path change
   // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
   std::atomic<std::shared_ptr<blockps::ServedLu>> served;
-  // mode=sync grad LUs: the glue's main loop watches it; SyncRounds writes it when parked commands may go on.
+  // mode=sync grad LUs: the glue's main loop watches it; Rounds writes it when parked commands may go on.
   int wake_fd = -1;
 };
 
@@ -108,7 +108,7 @@ blockps_result admit(blockps_lu& lu, const void* handle, const uint8_t* cdb, uin
     return BLOCKPS_OK;
   }
   if (lu.wake_fd < 0) return BLOCKPS_OK;
-  blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+  blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
   const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
   if (!rounds || (!push && !pull)) return BLOCKPS_OK;
   const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
@@ -127,13 +127,13 @@ void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
   std::uint64_t count = 0;
   [[maybe_unused]] const auto n = ::read(lu.wake_fd, &count, sizeof count);
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
-  blockps::SyncRounds* rounds = served ? served->shard().rounds() : nullptr;
+  blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
   if (!rounds) return;
   rounds->process_parked(
       &lu, [&ops](int tid, std::uint64_t itn) { return ops.alive(tid, itn) != 0; },
       [&ops](const void* handle) { return ops.aborted(handle) != 0; },
-      [&ops](const blockps::SyncRounds::Parked& p) { ops.resubmit(p.handle); },
-      [&ops, &served](const blockps::SyncRounds::Parked& p, bool aborted, const std::string& why) {
+      [&ops](const blockps::ParkedCommand& p) { ops.resubmit(p.handle); },
+      [&ops, &served](const blockps::ParkedCommand& p, bool aborted, const std::string& why) {
         blockps_outcome o{};
         o.status = blockps::scsi::kCheckCondition;
         o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;

@@ -27,7 +27,7 @@ struct TargetCommand {
   std::uint32_t transfer_length;
   std::span<std::byte> in;         // data for the initiator (READ)
   std::span<const std::byte> out;  // data from the initiator (WRITE); may be empty
-  const void* handle = nullptr;    // the glue's command, as admitted to SyncRounds (mode=sync grad LUs)
+  const void* handle = nullptr;    // the glue's command, as admitted to Rounds (mode=sync grad LUs)
 };
 
 struct LuOutcome {

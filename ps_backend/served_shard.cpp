@@ -160,7 +160,7 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
     }
     if (config.rounds.mode != RoundPolicy::Mode::async) {
       ServedShard* s = shard.get();
-      shard->rounds_ = std::make_unique<SyncRounds>(shard->model_, config.rounds, [s](std::uint64_t ns) {
+      shard->rounds_ = std::make_unique<Rounds>(shard->model_, config.rounds, [s](std::uint64_t ns) {
         s->note_aggregation(ns);
         s->note_mutation();
       });

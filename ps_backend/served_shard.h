@@ -15,7 +15,8 @@
 #include "aggregator/model_shard.h"
 #include "ps_backend/contract/status.h"
 #include "ps_backend/lu_options.h"
-#include "ps_backend/rounds.h"
+#include "ps_backend/rounds/latency_window.h"
+#include "ps_backend/rounds/rounds.h"
 
 namespace blockps {
 
@@ -55,9 +56,9 @@ class ServedShard {
   /// Changes completed since the last checkpoint (periodic and final checkpoints write only then).
   bool dirty();
 
-  /// The round keeper of a mode=sync shard; null for async.
-  SyncRounds* rounds() { return rounds_.get(); }
-  const SyncRounds* rounds() const { return rounds_.get(); }
+  /// The rounds of a mode=sync or ssp:K shard; null for async.
+  Rounds* rounds() { return rounds_.get(); }
+  const Rounds* rounds() const { return rounds_.get(); }
 
   /// When the shard was created or loaded (Unix time).
   std::uint64_t started_unix() const { return started_unix_; }
@@ -82,7 +83,7 @@ class ServedShard {
   mutable std::mutex config_mutex_;
   ShardConfig config_;
   ModelShard model_;
-  std::unique_ptr<SyncRounds> rounds_;  // after model_: it applies rounds to it
+  std::unique_ptr<Rounds> rounds_;  // after model_: it applies rounds to it
   ShardCounters counters_;
   LatencyWindow aggregation_latency_;
   const std::uint64_t started_unix_;

@@ -48,7 +48,7 @@ std::string render_status_page(const ServedShard& shard) {
   const nlohmann::json aggregation_latency = shard.aggregation_latency().percentiles();
   set(page::kAggregationLatency, aggregation_latency);
 
-  if (const SyncRounds* rounds = shard.rounds()) {
+  if (const Rounds* rounds = shard.rounds()) {
     set(page::kRounds, rounds->status());
     // A round's sum + optimizer step is what the shard's aggregation time records for sync shards.
     set(page::kRoundsApplyLatency, aggregation_latency);

@@ -1,0 +1,214 @@
+#include "ps_backend/rounds/bsp_mode.h"
+
+#include <algorithm>
+#include <tuple>
+
+#include "aggregator/gradient_average.h"
+#include "ps_backend/log.h"
+
+namespace blockps {
+
+BspMode::BspMode(RoundContext& ctx) : ctx_(ctx), blocks_(ctx.geometry.blocks()) {
+  for (std::uint64_t b = 0; b < blocks_.size(); ++b) blocks_[b].applied = ctx_.model.block_step(b);
+}
+
+Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan> spans, Clock::time_point now,
+                              Ticket& ticket) {
+  // A second push of sectors the worker already pushed in an open round waits for that round to close.
+  for (const BlockSpan& s : spans) {
+    const auto& open = blocks_[s.block].open;
+    if (const auto c = open.find(worker.itn); c != open.end() && c->second->claims_any(s)) return Admission::park;
+  }
+  for (const BlockSpan& s : spans) {
+    Block& b = blocks_[s.block];
+    if (const auto t = b.tombstones.find(worker.itn); t != b.tombstones.end()) {
+      if (!t->second->claims_any(s)) {  // the rest of the dropped push
+        t->second->claim(s);
+        ticket.push_back({t->second, s});
+        if (t->second->fully_claimed()) b.tombstones.erase(t);
+        continue;
+      }
+      b.tombstones.erase(t);
+    }
+    auto& c = b.open[worker.itn];
+    if (!c) {
+      if (b.open.size() == 1) {
+        b.first_push = now;
+        if (!b.listed_open) {
+          b.listed_open = true;
+          open_blocks_.push_back(s.block);
+        }
+      }
+      c = std::make_shared<Contribution>(ctx_.geometry, s.block, b.open_round(), worker, true);
+    }
+    c->claim(s);
+    b.last_pushed[worker.itn] = c->round;
+    ticket.push_back({c, s});
+  }
+  return Admission::run;
+}
+
+Admission BspMode::admit_pull(std::uint64_t itn, std::uint64_t first_block, std::uint64_t last_block) {
+  for (std::uint64_t b = first_block; b <= last_block; ++b) {
+    const auto it = blocks_[b].last_pushed.find(itn);
+    if (it != blocks_[b].last_pushed.end() && it->second >= blocks_[b].applied)
+      return ctx_.members.degraded() ? Admission::not_ready : Admission::park;
+  }
+  return Admission::run;
+}
+
+void BspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+  // A contribution dropped meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and
+  // is freed with it; one a round closed without is not decoded.
+  for (const TicketPiece& p : ticket)
+    if (!p.contribution->discarded) p.contribution->decode(ctx_.geometry.dtype, p.span, data);
+}
+
+void BspMode::landed(const Ticket& ticket) {
+  for (const TicketPiece& p : ticket) p.contribution->landed_n += static_cast<std::uint32_t>(p.span.sectors);
+}
+
+void BspMode::after_landing(const Ticket& ticket) {
+  std::vector<std::uint64_t> touched;
+  for (const TicketPiece& p : ticket) touched.push_back(p.contribution->block);
+  close_ready(std::move(touched));
+}
+
+void BspMode::tick() {
+  std::vector<std::uint64_t> open_blocks;
+  {
+    std::lock_guard lock(ctx_.lock);
+    // Blocks listed but closed meanwhile leave the list here, not on every close path.
+    std::erase_if(open_blocks_, [this](std::uint64_t b) {
+      Block& block = blocks_[b];
+      block.listed_open = !block.open.empty();
+      return !block.listed_open;
+    });
+    open_blocks = open_blocks_;
+  }
+  close_ready(std::move(open_blocks));
+}
+
+bool BspMode::closable(const Block& b, Clock::time_point now, bool& by_straggler) const {
+  if (b.closing || b.open.empty()) return false;
+  std::size_t complete = 0;
+  for (const auto& [itn, c] : b.open) {
+    if (c->in_flight()) return false;  // a push is still landing: wait for it (microseconds)
+    if (c->complete()) ++complete;
+  }
+  if (complete == 0) return false;
+  bool all_members = true;
+  for (const auto& [itn, m] : ctx_.members.members()) {
+    const auto it = b.open.find(itn);
+    all_members = all_members && it != b.open.end() && it->second->complete();
+  }
+  if (all_members && ctx_.members.size() >= ctx_.members.quorum()) {
+    by_straggler = false;
+    return true;
+  }
+  by_straggler = true;
+  return now >= b.first_push + std::chrono::milliseconds(ctx_.policy.straggler_ms) &&
+         complete >= ctx_.policy.min_workers;
+}
+
+void BspMode::close_ready(std::vector<std::uint64_t> candidates) {
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  bool closed_any = false;
+  for (std::uint64_t b : candidates) {
+    for (;;) {  // the next round of a block may be complete by the time this one is applied
+      std::vector<std::shared_ptr<Contribution>> complete;
+      Clock::time_point first_push;
+      {
+        std::lock_guard lock(ctx_.lock);
+        Block& block = blocks_[b];
+        bool by_straggler = false;
+        if (!closable(block, Clock::now(), by_straggler)) break;
+        for (auto& [itn, c] : block.open)
+          if (c->complete()) complete.push_back(c);
+        if (by_straggler) {
+          ctx_.members.mark_formed();  // the round formed without the missing workers
+          for (const auto& [itn, m] : ctx_.members.members()) {
+            const auto it = block.open.find(itn);
+            if (it == block.open.end() || !it->second->complete()) ++ctx_.stragglers_dropped;
+          }
+          for (auto& [itn, c] : block.open) {
+            if (c->complete()) continue;
+            c->discarded = true;
+            block.tombstones[itn] = c;
+          }
+        }
+        block.open.clear();
+        block.closing = true;
+        first_push = block.first_push;
+      }
+      apply(b, complete);
+      ctx_.round_latency.add(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - first_push).count()));
+      std::lock_guard lock(ctx_.lock);
+      Block& block = blocks_[b];
+      block.closing = false;
+      ++block.applied;
+      ++ctx_.rounds_closed;
+      closed_any = true;
+    }
+  }
+  if (closed_any) ctx_.parking.wake_if_parked();
+}
+
+void BspMode::apply(std::uint64_t block, std::vector<std::shared_ptr<Contribution>>& complete) {
+  // A fixed order (IQN, then session) makes the f32 sum the same whatever order the pushes arrived in.
+  std::sort(complete.begin(), complete.end(),
+            [](const auto& x, const auto& y) { return std::tie(x->iqn, x->itn) < std::tie(y->iqn, y->itn); });
+  const auto t0 = Clock::now();
+  std::vector<const float*> grads;
+  grads.reserve(complete.size());
+  for (const auto& c : complete) grads.push_back(c->grad.data());
+  std::vector<float>& average = complete.front()->grad;  // the closed round's: summed in place
+  average_gradients(grads, average);
+  if (Status applied = ctx_.model.apply_gradient_f32(block * ctx_.geometry.block_bytes, average); !applied.ok())
+    log_line("sync: round of block " + std::to_string(block) + " not applied: " + applied.message());
+  if (ctx_.on_applied) ctx_.on_applied(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+}
+
+void BspMode::drop_worker(std::uint64_t itn) {
+  // Its complete gradients of open rounds still count; half-pushed ones are discarded.
+  for (Block& b : blocks_) {
+    const auto c = b.open.find(itn);
+    if (c != b.open.end() && !c->second->complete()) b.open.erase(c);
+    b.last_pushed.erase(itn);
+    // Session numbers are recycled: a later session with this one must not inherit its tombstones.
+    b.tombstones.erase(itn);
+  }
+}
+
+void BspMode::reset() {
+  for (Block& b : blocks_) {
+    b.open.clear();
+    b.tombstones.clear();
+    b.last_pushed.clear();
+    b.applied = 0;
+  }
+}
+
+RoundProgress BspMode::progress() const {
+  RoundProgress p;
+  p.rounds_min = blocks_.empty() ? 0 : UINT64_MAX;
+  for (const Block& b : blocks_) {
+    p.rounds_min = std::min(p.rounds_min, b.applied);
+    p.rounds_max = std::max(p.rounds_max, b.applied);
+    p.open_rounds += b.open.empty() ? 0 : 1;
+  }
+  return p;
+}
+
+std::uint64_t BspMode::rounds_pushed(std::uint64_t itn) const {
+  if (blocks_.empty()) return 0;
+  std::uint64_t pushed = UINT64_MAX;
+  for (const Block& b : blocks_) {
+    const auto it = b.last_pushed.find(itn);
+    pushed = std::min<std::uint64_t>(pushed, it == b.last_pushed.end() ? b.applied : it->second + 1);
+  }
+  return pushed;
+}
+
+}  // namespace blockps

@@ -1,0 +1,66 @@
+// A push as the rounds see it: its part in each block (BlockSpan), and one worker's gradient of one block in one
+// round (Contribution), filled by one or more pushes that each claim their own sectors of it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "aggregator/model_shard.h"
+#include "ps_backend/rounds/admission.h"
+
+namespace blockps {
+
+// Pushes cover a block in units of 512 bytes: every LU block size tgt allows is a multiple of it, and so are
+// `size` and `block` (lu_options checks them against the LU block size).
+constexpr std::uint32_t kSectorBytes = 512;
+
+/// The part of a WRITE that falls in one block.
+struct BlockSpan {
+  std::uint64_t block;
+  std::uint64_t data_offset;                 // bytes into the WRITE's data
+  std::uint64_t first_sector, sectors;       // within the block
+  std::uint64_t element_in_block, elements;  // the same in elements of the wire dtype
+};
+
+/// The block spans of a WRITE of [offset, offset+len), in block order; empty when the range is not whole
+/// sectors inside the shard (the data path refuses such a WRITE with its own sense).
+std::vector<BlockSpan> split_into_blocks(const ShardGeometry& geometry, std::uint64_t offset, std::uint64_t len);
+
+/// One worker's gradient of one block in one round. Its sectors are claimed by admitted pushes (under the
+/// rounds' lock) and land as their data arrives.
+struct Contribution {
+  /// `decoded`: the gradient is kept in f32 for a round's average (mode=sync); else only the sectors are tracked.
+  Contribution(const ShardGeometry& geometry, std::uint64_t block_index, std::uint64_t round_index,
+               const WorkerRef& worker, bool decoded);
+
+  std::uint64_t block, round, itn;
+  std::string iqn;
+  std::uint64_t elements;  // of `grad` once the first push of it lands; 0 when not decoded
+  std::once_flag grad_allocated;
+  std::vector<float> grad;    // allocated by the first landing push (an I/O thread, not tgtd's main thread)
+  std::vector<bool> claimed;  // per sector
+  std::uint32_t sectors, claimed_n = 0, landed_n = 0;
+  bool discarded = false;  // its round closed without it: what still lands is dropped, not decoded
+
+  bool complete() const { return landed_n == sectors; }
+  bool in_flight() const { return landed_n < claimed_n; }
+  bool fully_claimed() const { return claimed_n == sectors; }
+  bool claims_any(const BlockSpan& s) const;
+  void claim(const BlockSpan& s);
+  /// The span's data (wire dtype) decoded into `grad` (an I/O thread; the span's sectors are its own).
+  void decode(WireDtype dtype, const BlockSpan& s, std::span<const std::byte> data);
+};
+
+/// The part of an admitted push that falls into one block: its sectors are claimed for that push alone.
+struct TicketPiece {
+  std::shared_ptr<Contribution> contribution;
+  BlockSpan span;
+};
+/// An admitted push: what it claimed, block by block, until its data lands.
+using Ticket = std::vector<TicketPiece>;
+
+}  // namespace blockps

@@ -1,0 +1,63 @@
+#include "ps_backend/rounds/membership.h"
+
+#include "ps_backend/log.h"
+
+namespace blockps {
+namespace {
+
+constexpr std::size_t kDropLogLines = 8;
+
+}  // namespace
+
+Membership::Membership(const RoundPolicy& policy)
+    : workers_(policy.workers),
+      min_workers_(policy.min_workers),
+      timeout_(std::chrono::milliseconds(policy.worker_timeout_ms)) {}
+
+void Membership::admitted_push(const WorkerRef& worker, Clock::time_point now) {
+  auto [it, joined] = members_.try_emplace(worker.itn);
+  Member& m = it->second;
+  if (joined) {  // tid, session and IQN of a session never change
+    m.ref = worker;
+    m.joined = now;
+    log_line("sync: worker " + worker.iqn + " (session " + std::to_string(worker.itn) + ") joined");
+  }
+  m.last_push = now;
+  if (members_.size() >= workers_) formed_ = true;
+}
+
+void Membership::landed_push(std::uint64_t itn, Clock::time_point now) {
+  const auto m = members_.find(itn);
+  if (m == members_.end()) return;
+  m->second.last_push = now;
+  ++m->second.pushes;
+}
+
+bool Membership::drop(std::uint64_t itn, const std::string& why) {
+  const auto it = members_.find(itn);
+  if (it == members_.end()) return false;
+  const std::string line = it->second.ref.iqn + " (session " + std::to_string(itn) + "): " + why;
+  log_line("sync: worker dropped: " + line);
+  drop_log_.push_back(line);
+  if (drop_log_.size() > kDropLogLines) drop_log_.erase(drop_log_.begin());
+  members_.erase(it);
+  ++dropped_;
+  return true;
+}
+
+std::vector<std::uint64_t> Membership::silent(Clock::time_point now) const {
+  std::vector<std::uint64_t> silent;
+  for (const auto& [itn, m] : members_)
+    if (now - m.last_push > timeout_) silent.push_back(itn);
+  return silent;
+}
+
+std::string Membership::degraded_reason() const {
+  if (!degraded()) return "";
+  std::string why =
+      "live workers " + std::to_string(members_.size()) + " < min_workers=" + std::to_string(min_workers_);
+  if (!drop_log_.empty()) why += "; last drop: " + drop_log_.back();
+  return why;
+}
+
+}  // namespace blockps

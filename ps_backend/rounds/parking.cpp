@@ -1,0 +1,90 @@
+#include "ps_backend/rounds/parking.h"
+
+#include <utility>
+#include <vector>
+
+namespace blockps {
+
+void ParkingLot::park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker,
+                      std::uint64_t offset, std::uint64_t len, std::string refusal) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
+  std::lock_guard lock(mutex_);
+  parked_.emplace(owner, ParkedCommand{handle, is_push, worker, offset, len, deadline, std::move(refusal)});
+}
+
+void ParkingLot::refuse(const void* owner, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  auto [first, last] = parked_.equal_range(owner);
+  for (auto it = first; it != last; ++it) it->second.refusal = why;
+}
+
+void ParkingLot::process(const void* owner, const std::function<bool(const void*)>& aborted, const Readmit& readmit,
+                         const Resubmit& resubmit, const Fail& fail,
+                         const std::function<std::string()>& degraded_reason) {
+  std::vector<ParkedCommand> mine;
+  {
+    std::lock_guard lock(mutex_);
+    auto [first, last] = parked_.equal_range(owner);
+    for (auto it = first; it != last; ++it) mine.push_back(std::move(it->second));
+    parked_.erase(first, last);
+  }
+  const auto now = std::chrono::steady_clock::now();
+  for (const ParkedCommand& p : mine) {
+    if (aborted(p.handle)) {
+      fail(p, true, "aborted by the initiator");
+      continue;
+    }
+    if (!p.refusal.empty()) {
+      fail(p, false, p.refusal);
+      continue;
+    }
+    if (now >= p.deadline) {
+      const std::string degraded = degraded_reason();
+      fail(p, false,
+           "parked for worker_timeout_ms=" + std::to_string(timeout_ms_) + " without its round closing" +
+               (degraded.empty() ? "" : " (" + degraded + ")"));
+      continue;
+    }
+    switch (readmit(p)) {
+      case Admission::run:
+        resubmit(p);
+        break;
+      case Admission::not_ready:
+        fail(p, false, degraded_reason());
+        break;
+      case Admission::park: {
+        std::lock_guard lock(mutex_);
+        parked_.emplace(owner, p);  // keeps its first deadline
+        break;
+      }
+    }
+  }
+}
+
+void ParkingLot::subscribe(const void* owner, std::function<void()> wake) {
+  std::lock_guard lock(mutex_);
+  subscribers_[owner] = std::move(wake);
+}
+
+void ParkingLot::unsubscribe(const void* owner) {
+  std::lock_guard lock(mutex_);
+  subscribers_.erase(owner);
+}
+
+void ParkingLot::wake_all() const {
+  std::lock_guard lock(mutex_);
+  for (const auto& [owner, wake] : subscribers_) wake();
+}
+
+void ParkingLot::wake_if_parked() const {
+  std::lock_guard lock(mutex_);
+  if (parked_.empty()) return;
+  for (const auto& [owner, wake] : subscribers_) wake();
+}
+
+std::size_t ParkingLot::size() const {
+  std::lock_guard lock(mutex_);
+  return parked_.size();
+}
+
+}  // namespace blockps

@@ -1,0 +1,85 @@
+// A round mode: what admitting a push or a pull, landing a push's data and the keeper's tick mean under one
+// mode= of the bsopts. BspMode (bsp_mode.h, mode=sync) and SspMode (ssp_mode.h, mode=ssp:K) implement it; the
+// coordinator (rounds.h) owns what they share (RoundContext) and calls exactly one of them.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "aggregator/model_shard.h"
+#include "ps_backend/lu_options.h"
+#include "ps_backend/rounds/admission.h"
+#include "ps_backend/rounds/contribution.h"
+#include "ps_backend/rounds/latency_window.h"
+#include "ps_backend/rounds/membership.h"
+#include "ps_backend/rounds/parking.h"
+
+namespace blockps {
+
+/// What the coordinator shares with its round mode. `lock` guards `members`, the counters and the mode's own
+/// state; `parking` has its own lock. `model` must outlive it.
+struct RoundContext {
+  RoundContext(ModelShard& shard, const RoundPolicy& rounds, std::function<void(std::uint64_t ns)> applied)
+      : model(shard),
+        geometry(shard.geometry()),
+        policy(rounds),
+        on_applied(std::move(applied)),
+        members(rounds),
+        parking(rounds.worker_timeout_ms) {}
+
+  ModelShard& model;
+  const ShardGeometry geometry;
+  const RoundPolicy policy;
+  // Called after each gradient is applied, with the time its sum and optimizer step took.
+  const std::function<void(std::uint64_t ns)> on_applied;
+
+  mutable std::mutex lock;
+  Membership members;
+  ParkingLot parking;
+  std::uint64_t rounds_closed = 0, stragglers_dropped = 0;
+  LatencyWindow round_latency;  // first push of a round -> applied
+};
+
+/// The shard's round numbers for the status page.
+struct RoundProgress {
+  std::uint64_t rounds_min = 0, rounds_max = 0;  // over the blocks
+  std::uint64_t open_rounds = 0;                 // blocks with a push in an open round
+};
+
+class RoundMode {
+ public:
+  using Clock = std::chrono::steady_clock;
+  virtual ~RoundMode() = default;
+
+  // Under the context's lock.
+  /// Whether `worker`'s push of `spans` (a member's, at `now`) may go on. On run, `ticket` holds what the push
+  /// claimed; land() gets it back with the data.
+  virtual Admission admit_push(const WorkerRef& worker, std::span<const BlockSpan> spans, Clock::time_point now,
+                               Ticket& ticket) = 0;
+  /// Whether member `itn`'s READ of blocks [first_block, last_block] must wait for a round.
+  virtual Admission admit_pull(std::uint64_t itn, std::uint64_t first_block, std::uint64_t last_block) = 0;
+  /// The push of `ticket` has landed: its sectors count.
+  virtual void landed(const Ticket& ticket) = 0;
+  /// The worker left: its half-pushed gradients are discarded and it holds nobody back.
+  virtual void drop_worker(std::uint64_t itn) = 0;
+  /// Drop every open round (nothing of them is applied) and restart the round counters at 0.
+  virtual void reset() = 0;
+  virtual RoundProgress progress() const = 0;
+  /// The rounds worker `itn` has pushed into on this shard: the fewest over the blocks.
+  virtual std::uint64_t rounds_pushed(std::uint64_t itn) const = 0;
+
+  // Without the context's lock (they take it where they need it).
+  /// The data of an admitted push, on an I/O thread: the ticket's sectors are this push's alone.
+  virtual void land(const Ticket& ticket, std::span<const std::byte> data) = 0;
+  /// After landed(): apply what is due and wake the parked commands that may go on.
+  virtual void after_landing(const Ticket& ticket) = 0;
+  /// The keeper's tick: rounds due by the straggler deadline close.
+  virtual void tick() = 0;
+};
+
+}  // namespace blockps

@@ -1,0 +1,201 @@
+#include "ps_backend/rounds/rounds.h"
+
+#include "ps_backend/contract/status_page.h"
+#include "ps_backend/log.h"
+#include "ps_backend/rounds/bsp_mode.h"
+#include "ps_backend/rounds/ssp_mode.h"
+
+namespace blockps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// How often the keeper looks at straggler deadlines, and how often it wakes the glue (session polling,
+// parked-command deadlines and aborts).
+constexpr auto kKeeperTick = std::chrono::milliseconds(50);
+constexpr auto kWakeEvery = std::chrono::milliseconds(200);
+
+std::uint64_t ms_between(Clock::time_point a, Clock::time_point b) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(b - a).count());
+}
+
+std::unique_ptr<RoundMode> make_mode(RoundContext& ctx) {
+  if (ctx.policy.mode == RoundPolicy::Mode::ssp) return std::make_unique<SspMode>(ctx);
+  return std::make_unique<BspMode>(ctx);
+}
+
+}  // namespace
+
+Rounds::Rounds(ModelShard& model, const RoundPolicy& policy, std::function<void(std::uint64_t ns)> on_applied)
+    : ctx_(model, policy, std::move(on_applied)), mode_(make_mode(ctx_)) {
+  keeper_ = std::jthread([this](const std::stop_token& stop) { keep(stop); });
+}
+
+Rounds::~Rounds() {
+  keeper_.request_stop();
+  keeper_cv_.notify_all();
+}
+
+Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
+  const std::vector<BlockSpan> spans = split_into_blocks(ctx_.geometry, offset, len);
+  // Anything the data path would refuse anyway runs unclaimed and fails there with its own sense.
+  if (spans.empty()) return Admission::run;
+  const auto now = Clock::now();
+  std::lock_guard lock(ctx_.lock);
+  ctx_.members.admitted_push(worker, now);
+  Ticket ticket;
+  const Admission a = mode_->admit_push(worker, spans, now, ticket);
+  if (a == Admission::run) tickets_[handle] = std::move(ticket);
+  return a;
+}
+
+bool Rounds::land_push(const void* handle, std::span<const std::byte> data) {
+  Ticket ticket;
+  {
+    std::lock_guard lock(ctx_.lock);
+    auto it = tickets_.find(handle);
+    if (it == tickets_.end()) return false;
+    ticket = std::move(it->second);
+    tickets_.erase(it);
+  }
+  if (ticket.empty()) return true;
+  // The claimed sectors belong to this push alone, so the data needs no lock.
+  mode_->land(ticket, data);
+  {
+    std::lock_guard lock(ctx_.lock);
+    mode_->landed(ticket);
+    ctx_.members.landed_push(ticket.front().contribution->itn, Clock::now());
+  }
+  mode_->after_landing(ticket);
+  return true;
+}
+
+Admission Rounds::admit_pull(std::uint64_t itn, std::uint64_t offset, std::uint64_t len) {
+  const ShardGeometry& g = ctx_.geometry;
+  if (len == 0 || offset >= g.bytes) return Admission::run;
+  const std::uint64_t end = std::min(offset + len, g.bytes);
+  std::lock_guard lock(ctx_.lock);
+  if (!ctx_.members.contains(itn)) return Admission::run;
+  return mode_->admit_pull(itn, offset / g.block_bytes, (end - 1) / g.block_bytes);
+}
+
+void Rounds::park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
+                  std::uint64_t len, std::string refusal) {
+  ctx_.parking.park(owner, handle, is_push, worker, offset, len, std::move(refusal));
+}
+
+void Rounds::process_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
+                            const std::function<bool(const void*)>& aborted, const ParkingLot::Resubmit& resubmit,
+                            const ParkingLot::Fail& fail) {
+  // Sessions that are gone: tgt has no logout callback for stores, so ask (docs/ARCHITECTURE.md, "Facts about tgt").
+  std::vector<WorkerRef> members;
+  {
+    std::lock_guard lock(ctx_.lock);
+    for (const auto& [itn, m] : ctx_.members.members()) members.push_back(m.ref);
+  }
+  std::vector<std::uint64_t> gone;
+  for (const WorkerRef& w : members)
+    if (!alive(w.tid, w.itn)) gone.push_back(w.itn);
+  if (!gone.empty()) {
+    std::lock_guard lock(ctx_.lock);
+    for (std::uint64_t itn : gone) drop_member_locked(itn, "its session is gone");
+    recheck_ = true;
+    keeper_cv_.notify_all();
+  }
+  const auto readmit = [this](const ParkedCommand& p) {
+    return p.is_push ? admit_push(p.handle, p.worker, p.offset, p.len) : admit_pull(p.worker.itn, p.offset, p.len);
+  };
+  ctx_.parking.process(owner, aborted, readmit, resubmit, fail, [this] { return degraded_reason(); });
+}
+
+void Rounds::refuse_parked(const void* owner, const std::string& why) { ctx_.parking.refuse(owner, why); }
+
+void Rounds::subscribe(const void* owner, std::function<void()> wake) {
+  ctx_.parking.subscribe(owner, std::move(wake));
+}
+
+void Rounds::unsubscribe(const void* owner) { ctx_.parking.unsubscribe(owner); }
+
+void Rounds::reset() {
+  {
+    std::lock_guard lock(ctx_.lock);
+    mode_->reset();
+    ctx_.members.reform();
+    log_line("sync: rounds reset (open rounds dropped, counters at 0)");
+  }
+  ctx_.parking.wake_all();
+}
+
+std::string Rounds::degraded_reason() const {
+  std::lock_guard lock(ctx_.lock);
+  return ctx_.members.degraded_reason();
+}
+
+void Rounds::drop_member_locked(std::uint64_t itn, const std::string& why) {
+  if (ctx_.members.drop(itn, why)) mode_->drop_worker(itn);
+}
+
+void Rounds::keep(const std::stop_token& stop) {
+  auto last_wake = Clock::now();
+  while (!stop.stop_requested()) {
+    bool wake = false;
+    {
+      std::unique_lock lock(ctx_.lock);
+      keeper_cv_.wait_for(lock, stop, kKeeperTick, [this] { return recheck_; });
+      if (stop.stop_requested()) return;
+      recheck_ = false;
+      const auto now = Clock::now();
+      for (std::uint64_t itn : ctx_.members.silent(now))
+        drop_member_locked(itn, "no push for worker_timeout_ms=" + std::to_string(ctx_.policy.worker_timeout_ms));
+      if (now - last_wake >= kWakeEvery && (!ctx_.parking.empty() || ctx_.members.size() > 0)) {
+        wake = true;
+        last_wake = now;
+      }
+    }
+    mode_->tick();
+    if (wake) ctx_.parking.wake_all();
+  }
+}
+
+nlohmann::json Rounds::status() const {
+  std::lock_guard lock(ctx_.lock);
+  const auto now = Clock::now();
+  const RoundProgress progress = mode_->progress();
+  nlohmann::json workers = nlohmann::json::array();
+  for (const auto& [itn, m] : ctx_.members.members()) {
+    const std::uint64_t pushed = mode_->rounds_pushed(itn);
+    namespace worker = status_page::live_worker;
+    workers.push_back({{worker::kIqn, m.ref.iqn},
+                       {worker::kSession, itn},
+                       {worker::kPushes, m.pushes},
+                       {worker::kLastPushMsAgo, ms_between(m.last_push, now)},
+                       {worker::kJoinedMsAgo, ms_between(m.joined, now)},
+                       {worker::kRoundsBehind, progress.rounds_max > pushed ? progress.rounds_max - pushed : 0}});
+  }
+  // Written at the contract's pointers into a page of its own, of which the rounds section is returned.
+  nlohmann::json page;
+  const auto set = [&page](const char* pointer, nlohmann::json value) {
+    page[nlohmann::json::json_pointer(pointer)] = std::move(value);
+  };
+  const RoundPolicy& policy = ctx_.policy;
+  set(status_page::kRoundsMode, to_string(policy));
+  set(status_page::kRoundsWorkers, policy.workers);
+  set(status_page::kRoundsMinWorkers, policy.min_workers);
+  set(status_page::kRoundsStragglerMs, policy.straggler_ms);
+  set(status_page::kRoundsWorkerTimeoutMs, policy.worker_timeout_ms);
+  set(status_page::kRoundsMin, progress.rounds_min);
+  set(status_page::kRoundsMax, progress.rounds_max);
+  set(status_page::kRoundsClosed, ctx_.rounds_closed);
+  set(status_page::kRoundsOpen, progress.open_rounds);
+  set(status_page::kRoundsLiveWorkers, std::move(workers));
+  set(status_page::kRoundsStragglersDropped, ctx_.stragglers_dropped);
+  set(status_page::kRoundsWorkersDropped, ctx_.members.dropped());
+  set(status_page::kRoundsRecentDrops, ctx_.members.recent_drops());
+  set(status_page::kRoundsParkedCommands, ctx_.parking.size());
+  set(status_page::kRoundsDegraded, ctx_.members.degraded());
+  set(status_page::kRoundsDegradedReason, ctx_.members.degraded_reason());
+  set(status_page::kRoundsRoundLatency, ctx_.round_latency.percentiles());
+  return std::move(page[nlohmann::json::json_pointer(status_page::kRounds)]);
+}
+
+}  // namespace blockps

@@ -1,0 +1,119 @@
+#include "ps_backend/rounds/ssp_mode.h"
+
+#include <algorithm>
+
+#include "aggregator/wire_dtype.h"
+#include "ps_backend/log.h"
+
+namespace blockps {
+
+SspMode::SspMode(RoundContext& ctx) : ctx_(ctx), blocks_(ctx.geometry.blocks()) {}
+
+Admission SspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan> spans, Clock::time_point,
+                              Ticket& ticket) {
+  for (const BlockSpan& s : spans) {
+    Block& b = blocks_[s.block];
+    // Pushing sectors again means the worker's previous push of this block is over (even a partial one).
+    if (const auto found = b.open.find(worker.itn); found != b.open.end() && found->second->claims_any(s)) {
+      if (found->second->in_flight()) return Admission::park;
+      ++b.clock[worker.itn];
+      b.open.erase(found);
+    }
+    // A worker new to the block starts level with the slowest, not behind everyone.
+    std::uint64_t slowest = UINT64_MAX;
+    for (const auto& [itn, c] : b.clock)
+      if (itn != worker.itn && ctx_.members.contains(itn)) slowest = std::min(slowest, c);
+    if (slowest == UINT64_MAX) slowest = b.clock.count(worker.itn) ? b.clock[worker.itn] : 0;
+    const std::uint64_t mine = b.clock.try_emplace(worker.itn, slowest).first->second;
+    if (mine > slowest + ctx_.policy.staleness) return ctx_.members.degraded() ? Admission::not_ready : Admission::park;
+  }
+  for (const BlockSpan& s : spans) {
+    Block& b = blocks_[s.block];
+    auto& c = b.open[worker.itn];
+    if (!c) c = std::make_shared<Contribution>(ctx_.geometry, s.block, b.clock[worker.itn], worker, false);
+    c->claim(s);
+    ticket.push_back({c, s});
+  }
+  return Admission::run;
+}
+
+Admission SspMode::admit_pull(std::uint64_t, std::uint64_t, std::uint64_t) { return Admission::run; }
+
+void SspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+  if (ticket.empty()) return;
+  // One optimizer step over the whole contiguous request: the engine runs its blocks in parallel.
+  const std::size_t esize = wire_size(ctx_.geometry.dtype);
+  const TicketPiece& first = ticket.front();
+  std::uint64_t bytes = 0;
+  for (const TicketPiece& p : ticket) bytes += p.span.elements * esize;
+  const auto t0 = Clock::now();
+  const Status pushed = ctx_.model.push_gradient(
+      first.contribution->block * ctx_.geometry.block_bytes + first.span.element_in_block * esize,
+      data.first(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, data.size()))));
+  if (!pushed.ok()) log_line("ssp: push not applied: " + pushed.message());
+  if (ctx_.on_applied) ctx_.on_applied(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+}
+
+void SspMode::landed(const Ticket& ticket) {
+  for (const TicketPiece& p : ticket) {
+    Contribution& c = *p.contribution;
+    c.landed_n += static_cast<std::uint32_t>(p.span.sectors);
+    if (!c.complete()) continue;
+    // One whole push of the block: the worker's clock moves on.
+    Block& b = blocks_[c.block];
+    const auto it = b.open.find(c.itn);
+    if (it != b.open.end() && it->second == p.contribution) {
+      ++b.clock[c.itn];
+      b.open.erase(it);
+    }
+  }
+}
+
+void SspMode::after_landing(const Ticket&) {
+  ctx_.parking.wake_if_parked();  // a push waiting on this worker's clock may go on
+}
+
+void SspMode::drop_worker(std::uint64_t itn) {
+  for (Block& b : blocks_) {
+    const auto c = b.open.find(itn);
+    if (c != b.open.end() && !c->second->complete()) b.open.erase(c);
+    b.clock.erase(itn);  // a gone worker holds nobody back
+  }
+}
+
+void SspMode::reset() {
+  for (Block& b : blocks_) {
+    b.open.clear();
+    b.clock.clear();
+  }
+}
+
+RoundProgress SspMode::progress() const {
+  // A block's round is its slowest live worker's push count.
+  RoundProgress p;
+  p.rounds_min = blocks_.empty() ? 0 : UINT64_MAX;
+  for (const Block& b : blocks_) {
+    std::uint64_t lo = UINT64_MAX, hi = 0;
+    for (const auto& [itn, c] : b.clock) {
+      lo = std::min(lo, c);
+      hi = std::max(hi, c);
+    }
+    if (lo == UINT64_MAX) lo = 0;
+    p.rounds_min = std::min(p.rounds_min, lo);
+    p.rounds_max = std::max(p.rounds_max, hi);
+    p.open_rounds += b.open.empty() ? 0 : 1;
+  }
+  return p;
+}
+
+std::uint64_t SspMode::rounds_pushed(std::uint64_t itn) const {
+  if (blocks_.empty()) return 0;
+  std::uint64_t pushed = UINT64_MAX;
+  for (const Block& b : blocks_) {
+    const auto c = b.clock.find(itn);
+    pushed = std::min<std::uint64_t>(pushed, c == b.clock.end() ? 0 : c->second);
+  }
+  return pushed;
+}
+
+}  // namespace blockps

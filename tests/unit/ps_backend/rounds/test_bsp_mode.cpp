@@ -1,0 +1,209 @@
+// mode=sync rounds: the averaging order, what waits for a round, stragglers and their late halves, through the
+// coordinator (with its keeper thread) and BspMode alone. The tgtd integration of the same (parked commands over
+// iSCSI, sessions that vanish) is tests/integration/test_sync.cpp.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "ps_backend/rounds/bsp_mode.h"
+#include "tests/unit/ps_backend/rounds/rounds_fixture.h"
+
+namespace blockps::unit {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(BspRounds, ThreeWorkersGiveTheAverageWhateverTheArrivalOrder) {
+  const auto ga = gradient(kShardBytes, 1), gb = gradient(kShardBytes, -2), gc = gradient(kShardBytes, 5);
+  // The reference: the f32 sum in IQN order, times 1/3, applied by the same optimizer.
+  std::vector<float> expected(kShardBytes / 4);
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    expected[i] = -(((f32_at(ga, i) + f32_at(gb, i)) + f32_at(gc, i)) * (1.0f / 3.0f));
+  std::vector<std::vector<float>> results;
+  for (const auto& order : std::vector<std::vector<int>>{{0, 1, 2}, {2, 0, 1}, {1, 2, 0}}) {
+    Fixture f(sync_policy(3, 3));
+    const WorkerRef* who[] = {&kA, &kB, &kC};
+    const std::vector<std::byte>* what[] = {&ga, &gb, &gc};
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(weights(f.model), std::vector<float>(kShardBytes / 4, 0.0f)) << "applied before all pushed";
+      ASSERT_EQ(f.push(*who[order[k]], *what[order[k]]), Admission::run);
+    }
+    results.push_back(weights(f.model));
+    EXPECT_EQ(f.rounds.status()["rounds_min"], 1);
+  }
+  EXPECT_EQ(results[0], expected);
+  EXPECT_EQ(results[1], expected);
+  EXPECT_EQ(results[2], expected);
+}
+
+TEST(BspRounds, ReadParksUntilTheRoundOfItsPushIsApplied) {
+  Fixture f(sync_policy(2, 2));
+  const auto g = gradient(kShardBytes, 1);
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::park);
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, kBlockBytes, 512), Admission::park);
+  EXPECT_EQ(f.rounds.admit_pull(kC.itn, 0, kShardBytes), Admission::run)
+      << "a reader that never pushed waits for nothing";
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kB.itn, 0, kShardBytes), Admission::run);
+}
+
+TEST(BspRounds, ASecondPushOfABlockWaitsButTwoHalvesMakeOnePush) {
+  Fixture f(sync_policy(2, 2));
+  const auto half = gradient(kBlockBytes / 2, 1);
+  ASSERT_EQ(f.push(kA, half, 0), Admission::run);
+  ASSERT_EQ(f.push(kA, half, kBlockBytes / 2), Admission::run) << "the other half of block 0 is the same push";
+  EXPECT_EQ(f.rounds.admit_push(&half, kA, 0, half.size()), Admission::park) << "block 0 again in the same round";
+  EXPECT_EQ(f.rounds.admit_push(&half, kA, 2 * kBlockBytes, half.size()), Admission::run) << "another block";
+  EXPECT_TRUE(f.rounds.land_push(&half, half));
+  const auto whole = gradient(kBlockBytes, 1);
+  ASSERT_EQ(f.push(kB, whole, 0), Admission::run);
+  EXPECT_EQ(f.rounds.status()["rounds_max"], 1) << "block 0 closed with A's two halves and B's whole block";
+  EXPECT_EQ(f.rounds.admit_push(&half, kA, 0, half.size()), Admission::run) << "the next round of block 0";
+}
+
+TEST(BspRounds, AStragglerRoundClosesAfterStragglerMsWithMinWorkers) {
+  Fixture f(sync_policy(3, 2, 150));
+  const auto g = gradient(kShardBytes, 1);
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::park);
+  while (f.rounds.admit_pull(kA.itn, 0, kShardBytes) == Admission::park) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the straggler deadline never closed the round";
+    std::this_thread::sleep_for(5ms);
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
+  const auto s = f.rounds.status();
+  EXPECT_EQ(s["rounds_min"], 1);
+  EXPECT_EQ(s["stragglers_dropped"], 0) << "C never joined, so it is no straggler";
+  // The next round of the same blocks, after the keeper has seen them closed: C joins with block 0 only, so
+  // blocks 1-3 close by the straggler deadline again (the keeper must still watch them).
+  std::this_thread::sleep_for(200ms);
+  const std::vector<std::byte> block0(g.begin(), g.begin() + kBlockBytes);
+  ASSERT_EQ(f.push(kC, block0), Admission::run);
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.rounds.status()["rounds_min"], 1) << "blocks 1-3 wait for C until straggler_ms";
+  const auto t1 = std::chrono::steady_clock::now();
+  while (f.rounds.status()["rounds_min"] != 2) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t1, 5s) << "the second straggler round never closed";
+    std::this_thread::sleep_for(5ms);
+  }
+}
+
+TEST(BspRounds, TheLateRestOfAStragglersHalfPushIsDroppedNotTakenForTheNextRound) {
+  Fixture f(sync_policy(2, 1, 100));
+  const auto a0 = gradient(kBlockBytes, 1), b0 = gradient(kBlockBytes, 7);
+  const std::vector<std::byte> b0_head(b0.begin(), b0.begin() + kBlockBytes / 2),
+      b0_tail(b0.begin() + kBlockBytes / 2, b0.end());
+  ASSERT_EQ(f.push(kA, a0), Admission::run);
+  ASSERT_EQ(f.push(kB, b0_head), Admission::run);  // B's round 0 of block 0, first half only
+  const auto t0 = std::chrono::steady_clock::now();
+  while (f.rounds.status()["rounds_max"] != 1) {
+    ASSERT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the straggler deadline never closed the round";
+    std::this_thread::sleep_for(5ms);
+  }
+  // The rest of B's round-0 push arrives after its round closed without B.
+  ASSERT_EQ(f.push(kB, b0_tail, kBlockBytes / 2), Admission::run);
+  EXPECT_EQ(f.rounds.admit_pull(kB.itn, 0, kBlockBytes), Admission::run) << "B's late half is in no open round";
+  const auto a1 = gradient(kBlockBytes, 3), b1 = gradient(kBlockBytes, -5);
+  ASSERT_EQ(f.push(kA, a1), Admission::run);
+  ASSERT_EQ(f.push(kB, b1), Admission::run) << "B's round 1 must not collide with its late round-0 half";
+  EXPECT_EQ(f.rounds.status()["rounds_max"], 2);
+  // Round 0: A alone; round 1: the average of A's and B's round-1 gradients (IQN order), nothing of b0.
+  std::vector<float> expected(kBlockBytes / 4);
+  for (std::size_t i = 0; i < expected.size(); ++i)
+    expected[i] = -f32_at(a0, i) - (f32_at(a1, i) + f32_at(b1, i)) * 0.5f;
+  const auto w = weights(f.model);
+  EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + kBlockBytes / 4), expected);
+  EXPECT_EQ(f.rounds.status()["stragglers_dropped"], 1);
+}
+
+// BspMode alone: no keeper, so a straggler deadline passes only when the test ticks.
+
+TEST(BspMode, ARoundClosesOnceEveryExpectedWorkerPushedTheBlock) {
+  ModeBench bench(sync_policy(2, 2));
+  BspMode bsp(bench.ctx);
+  const auto ga = gradient(kShardBytes, 1), gb = gradient(kShardBytes, 3);
+  ASSERT_EQ(bench.push(bsp, kA, ga), Admission::run);
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 0u);
+  EXPECT_EQ(bench.progress(bsp).open_rounds, 4u);
+  EXPECT_EQ(bench.pull(bsp, kA, 0, 3), Admission::park) << "A's round is not applied yet";
+  ASSERT_EQ(bench.push(bsp, kB, gb), Admission::run);
+  const RoundProgress p = bench.progress(bsp);
+  EXPECT_EQ(p.rounds_min, 1u);
+  EXPECT_EQ(p.rounds_max, 1u);
+  EXPECT_EQ(p.open_rounds, 0u);
+  EXPECT_EQ(bench.pull(bsp, kA, 0, 3), Admission::run);
+  EXPECT_EQ(bench.ctx.rounds_closed, 4u);
+  std::vector<float> expected(kShardBytes / 4);
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = -(f32_at(ga, i) + f32_at(gb, i)) * 0.5f;
+  EXPECT_EQ(weights(bench.model), expected);
+}
+
+TEST(BspMode, AStragglersRoundClosesOnlyWhenATickFindsItsDeadlinePast) {
+  ModeBench bench(sync_policy(2, 1, 50));
+  BspMode bsp(bench.ctx);
+  const auto a = gradient(kBlockBytes, 1), b = gradient(kBlockBytes / 2, 2);
+  ASSERT_EQ(bench.push(bsp, kA, a), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, b), Admission::run);  // half of B's block 0
+  bsp.tick();
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 0u) << "before straggler_ms";
+  std::this_thread::sleep_for(60ms);
+  bsp.tick();
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 1u);
+  EXPECT_EQ(bench.ctx.stragglers_dropped, 1u);
+  ASSERT_EQ(bench.push(bsp, kB, b, kBlockBytes / 2), Admission::run) << "the late rest of B's half push";
+  EXPECT_EQ(bench.pull(bsp, kB, 0, 0), Admission::run) << "it joined no round";
+  EXPECT_EQ(bench.progress(bsp).open_rounds, 0u);
+  std::vector<float> expected(kBlockBytes / 4);
+  for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = -f32_at(a, i);
+  const auto w = weights(bench.model);
+  EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + kBlockBytes / 4), expected);
+}
+
+TEST(BspMode, AWorkerDroppedWithAHalfPushHoldsNoRoundBack) {
+  ModeBench bench(sync_policy(2, 1));
+  BspMode bsp(bench.ctx);
+  ASSERT_EQ(bench.push(bsp, kA, gradient(kBlockBytes, 1)), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, gradient(kBlockBytes / 2, 2)), Admission::run);
+  bsp.tick();
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 0u) << "B is still expected";
+  bench.drop(bsp, kB);
+  bsp.tick();
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 1u) << "A is every member now";
+  EXPECT_EQ(bench.ctx.stragglers_dropped, 0u);
+}
+
+TEST(BspMode, BelowMinWorkersAReadThatWouldWaitIsNotReady) {
+  ModeBench bench(sync_policy(2, 2));
+  BspMode bsp(bench.ctx);
+  const auto g = gradient(kShardBytes, 1);
+  ASSERT_EQ(bench.push(bsp, kA, g), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, g), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, g), Admission::run);
+  bench.drop(bsp, kB);
+  EXPECT_EQ(bench.pull(bsp, kA, 0, 0), Admission::not_ready);
+}
+
+TEST(BspMode, RoundsStartAtTheBlocksStepCountsAndResetRestartsThemAtZero) {
+  ModeBench bench(sync_policy(1, 1));
+  ASSERT_TRUE(bench.model.push_gradient(kBlockBytes, gradient(kBlockBytes, 1)).ok());  // block 1: step 1
+  BspMode bsp(bench.ctx);
+  EXPECT_EQ(bench.progress(bsp).rounds_min, 0u);
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 1u);
+  Ticket ticket;
+  ASSERT_EQ(bench.admit(bsp, kA, 0, kBlockBytes, ticket), Admission::run);  // admitted, its data not landed
+  {
+    std::lock_guard lock(bench.ctx.lock);
+    bsp.reset();
+  }
+  EXPECT_EQ(bench.progress(bsp).rounds_max, 0u);
+  EXPECT_EQ(bench.progress(bsp).open_rounds, 0u);
+  EXPECT_EQ(bench.pull(bsp, kA, 0, 3), Admission::run) << "nothing of A's is in a round now";
+}
+
+}  // namespace
+}  // namespace blockps::unit
