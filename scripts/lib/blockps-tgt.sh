@@ -130,8 +130,9 @@ conf_lus() {
 # --- the blockps-shard line -----------------------------------------------------------------------------------
 # A shard's three LUs come from one line of ours inside its <target IQN> block:
 #   blockps-shard /ABSOLUTE/PATH/model.ckpt 'k=v;k=v'
-# LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status over the one checkpoint file, each with the line's
-# options (the shard's bsopts, docs/OPTIONS.md); admins= goes to the status LU only, the one LU that takes it
+# LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status (the LUNs of ps_backend/contract/lu_role.h's kLuRoles)
+# over the one checkpoint file, each with the line's options (the shard's bsopts, docs/OPTIONS.md); admins= goes
+# to the status LU only, the one LU that takes it
 # (ps_backend/lu_options.cpp refuses it on the others). tgt-admin never sees the line: it keys backing stores by
 # path string and merges blocks with equal strings, so the line becomes three <backing-store> blocks whose paths
 # spell the one file three ways (PATH, DIR/./FILE, DIR//FILE; the module resolves them to one shard), each
