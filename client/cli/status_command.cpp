@@ -1,4 +1,4 @@
-// `blockps status`: every shard's status page (ps_backend/served_shard.cpp status_json()) as a table or JSON.
+// `blockps status`: every shard's status page (its fields: ps_backend/contract/status_page.h) as a table or JSON.
 // The pages are read as client/cli/status_reports.h says; when a shard's cannot be, the others are still shown
 // and the run exits kExitFailed.
 #include <iostream>
