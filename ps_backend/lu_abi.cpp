@@ -23,7 +23,8 @@ struct blockps_lu {
   // Set between attach and detach. Each command holds its own reference: tgt closes an LU on a path change
   // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
   std::atomic<std::shared_ptr<blockps::ServedLu>> served;
-  // mode=sync grad LUs: the glue's main loop watches it; Rounds writes it when parked commands may go on.
+  // grad LUs of shards with rounds (mode=sync, ssp:K): the glue's main loop watches it; Rounds writes it when
+  // parked commands may go on.
   int wake_fd = -1;
 };
 
@@ -166,8 +167,7 @@ blockps_result blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes,
   return guarded("bsopts", message, message_size, [&] {
     blockps::Result<blockps::LuOptions> parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
     if (!parsed.ok()) {
-      // lu_options words every unknown key so; tgtadm tells that case apart ("unknown parameter").
-      const bool unknown_key = parsed.message().starts_with("unknown key");
+      const bool unknown_key = parsed.message().starts_with(blockps::kUnknownKeyRefusal);
       return report(unknown_key ? BLOCKPS_UNKNOWN_OPTION : BLOCKPS_BAD_OPTION, message, message_size, "bsopts",
                     parsed.message());
     }

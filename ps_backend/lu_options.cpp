@@ -373,7 +373,8 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
     const std::string_view key = trim(item.substr(0, eq));
     const std::string_view value = trim(item.substr(eq + 1));
     const KeyDef* def = find_key(key);
-    if (!def) return refuse("unknown key '" + std::string(key) + "' (known: " + known_keys() + ")");
+    if (!def)
+      return refuse(std::string(kUnknownKeyRefusal) + " '" + std::string(key) + "' (known: " + known_keys() + ")");
     if (!seen.insert(def->doc.name).second) return refuse("key '" + std::string(key) + "' given twice");
     if (Status applied = def->apply(key, value, o); !applied.ok()) return applied;
     if (def->shard_key) o.given.insert(std::string(key));

@@ -63,6 +63,10 @@ struct LuOptions {
   std::set<std::string> given;
 };
 
+/// How the refusal of a key the table does not know begins: the C boundary tells tgtadm that case apart
+/// ("unknown parameter").
+inline constexpr std::string_view kUnknownKeyRefusal = "unknown key";
+
 /// Parse "k=v;k=v". `lu_block_bytes` is the LU's logical block size (512 unless tgtadm --blocksize):
 /// size and block must be multiples of it. A refusal (StatusCode::config) names the key, the value seen and
 /// what is allowed. Never throws.

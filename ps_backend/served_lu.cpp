@@ -176,7 +176,7 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
   if (data.empty()) return good();  // a WRITE of 0 blocks is no push
   auto& k = shard_->counters();
   if (meaning == RoleBehaviour::Writes::push && shard_->rounds()) {
-    // mode=sync: the gradient joins its blocks' open rounds; the round applies it (Rounds).
+    // mode=sync or ssp:K: the gradient joins its blocks' rounds, which apply it (Rounds).
     if (!shard_->rounds()->land_push(handle, data)) {
       log_line("sync: a grad WRITE reached the I/O threads without being admitted");
       return check(kHardwareError, kAscInternalTargetFailure);

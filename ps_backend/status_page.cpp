@@ -13,9 +13,7 @@ std::string render_status_page(const ServedShard& shard) {
   const ShardCounters& k = shard.counters();
   const auto rd = [](const std::atomic<std::uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   nlohmann::json j;
-  const auto set = [&j](const char* pointer, nlohmann::json value) {
-    j[nlohmann::json::json_pointer(pointer)] = std::move(value);
-  };
+  const auto set = [&j](const char* pointer, nlohmann::json value) { set_field(j, pointer, std::move(value)); };
   set(page::kFormatField, page::kFormat);
 
   set(page::kShardPath, shard.path());

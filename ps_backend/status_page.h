@@ -2,11 +2,17 @@
 // (contract/status_page.h), NUL-padded to kStatusLuBytes by the LU.
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "ps_backend/served_shard.h"
 
 namespace blockps {
+
+/// Set the page's field at `pointer` (one of contract/status_page.h's), making the sections on the way.
+inline void set_field(nlohmann::json& page, const char* pointer, nlohmann::json value) {
+  page[nlohmann::json::json_pointer(pointer)] = std::move(value);
+}
 
 /// The page as of now: the shard's config, counters, aggregation latency, rounds and checkpoints.
 std::string render_status_page(const ServedShard& shard);

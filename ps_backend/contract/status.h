@@ -3,6 +3,7 @@
 // it). Header-only and dependency-free (docs/ARCHITECTURE.md, "The contract between worker and PS").
 #pragma once
 
+#include <cassert>
 #include <cstring>
 #include <optional>
 #include <string>
@@ -68,13 +69,14 @@ class [[nodiscard]] Result {
     static const std::string empty;
     return ok() ? empty : error_->message();
   }
-  T& value() & { return *value_; }
-  const T& value() const& { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  T* operator->() { return &*value_; }
-  const T* operator->() const { return &*value_; }
-  T& operator*() & { return *value_; }
-  const T& operator*() const& { return *value_; }
+  // The value of an ok() Result; asserted, because reaching for it without checking ok() is a bug.
+  T& value() & { return (assert(ok()), *value_); }
+  const T& value() const& { return (assert(ok()), *value_); }
+  T&& value() && { return (assert(ok()), std::move(*value_)); }
+  T* operator->() { return &value(); }
+  const T* operator->() const { return &value(); }
+  T& operator*() & { return value(); }
+  const T& operator*() const& { return value(); }
 
  private:
   std::optional<T> value_;

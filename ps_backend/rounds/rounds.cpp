@@ -4,6 +4,7 @@
 #include "ps_backend/log.h"
 #include "ps_backend/rounds/bsp_mode.h"
 #include "ps_backend/rounds/ssp_mode.h"
+#include "ps_backend/status_page.h"
 
 namespace blockps {
 namespace {
@@ -174,9 +175,7 @@ nlohmann::json Rounds::status() const {
   }
   // Written at the contract's pointers into a page of its own, of which the rounds section is returned.
   nlohmann::json page;
-  const auto set = [&page](const char* pointer, nlohmann::json value) {
-    page[nlohmann::json::json_pointer(pointer)] = std::move(value);
-  };
+  const auto set = [&page](const char* pointer, nlohmann::json value) { set_field(page, pointer, std::move(value)); };
   const RoundPolicy& policy = ctx_.policy;
   set(status_page::kRoundsMode, to_string(policy));
   set(status_page::kRoundsWorkers, policy.workers);
