@@ -75,6 +75,7 @@ blockps_result result_of(StatusCode code) noexcept {
     case StatusCode::invalid_argument:
       return BLOCKPS_ERR_INVALID_ARGUMENT;
     case StatusCode::config:
+    case StatusCode::unknown_option:
       return BLOCKPS_ERR_CONFIG;
     case StatusCode::connect:
       return BLOCKPS_ERR_CONNECT;

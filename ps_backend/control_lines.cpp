@@ -1,16 +1,11 @@
 #include "ps_backend/control_lines.h"
 
+#include "ps_backend/contract/blanks.h"
 #include "ps_backend/contract/control_lines.h"
 #include "ps_backend/lu_options.h"
 
 namespace blockps {
 namespace {
-
-std::string_view trimmed(std::string_view line) {
-  while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.remove_suffix(1);
-  while (!line.empty() && (line.front() == ' ' || line.front() == '\t')) line.remove_prefix(1);
-  return line;
-}
 
 Status refuse(std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); }
 
@@ -22,7 +17,7 @@ Result<std::vector<ControlAction>> parse_control_lines(std::string_view text) {
   std::vector<ControlAction> actions;
   while (!text.empty()) {
     const auto nl = text.find('\n');
-    const std::string_view line = trimmed(text.substr(0, nl));
+    const std::string_view line = trim_blanks(text.substr(0, nl));
     text = nl == std::string_view::npos ? std::string_view{} : text.substr(nl + 1);
     if (line.empty() || line.front() == '#') continue;
     const auto eq = line.find('=');

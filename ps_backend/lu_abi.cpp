@@ -139,8 +139,8 @@ void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
         o.status = blockps::scsi::kCheckCondition;
         o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;
         o.asc = aborted ? blockps::scsi::kAscNone : blockps::scsi::kAscNotReadyManualIntervention;
-        blockps::log_line(served->shard().path() + ": sync: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn +
-                          " at byte " + std::to_string(p.offset) + " failed: " + why);
+        blockps::log_line(served->shard().path() + ": rounds: " + (p.is_push ? "push" : "pull") + " of " +
+                          p.worker.iqn + " at byte " + std::to_string(p.offset) + " failed: " + why);
         ops.fail(p.handle, &o);
       });
 }
@@ -167,7 +167,7 @@ blockps_result blockps_lu_configure(const char* bsopts, uint32_t lu_block_bytes,
   return guarded("bsopts", message, message_size, [&] {
     blockps::Result<blockps::LuOptions> parsed = blockps::parse_lu_options(bsopts ? bsopts : "", lu_block_bytes);
     if (!parsed.ok()) {
-      const bool unknown_key = parsed.message().starts_with(blockps::kUnknownKeyRefusal);
+      const bool unknown_key = parsed.status().code() == blockps::StatusCode::unknown_option;
       return report(unknown_key ? BLOCKPS_UNKNOWN_OPTION : BLOCKPS_BAD_OPTION, message, message_size, "bsopts",
                     parsed.message());
     }

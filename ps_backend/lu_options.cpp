@@ -6,14 +6,10 @@
 #include <cmath>
 #include <functional>
 
+#include "ps_backend/contract/blanks.h"
+
 namespace blockps {
 namespace {
-
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
 
 bool parse_float(std::string_view text, float& out) {
   // std::from_chars for float is in libstdc++ 12; it rejects leading '+', which we accept for friendliness.
@@ -128,7 +124,7 @@ const std::vector<KeyDef>& key_table() {
          o.admins.clear();
          while (!v.empty()) {
            const auto bar = v.find('|');
-           const std::string_view name = trim(v.substr(0, bar));
+           const std::string_view name = trim_blanks(v.substr(0, bar));
            v = bar == std::string_view::npos ? std::string_view{} : v.substr(bar + 1);
            if (!is_iscsi_name(name))
              return bad(key, name.empty() ? std::string_view("(empty)") : name,
@@ -363,18 +359,20 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
   std::set<std::string_view> seen;
   while (!bsopts.empty()) {
     const auto semi = bsopts.find(';');
-    const std::string_view item = trim(bsopts.substr(0, semi));
+    const std::string_view item = trim_blanks(bsopts.substr(0, semi));
     bsopts = semi == std::string_view::npos ? std::string_view{} : bsopts.substr(semi + 1);
     if (item.empty()) continue;
     const auto eq = item.find('=');
     if (eq == std::string_view::npos)
       // Appended, not `"x" + std::string`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
       return refuse(std::string("'").append(item).append("' is not key=value (separate options with ';')"));
-    const std::string_view key = trim(item.substr(0, eq));
-    const std::string_view value = trim(item.substr(eq + 1));
+    const std::string_view key = trim_blanks(item.substr(0, eq));
+    const std::string_view value = trim_blanks(item.substr(eq + 1));
     const KeyDef* def = find_key(key);
     if (!def)
-      return refuse(std::string(kUnknownKeyRefusal) + " '" + std::string(key) + "' (known: " + known_keys() + ")");
+      // Its own code: the C boundary tells tgtadm this case apart ("unknown parameter").
+      return Status::Error(StatusCode::unknown_option,
+                           "unknown key '" + std::string(key) + "' (known: " + known_keys() + ")");
     if (!seen.insert(def->doc.name).second) return refuse("key '" + std::string(key) + "' given twice");
     if (Status applied = def->apply(key, value, o); !applied.ok()) return applied;
     if (def->shard_key) o.given.insert(std::string(key));

@@ -63,13 +63,9 @@ struct LuOptions {
   std::set<std::string> given;
 };
 
-/// How the refusal of a key the table does not know begins: the C boundary tells tgtadm that case apart
-/// ("unknown parameter").
-inline constexpr std::string_view kUnknownKeyRefusal = "unknown key";
-
 /// Parse "k=v;k=v". `lu_block_bytes` is the LU's logical block size (512 unless tgtadm --blocksize):
-/// size and block must be multiples of it. A refusal (StatusCode::config) names the key, the value seen and
-/// what is allowed. Never throws.
+/// size and block must be multiples of it. A refusal (StatusCode::config, or unknown_option for a key the
+/// table does not know) names the key, the value seen and what is allowed. Never throws.
 Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_block_bytes);
 
 /// Merge `opts` onto an existing shard's config: every key the user gave must equal the shard's value

@@ -8,13 +8,14 @@
 #include <string_view>
 #include <system_error>
 
+#include "ps_backend/contract/blanks.h"
+
 namespace blockps {
 
 /// "64M" -> 67108864: a whole number of bytes with an optional binary suffix K, M, G or T (either case: 2^10 ..
-/// 2^40), spaces around it ignored. False on anything else ("", "K", "4KB", "-4K", "1.5M") or on overflow.
+/// 2^40), blanks around it ignored. False on anything else ("", "K", "4KB", "-4K", "1.5M") or on overflow.
 inline bool parse_byte_size(std::string_view text, std::uint64_t& out) {
-  while (!text.empty() && (text.front() == ' ' || text.front() == '\t')) text.remove_prefix(1);
-  while (!text.empty() && (text.back() == ' ' || text.back() == '\t')) text.remove_suffix(1);
+  text = trim_blanks(text);
   int shift = 0;
   if (!text.empty()) {
     switch (text.back()) {

@@ -20,6 +20,7 @@ enum class StatusCode {
   invalid_argument,  // the caller's request is wrong (buffer size, blocks outside the model, a control line,
                      // a file that is not a checkpoint)
   config,            // a cluster file or bsopts cannot be read or say something wrong
+  unknown_option,    // bsopts name a key that no option table knows (a config error tgtadm reports apart)
   connect,           // an LU cannot be reached or opened
   io,                // a read or write failed (a shard's LU, a checkpoint file)
   mismatch,          // two descriptions of one shard disagree (cluster file and shard; bsopts and the open

@@ -121,6 +121,14 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
   }
 }
 
+// tgtadm reports an unknown key apart from a bad value ("unknown parameter"): the C boundary tells them apart
+// by the code, not by the wording.
+TEST(LuOptions, AnUnknownKeyHasItsOwnCode) {
+  EXPECT_EQ(parse_lu_options("role=grad;colour=red", 512).status().code(), StatusCode::unknown_option);
+  EXPECT_EQ(parse_lu_options("role=grad;lr=x", 512).status().code(), StatusCode::config);
+  EXPECT_EQ(parse_lu_options("role=grad;lr", 512).status().code(), StatusCode::config);
+}
+
 TEST(LuOptions, AdminsIsAListOfInitiatorNames) {
   const auto parsed = parse_lu_options("role=status;admins=iqn.2026-11.io.blockps:admin | eui.02004567A425678D", 512);
   ASSERT_TRUE(parsed.ok()) << parsed.message();
@@ -150,6 +158,18 @@ TEST(LuOptions, ByteSizes) {
   EXPECT_FALSE(parse_byte_size("99999999999999999999T", n));
   EXPECT_EQ(format_byte_size(256u << 10), "256K");
   EXPECT_EQ(format_byte_size(1000), "1000");
+}
+
+// One definition of the blanks (contract/blanks.h) for every grammar: around a size, a key and a value.
+TEST(LuOptions, BlanksAroundKeysAndValuesAreIgnored) {
+  std::uint64_t n = 0;
+  EXPECT_TRUE(parse_byte_size(" \t64M\r", n));
+  EXPECT_EQ(n, 64u << 20);
+  EXPECT_FALSE(parse_byte_size("64 M", n));
+  const LuOptions o = parse_ok(" role = grad ;\tsize= 1M\t; lr =0.5 ");
+  EXPECT_EQ(o.role, LuRole::grad);
+  EXPECT_EQ(o.config.geometry.bytes, 1u << 20);
+  EXPECT_FLOAT_EQ(o.config.optimizer.lr, 0.5f);
 }
 
 TEST(LuOptions, FormattedShardOptionsParseBackToTheSameConfig) {
