@@ -178,7 +178,7 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
   if (meaning == RoleBehaviour::Writes::push && shard_->rounds()) {
     // mode=sync or ssp:K: the gradient joins its blocks' rounds, which apply it (Rounds).
     if (!shard_->rounds()->land_push(handle, data)) {
-      log_line("sync: a grad WRITE reached the I/O threads without being admitted");
+      log_line("rounds: a grad WRITE reached the I/O threads without being admitted");
       return check(kHardwareError, kAscInternalTargetFailure);
     }
     k.pushes.fetch_add(1, std::memory_order_relaxed);

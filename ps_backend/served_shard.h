@@ -14,8 +14,8 @@
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/contract/status.h"
+#include "ps_backend/latency_window.h"
 #include "ps_backend/lu_options.h"
-#include "ps_backend/rounds/latency_window.h"
 #include "ps_backend/rounds/rounds.h"
 
 namespace blockps {

@@ -20,7 +20,7 @@ void Membership::admitted_push(const WorkerRef& worker, Clock::time_point now) {
   if (joined) {  // tid, session and IQN of a session never change
     m.ref = worker;
     m.joined = now;
-    log_line("sync: worker " + worker.iqn + " (session " + std::to_string(worker.itn) + ") joined");
+    log_line("rounds: worker " + worker.iqn + " (session " + std::to_string(worker.itn) + ") joined");
   }
   m.last_push = now;
   if (members_.size() >= workers_) formed_ = true;
@@ -37,7 +37,7 @@ bool Membership::drop(std::uint64_t itn, const std::string& why) {
   const auto it = members_.find(itn);
   if (it == members_.end()) return false;
   const std::string line = it->second.ref.iqn + " (session " + std::to_string(itn) + "): " + why;
-  log_line("sync: worker dropped: " + line);
+  log_line("rounds: worker dropped: " + line);
   drop_log_.push_back(line);
   if (drop_log_.size() > kDropLogLines) drop_log_.erase(drop_log_.begin());
   members_.erase(it);

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#include "ps_backend/latency_window.h"
 #include "ps_backend/lu_options.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/contribution.h"
-#include "ps_backend/rounds/latency_window.h"
 #include "ps_backend/rounds/membership.h"
 #include "ps_backend/rounds/parking.h"
 

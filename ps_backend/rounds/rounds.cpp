@@ -122,7 +122,7 @@ void Rounds::reset() {
     std::lock_guard lock(ctx_.lock);
     mode_->reset();
     ctx_.members.reform();
-    log_line("sync: rounds reset (open rounds dropped, counters at 0)");
+    log_line("rounds: reset (open rounds dropped, counters at 0)");
   }
   ctx_.parking.wake_all();
 }
