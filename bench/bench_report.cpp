@@ -1,8 +1,5 @@
 #include "bench/bench_report.h"
 
-#include "tests/support/blockps_shard.h"
-#include "tests/support/process.h"
-
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -14,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 
 namespace blockps::bench {
@@ -58,10 +56,13 @@ std::vector<std::byte> finite_f32_gradients(std::size_t bytes, unsigned seed) {
   return out;
 }
 
-std::string preflight() {
-  if (std::string why = testing::TgtdInstance::unavailable_reason(); !why.empty()) return why;
-  return testing::blockps_module_missing_reason();
+Status preflight() {
+  std::string why = testing::TgtdInstance::unavailable_reason();
+  if (why.empty()) why = testing::blockps_module_missing_reason();
+  return why.empty() ? Status::Ok() : Status::Error(StatusCode::config, why);
 }
+
+Status usage_error(std::string message) { return Status::Error(StatusCode::invalid_argument, std::move(message)); }
 
 int fail(std::string_view prog, const std::string& message, std::span<const testing::TgtdInstance> tgtds) {
   std::cerr << prog << ": ERROR: " << message << "\n";

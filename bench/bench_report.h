@@ -8,13 +8,16 @@
 #include <string_view>
 #include <vector>
 
+#include "ps_backend/contract/status.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::bench {
 
-/// Why a benchmark that starts tgtd with our module cannot run here ("" when it can): not root, tgt missing, or
-/// the module missing from its directory.
-std::string preflight();
+/// Ok when a benchmark that starts tgtd with our module can run here; else why not: not root, tgt missing, or the
+/// module missing from its directory.
+Status preflight();
+/// A refused command line (StatusCode::invalid_argument), for the benchmarks' argument parsers.
+Status usage_error(std::string message);
 /// "PROG: ERROR: MESSAGE" and the tail of each started tgtd's log on stderr; returns 1 (main's exit status).
 int fail(std::string_view prog, const std::string& message, std::span<const testing::TgtdInstance> tgtds = {});
 

@@ -93,7 +93,7 @@ struct Options {
   bool gloo = true;
 };
 
-std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
+Status parse_args(int argc, char** argv, Options& o, bool& exit_now) {
   CLI::App app{
       "blockps client_pushpull: libblockps push+pull of a whole model through 2 shards, against tgt null "
       "LUs driven by the same initiator code in the same run, and against gloo allreduce"};
@@ -115,23 +115,23 @@ std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
   } catch (const CLI::CallForHelp& e) {
     std::cout << app.help();
     exit_now = true;
-    return {};
+    return Status::Ok();
   } catch (const CLI::ParseError& e) {
-    return e.what();
+    return bench::usage_error(e.what());
   }
   if (!parse_byte_size(max_request, o.max_request) || o.max_request == 0 || o.max_request % kBlockBytes != 0)
-    return "--max-request needs a multiple of 256K, got '" + max_request + "'";
+    return bench::usage_error("--max-request needs a multiple of 256K, got '" + max_request + "'");
   if (!sizes.empty()) {
     o.model_sizes.clear();
     std::stringstream list(sizes);
     for (std::string item; std::getline(list, item, ',');) {
       std::uint64_t b = 0;
       if (!parse_byte_size(item, b) || b == 0 || b % (kShards * kBlockBytes) != 0)
-        return "--model-sizes needs multiples of 512K, got '" + item + "'";
+        return bench::usage_error("--model-sizes needs multiples of 512K, got '" + item + "'");
       o.model_sizes.push_back(b);
     }
   }
-  return {};
+  return Status::Ok();
 }
 
 int fail(const std::string& msg, const TgtdInstance* tgtds = nullptr) {
@@ -139,13 +139,13 @@ int fail(const std::string& msg, const TgtdInstance* tgtds = nullptr) {
                      tgtds == nullptr ? std::span<const TgtdInstance>{} : std::span(tgtds, kShards));
 }
 
-// One worker step (push then pull of the whole model); "" or an error.
-using Step = std::function<std::string()>;
+// One worker step (push then pull of the whole model).
+using Step = std::function<Status()>;
 
 struct Timed {
   std::uint64_t steps = 0;
   double seconds = 0;
-  std::string error;
+  Status error = Status::Ok();
   double seconds_per_step() const { return steps > 0 ? seconds / static_cast<double>(steps) : 0; }
 };
 
@@ -154,7 +154,7 @@ Timed repeat(const Step& step, double seconds) {
   Timed t;
   const auto start = Clock::now();
   for (;;) {
-    if (std::string e = step(); !e.empty()) {
+    if (Status e = step(); !e.ok()) {
       t.error = e;
       return t;
     }
@@ -197,22 +197,22 @@ class NullWorker {
     }
   }
   // Both shards in parallel (one thread per shard, as the client's I/O threads), push then pull.
-  std::string step(int queue_depth) {
+  Status step(int queue_depth) {
     for (auto* commands : {&push_, &pull_}) {
       const auto t0 = Clock::now();
-      std::string errors[kShards];
+      Status errors[kShards] = {Status::Ok(), Status::Ok()};
       std::thread other([&] {
         CommandBatchResult r = luns_[1].run_commands((*commands)[1], {.depth = queue_depth});
-        if (!r.ok()) errors[1] = "null LU 1: " + r.error.describe();
+        if (!r.ok()) errors[1] = Status::Error(StatusCode::io, "null LU 1: " + r.error.describe());
       });
       CommandBatchResult r = luns_[0].run_commands((*commands)[0], {.depth = queue_depth});
-      if (!r.ok()) errors[0] = "null LU 0: " + r.error.describe();
+      if (!r.ok()) errors[0] = Status::Error(StatusCode::io, "null LU 0: " + r.error.describe());
       other.join();
-      for (auto& e : errors)
-        if (!e.empty()) return e;
+      for (const Status& e : errors)
+        if (!e.ok()) return e;
       (commands == &push_ ? push_seconds : pull_seconds) += std::chrono::duration<double>(Clock::now() - t0).count();
     }
-    return {};
+    return Status::Ok();
   }
   double push_seconds = 0, pull_seconds = 0;  // accumulated over steps, for the push / pull split
 
@@ -221,15 +221,15 @@ class NullWorker {
   std::vector<LuCommand> push_[kShards], pull_[kShards];
 };
 
-std::string client_step(Cluster& c, std::span<const std::byte> grads, std::span<std::byte> weights,
-                        double& push_seconds, double& pull_seconds) {
+Status client_step(Cluster& c, std::span<const std::byte> grads, std::span<std::byte> weights, double& push_seconds,
+                   double& pull_seconds) {
   const auto t0 = Clock::now();
-  if (Status s = c.push(grads); !s.ok()) return "push: " + s.message();
+  if (Status s = c.push(grads); !s.ok()) return Status::Error(s.code(), "push: " + s.message());
   const auto t1 = Clock::now();
-  if (Status s = c.pull(weights); !s.ok()) return "pull: " + s.message();
+  if (Status s = c.pull(weights); !s.ok()) return Status::Error(s.code(), "pull: " + s.message());
   push_seconds += std::chrono::duration<double>(t1 - t0).count();
   pull_seconds += std::chrono::duration<double>(Clock::now() - t1).count();
-  return {};
+  return Status::Ok();
 }
 
 // Runs every step concurrently, one thread each, for `seconds`; results in order.
@@ -241,17 +241,14 @@ std::vector<Timed> concurrently(const std::vector<Step>& steps, double seconds) 
   return out;
 }
 
-// Runs the gloo script; seconds per allreduce, or <0 with `why`.
-double gloo_seconds(const Options& o, std::uint64_t bytes, std::string& why) {
+// Runs the gloo script: its seconds per allreduce.
+Result<double> gloo_seconds(const Options& o, std::uint64_t bytes) {
   RunOptions ro;
   ro.timeout = std::chrono::milliseconds(600'000);
   CommandResult r = run_command({o.python, o.gloo_script, "--bytes", std::to_string(bytes), "--world-size",
                                  std::to_string(kWorkers), "--iterations", std::to_string(o.gloo_iterations)},
                                 ro);
-  if (!r.ok()) {
-    why = r.describe();
-    return -1;
-  }
+  if (!r.ok()) return Status::Error(StatusCode::io, r.describe());
   // The last line holding "seconds_per_allreduce": {"...": X, ...}
   std::istringstream in(r.output);
   double value = -1;
@@ -261,7 +258,8 @@ double gloo_seconds(const Options& o, std::uint64_t bytes, std::string& why) {
     if (k == std::string::npos) continue;
     value = std::strtod(line.c_str() + k + key.size(), nullptr);
   }
-  if (value <= 0) why = "no seconds_per_allreduce in its output: " + tail_of(r.output, 500);
+  if (value <= 0)
+    return Status::Error(StatusCode::io, "no seconds_per_allreduce in its output: " + tail_of(r.output, 500));
   return value;
 }
 
@@ -270,11 +268,11 @@ double gloo_seconds(const Options& o, std::uint64_t bytes, std::string& why) {
 int main(int argc, char** argv) {
   Options opt;
   bool exit_now = false;
-  if (std::string err = parse_args(argc, argv, opt, exit_now); !err.empty()) return fail(err);
+  if (Status s = parse_args(argc, argv, opt, exit_now); !s.ok()) return fail(s.message());
   if (exit_now) return 0;
 
   bench::print_run_header("blockps client_pushpull");
-  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
+  if (Status s = bench::preflight(); !s.ok()) return fail(s.message());
 
   // Is gloo runnable? (checked once, up front)
   std::string gloo_skip;
@@ -316,8 +314,7 @@ int main(int argc, char** argv) {
     double rdwr1 = 0;                           // 1 worker: ceiling's code on rdwr LUs over tmpfs, MB/s median
     double push_ratio = 0, pull_ratio = 0;      // 1 worker: push / null write, pull / null read (all rounds)
     double client2_s = 0, null2_s = 0;          // 2 workers: seconds per push+pull per worker
-    double gloo_s = -1;
-    std::string gloo_why;
+    double gloo_s = -1;                         // -1: not measured (skipped or failed)
   };
   std::vector<Row> rows;
 
@@ -400,7 +397,7 @@ int main(int argc, char** argv) {
     // Warm-up: one step each.
     for (int w = 0; w < kWorkers; ++w) {
       for (auto* steps : {&null_steps, &client_steps})
-        if (std::string e = (*steps)[static_cast<std::size_t>(w)](); !e.empty()) return fail("warm-up: " + e, tgtds);
+        if (Status e = (*steps)[static_cast<std::size_t>(w)](); !e.ok()) return fail("warm-up: " + e.message(), tgtds);
     }
     const double mb = 2.0 * static_cast<double>(model) / 1e6;  // per step
     std::vector<double> n1, c1, r1, direct_mbps, rdwr_mbps;
@@ -409,16 +406,16 @@ int main(int argc, char** argv) {
     for (int round = 0; round < opt.rounds; ++round) {
       const bool null_first = round % 2 == 0;
       Timed a = repeat(null_first ? null_steps[0] : client_steps[0], opt.seconds);
-      if (!a.error.empty()) return fail(a.error, tgtds);
+      if (!a.error.ok()) return fail(a.error.message(), tgtds);
       Timed b = repeat(null_first ? client_steps[0] : null_steps[0], opt.seconds);
-      if (!b.error.empty()) return fail(b.error, tgtds);
+      if (!b.error.ok()) return fail(b.error.message(), tgtds);
       null_steps1 += (null_first ? a : b).steps;
       client_steps1 += (null_first ? b : a).steps;
       Timed d = repeat([&] { return direct.step(opt.queue_depth); }, opt.seconds);
-      if (!d.error.empty()) return fail("direct: " + d.error, tgtds);
+      if (!d.error.ok()) return fail("direct: " + d.error.message(), tgtds);
       direct_mbps.push_back(mb / d.seconds_per_step());
       Timed t = repeat([&] { return rdwr.step(opt.queue_depth); }, opt.seconds);
-      if (!t.error.empty()) return fail("rdwr: " + t.error, tgtds);
+      if (!t.error.ok()) return fail("rdwr: " + t.error.message(), tgtds);
       rdwr_mbps.push_back(mb / t.seconds_per_step());
       const double null_mbps = mb / (null_first ? a : b).seconds_per_step();
       const double client_mbps = mb / (null_first ? b : a).seconds_per_step();
@@ -454,7 +451,7 @@ int main(int argc, char** argv) {
       std::vector<Timed> t = concurrently(*steps, opt.seconds);
       double sum = 0;
       for (const Timed& x : t) {
-        if (!x.error.empty()) return fail(x.error, tgtds);
+        if (!x.error.ok()) return fail(x.error.message(), tgtds);
         sum += x.seconds_per_step();
       }
       (steps == &null_steps ? row.null2_s : row.client2_s) = sum / kWorkers;
@@ -475,12 +472,13 @@ int main(int argc, char** argv) {
       if (Status s = t.stop(); !s.ok()) std::cerr << "client_pushpull: warning: " << s.message() << "\n";
     // gloo after the tgtds are gone (it gets the CPUs alone, as the client did).
     if (gloo_skip.empty()) {
-      row.gloo_s = gloo_seconds(opt, model, row.gloo_why);
-      if (row.gloo_s > 0)
+      if (Result<double> gloo = gloo_seconds(opt, model); gloo.ok()) {
+        row.gloo_s = *gloo;
         std::printf("  %s, gloo allreduce among %d processes: %.1f ms\n", format_byte_size(model).c_str(), kWorkers,
                     1e3 * row.gloo_s);
-      else
-        std::printf("  %s, gloo FAILED: %s\n", format_byte_size(model).c_str(), row.gloo_why.c_str());
+      } else {
+        std::printf("  %s, gloo FAILED: %s\n", format_byte_size(model).c_str(), gloo.message().c_str());
+      }
     }
     rows.push_back(row);
   }

@@ -186,11 +186,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gpu_aggregation: --elements, --reps and --request-bytes (a multiple of 4) must be > 0\n");
     return 2;
   }
-  if (const std::string why = check_device(Device::cuda(0)).message(); !why.empty()) {
+  if (const Status gpu = check_device(Device::cuda(0)); !gpu.ok()) {
     std::printf(
         "\n*** gpu_aggregation: NOT RUN, no usable GPU on this machine: %s ***\n"
         "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
-        why.c_str());
+        gpu.message().c_str());
     return 0;
   }
   cudaDeviceProp prop{};

@@ -60,14 +60,14 @@ int main(int argc, char** argv) {
         "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
 
   bench::print_run_header("blockps gpu_pushpull");
-  if (const std::string why = check_device(Device::cuda(0)).message(); !why.empty()) {
+  if (const Status gpu = check_device(Device::cuda(0)); !gpu.ok()) {
     std::printf(
         "\n*** gpu_pushpull: NOT RUN, no usable GPU on this machine: %s ***\n"
         "*** No GPU figure was measured. Run it on a GPU host. ***\n\n",
-        why.c_str());
+        gpu.message().c_str());
     return 0;
   }
-  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
+  if (Status s = bench::preflight(); !s.ok()) return fail(s.message());
 
   TempDir dir;
   if (Status s = dir.create("blockps-gpu-bench-"); !s.ok()) return fail(s.message());

@@ -14,7 +14,6 @@
 // Compute is a sleep by default: the worker's CPU is free while its accelerator computes, as on
 // GPU workers (--compute spin burns a core instead, for CPU training on a host that also runs the shards).
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -81,8 +80,8 @@ int run(const std::string& model_size, int steps, int warmup, int rounds, const 
                  model_size.c_str());
     return 2;
   }
-  if (std::string why = blockps::bench::preflight(); !why.empty()) {
-    std::fprintf(stderr, "overlap: cannot run here: %s\n", why.c_str());
+  if (blockps::Status s = blockps::bench::preflight(); !s.ok()) {
+    std::fprintf(stderr, "overlap: cannot run here: %s\n", s.message().c_str());
     return 2;
   }
   blockps::bench::print_run_header("bench/overlap");
@@ -108,9 +107,10 @@ int run(const std::string& model_size, int steps, int warmup, int rounds, const 
     return 2;
   }
   const double comm = ceiling->stall / ceiling->steps;
-  std::printf("model %s (f32) striped over 2 shards (one tgtd each, loopback, libiscsi), 256K blocks; %d steps "
-              "after %d warm-up per pipeline, median of %d rounds; compute = %s\n",
-              model_size.c_str(), steps, warmup, rounds, spin ? "spin (a busy core)" : "sleep (accelerator-like)");
+  std::printf(
+      "model %s (f32) striped over 2 shards (one tgtd each, loopback, libiscsi), 256K blocks; %d steps "
+      "after %d warm-up per pipeline, median of %d rounds; compute = %s\n",
+      model_size.c_str(), steps, warmup, rounds, spin ? "spin (a busy core)" : "sleep (accelerator-like)");
   std::printf("ceiling: push + pull with no compute = %.2f ms per step\n\n", comm * 1e3);
 
   std::vector<double> computes;
@@ -155,18 +155,19 @@ int run(const std::string& model_size, int steps, int warmup, int rounds, const 
       m.bubble = med(i, [](const Totals& x) { return x.bubble / x.steps; });
       m.age = med(i, [](const Totals& x) { return x.age / x.steps; });
       t.push_back(m);
-      std::printf("%9.2f %9.2f %-9s %8.1f %10.1f %8.2f %10.2f\n", c * 1e3, comm / c, pipelines[i].name,
-                  100 * m.stall, ideal, 1e3 * m.bubble, 1e3 * m.age);
+      std::printf("%9.2f %9.2f %-9s %8.1f %10.1f %8.2f %10.2f\n", c * 1e3, comm / c, pipelines[i].name, 100 * m.stall,
+                  ideal, 1e3 * m.bubble, 1e3 * m.age);
     }
     const double stall_ratio = t[1].stall / t[1].compute;
     const double age_ratio = t[1].age / std::max(t[2].age, 1e-9);
     const bool comm_fits = comm <= c;
-    std::printf("  ratios: stall(double)/compute = %.3f%s; stall(adaptive)/compute = %.3f; "
-                "age(double)/age(adaptive) = %.1fx%s; stall(none)/stall(double) = %.1fx\n\n",
-                stall_ratio, comm_fits ? (stall_ratio <= 0.05 ? " (target <= 0.05: met)" : " (target <= 0.05: MISSED)") : "",
-                t[2].stall / t[2].compute, age_ratio,
-                comm_fits ? (age_ratio >= 2 ? " (target >= 2x: met)" : " (target >= 2x: MISSED)") : "",
-                t[0].stall / std::max(t[1].stall, 1e-9));
+    std::printf(
+        "  ratios: stall(double)/compute = %.3f%s; stall(adaptive)/compute = %.3f; "
+        "age(double)/age(adaptive) = %.1fx%s; stall(none)/stall(double) = %.1fx\n\n",
+        stall_ratio, comm_fits ? (stall_ratio <= 0.05 ? " (target <= 0.05: met)" : " (target <= 0.05: MISSED)") : "",
+        t[2].stall / t[2].compute, age_ratio,
+        comm_fits ? (age_ratio >= 2 ? " (target >= 2x: met)" : " (target >= 2x: MISSED)") : "",
+        t[0].stall / std::max(t[1].stall, 1e-9));
     if (comm_fits && (stall_ratio > 0.05 || age_ratio < 2)) ++missed;
   }
   std::printf("%s\n", missed ? "some targets were MISSED (see above)" : "every target that applies was met");

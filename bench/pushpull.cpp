@@ -61,43 +61,45 @@ struct Options {
 };
 
 // Returns an error message, or "" when the arguments are good (or --help was printed: `exit_now`).
-std::string parse_args(int argc, char** argv, Options& o, bool& exit_now) {
-  CLI::App app{"blockps pushpull: push (WRITE + SGD) and pull (READ) throughput through tgtd and the module, "
-               "against a tgt null LUN measured in the same run"};
+Status parse_args(int argc, char** argv, Options& o, bool& exit_now) {
+  CLI::App app{
+      "blockps pushpull: push (WRITE + SGD) and pull (READ) throughput through tgtd and the module, "
+      "against a tgt null LUN measured in the same run"};
   std::string lu_size = format_byte_size(o.lu_bytes), sizes;
   app.add_option("--seconds", o.seconds, "seconds per figure")->check(CLI::PositiveNumber);
   app.add_option("--rounds", o.rounds, "rounds (figures are medians over rounds)")->check(CLI::Range(1, 1000));
   app.add_option("--queue-depth", o.queue_depth, "commands in flight")->check(CLI::Range(1, 128));
   app.add_option("--lu-size", lu_size, "size of each LU (K/M/G), a multiple of 1M");
   app.add_option("--request-sizes", sizes, "comma-separated request sizes (K/M), multiples of 512 up to 16M");
-  app.add_flag("--no-tgtd-tuning", [&](std::int64_t) { o.tgtd_tuning = false; },
-               "run tgtd with glibc's malloc defaults");
+  app.add_flag(
+      "--no-tgtd-tuning", [&](std::int64_t) { o.tgtd_tuning = false; }, "run tgtd with glibc's malloc defaults");
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
     std::cout << app.help();
     exit_now = true;
-    return {};
+    return Status::Ok();
   } catch (const CLI::ParseError& e) {
-    return e.what();
+    return bench::usage_error(e.what());
   }
   if (!parse_byte_size(lu_size, o.lu_bytes) || o.lu_bytes == 0 || o.lu_bytes % (1u << 20) != 0)
-    return "--lu-size needs a multiple of 1M (K/M/G suffixes), got '" + lu_size + "'";
+    return bench::usage_error("--lu-size needs a multiple of 1M (K/M/G suffixes), got '" + lu_size + "'");
   if (!sizes.empty()) {
     o.request_sizes.clear();
     std::stringstream list(sizes);
     for (std::string item; std::getline(list, item, ',');) {
       std::uint64_t b = 0;
       if (!parse_byte_size(item, b) || b == 0 || b % 512 != 0 || b > (16u << 20))
-        return "--request-sizes needs multiples of 512 up to 16M, got '" + item + "'";
+        return bench::usage_error("--request-sizes needs multiples of 512 up to 16M, got '" + item + "'");
       o.request_sizes.push_back(static_cast<std::uint32_t>(b));
     }
   }
   for (auto sz : o.request_sizes) {
     if (o.lu_bytes % sz != 0)
-      return "--lu-size " + format_byte_size(o.lu_bytes) + " is not a multiple of " + format_byte_size(sz);
+      return bench::usage_error("--lu-size " + format_byte_size(o.lu_bytes) + " is not a multiple of " +
+                                format_byte_size(sz));
   }
-  return {};
+  return Status::Ok();
 }
 
 int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
@@ -109,12 +111,12 @@ int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
 int main(int argc, char** argv) {
   Options opt;
   bool exit_now = false;
-  if (std::string err = parse_args(argc, argv, opt, exit_now); !err.empty()) return fail(err);
+  if (Status s = parse_args(argc, argv, opt, exit_now); !s.ok()) return fail(s.message());
   if (exit_now) return 0;
 
   bench::print_run_header("blockps pushpull");
 
-  if (std::string why = bench::preflight(); !why.empty()) return fail(why);
+  if (Status s = bench::preflight(); !s.ok()) return fail(s.message());
 
   TempDir dir;
   if (Status s = dir.create("blockps-pushpull-"); !s.ok()) return fail(s.message());
@@ -153,8 +155,9 @@ int main(int argc, char** argv) {
             << "queue depth " << opt.queue_depth << ", " << opt.rounds << " rounds x " << opt.seconds
             << " s per figure; MB/s = 10^6 bytes/s\n";
 
-  auto run = [&](IscsiLun& lun, IoDirection dir_, std::uint32_t req, double seconds, std::uint64_t requests,
-                 double& mbps) -> std::string {
+  // MB/s of `lun` at `req` bytes a request, for `seconds` or `requests` requests.
+  auto run = [&](IscsiLun& lun, IoDirection dir_, std::uint32_t req, double seconds,
+                 std::uint64_t requests) -> Result<double> {
     PipelineSpec spec;
     spec.direction = dir_;
     spec.request_bytes = req;
@@ -164,19 +167,17 @@ int main(int argc, char** argv) {
     spec.requests = requests;
     if (dir_ == IoDirection::write) spec.write_source = grads;
     PipelineResult r = run_pipeline(lun, spec);
-    if (!r.ok()) return r.error.describe();
-    mbps = r.megabytes_per_second();
-    return {};
+    if (!r.ok()) return Status::Error(StatusCode::io, r.error.describe());
+    return r.megabytes_per_second();
   };
 
   // Warm-up: one full pass of pushes and pulls over the LU (the shard's memory is touched for the first time,
   // tgtd's buffers are allocated), and of the null LU, at the largest request size.
   {
-    double ignored = 0;
     const std::uint64_t pass = opt.lu_bytes / largest;
     for (auto* lun : {&null_lun, &grad_lun}) {
       for (auto d : {IoDirection::write, IoDirection::read}) {
-        if (std::string e = run(*lun, d, largest, 0, pass, ignored); !e.empty()) return fail("warm-up: " + e, &tgtd);
+        if (Result<double> r = run(*lun, d, largest, 0, pass); !r.ok()) return fail("warm-up: " + r.message(), &tgtd);
       }
     }
   }
@@ -191,22 +192,23 @@ int main(int argc, char** argv) {
     std::vector<double> nw, pu, nr, pl, push_ratios, pull_ratios;
     for (int round = 0; round < opt.rounds; ++round) {
       const bool null_first = round % 2 == 0;
-      double a = 0, b = 0;
       // Writes: null and push back to back, then reads: null and pull, in alternating order.
       for (auto d : {IoDirection::write, IoDirection::read}) {
         IscsiLun& first = null_first ? null_lun : grad_lun;
         IscsiLun& second = null_first ? grad_lun : null_lun;
-        if (std::string e = run(first, d, req, opt.seconds, 0, a); !e.empty()) return fail(e, &tgtd);
-        if (std::string e = run(second, d, req, opt.seconds, 0, b); !e.empty()) return fail(e, &tgtd);
-        const double null_mbps = null_first ? a : b;
-        const double bps_mbps = null_first ? b : a;
+        const Result<double> a = run(first, d, req, opt.seconds, 0);
+        if (!a.ok()) return fail(a.message(), &tgtd);
+        const Result<double> b = run(second, d, req, opt.seconds, 0);
+        if (!b.ok()) return fail(b.message(), &tgtd);
+        const double null_mbps = null_first ? *a : *b;
+        const double bps_mbps = null_first ? *b : *a;
         (d == IoDirection::write ? nw : nr).push_back(null_mbps);
         (d == IoDirection::write ? pu : pl).push_back(bps_mbps);
         (d == IoDirection::write ? push_ratios : pull_ratios).push_back(null_mbps > 0 ? bps_mbps / null_mbps : 0);
       }
       std::printf("  round %d, %s: null write %.0f, push %.0f (%.2f), null read %.0f, pull %.0f (%.2f) MB/s\n",
-                  round + 1, format_byte_size(req).c_str(), nw.back(), pu.back(), push_ratios.back(), nr.back(), pl.back(),
-                  pull_ratios.back());
+                  round + 1, format_byte_size(req).c_str(), nw.back(), pu.back(), push_ratios.back(), nr.back(),
+                  pl.back(), pull_ratios.back());
     }
     rows.push_back(Row{req, bench::median(nw), bench::median(pu), bench::median(nr), bench::median(pl),
                        bench::median(push_ratios), bench::median(pull_ratios)});
@@ -234,8 +236,8 @@ int main(int argc, char** argv) {
     char wtxt[32], rtxt[32];
     std::snprintf(wtxt, sizeof wtxt, "%.3f %s", wr, wr >= kPushTarget ? "ok" : "MISSED");
     std::snprintf(rtxt, sizeof rtxt, "%.3f %s", rr, rr >= kPullTarget ? "ok" : "MISSED");
-    std::printf("%-8s %12.0f %10.0f %16s %12.0f %10.0f %16s\n", format_byte_size(r.req).c_str(), r.null_write, r.push, wtxt,
-                r.null_read, r.pull, rtxt);
+    std::printf("%-8s %12.0f %10.0f %16s %12.0f %10.0f %16s\n", format_byte_size(r.req).c_str(), r.null_write, r.push,
+                wtxt, r.null_read, r.pull, rtxt);
   }
   std::printf(
       "targets: push/null-write >= %.2f, pull/null-read >= %.2f (MB/s: medians of %d runs; ratios: medians of "

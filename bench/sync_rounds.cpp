@@ -6,7 +6,6 @@
 //
 //   blockps_sync_rounds [--model-mib N] [--rounds N]
 #include <CLI/CLI.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <future>
@@ -26,22 +25,23 @@ using namespace blockps::testing;
 using Clock = std::chrono::steady_clock;
 
 // Median seconds of `rounds` steps: every worker pushes the whole LU, then reads it back, in parallel.
-double median_step_seconds(std::vector<IscsiLun>& workers, const std::vector<std::byte>& grad, int rounds,
-                           std::string& error) {
+Result<double> median_step_seconds(std::vector<IscsiLun>& workers, const std::vector<std::byte>& grad, int rounds) {
   std::vector<double> times;
-  for (int r = 0; r < rounds && error.empty(); ++r) {
+  for (int r = 0; r < rounds; ++r) {
     const auto t0 = Clock::now();
-    std::vector<std::future<std::string>> done;
+    std::vector<std::future<Status>> done;
     for (IscsiLun& w : workers) {
       done.push_back(std::async(std::launch::async, [&w, &grad] {
-        if (ScsiResult s = w.write(0, grad); !s.ok()) return "push: " + s.describe();
+        if (ScsiResult s = w.write(0, grad); !s.ok()) return Status::Error(StatusCode::io, "push: " + s.describe());
         std::vector<std::byte> back(grad.size());
-        if (ScsiResult s = w.read(0, back); !s.ok()) return "pull: " + s.describe();
-        return std::string();
+        if (ScsiResult s = w.read(0, back); !s.ok()) return Status::Error(StatusCode::io, "pull: " + s.describe());
+        return Status::Ok();
       }));
     }
+    Status first_error = Status::Ok();
     for (auto& d : done)
-      if (std::string e = d.get(); !e.empty() && error.empty()) error = e;
+      if (Status e = d.get(); !e.ok() && first_error.ok()) first_error = e;
+    if (!first_error.ok()) return first_error;
     times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   }
   return bench::median(times);
@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   bench::print_run_header("blockps sync rounds");
-  if (std::string why = bench::preflight(); !why.empty()) return bench::fail("sync_rounds", why);
+  if (Status s = bench::preflight(); !s.ok()) return bench::fail("sync_rounds", s.message());
   TempDir dir;
   if (!dir.create("blockps-bench-sync-").ok()) return 1;
   TgtdInstance tgtd;
@@ -71,8 +71,8 @@ int main(int argc, char** argv) {
     for (int sync = 0; sync < 2; ++sync) {
       ++tid;
       const std::string iqn = "iqn.2026-11.io.blockps:bench-sync" + std::to_string(tid);
-      const std::string opts = size + (sync ? "mode=sync;workers=" + std::to_string(w) + ";min_workers=" +
-                                                  std::to_string(w) + ";straggler_ms=60000"
+      const std::string opts = size + (sync ? "mode=sync;workers=" + std::to_string(w) +
+                                                  ";min_workers=" + std::to_string(w) + ";straggler_ms=60000"
                                             : std::string("mode=async"));
       if (Status s = add_blockps_shard(tgtd, tid, iqn, dir.path("m" + std::to_string(tid) + ".ckpt"), opts); !s.ok()) {
         return bench::fail("sync_rounds", "shard: " + s.message(), std::span(&tgtd, 1));
@@ -85,16 +85,18 @@ int main(int argc, char** argv) {
           return bench::fail("sync_rounds", "connect: " + s.message(), std::span(&tgtd, 1));
         }
       }
-      std::string error;
-      median_step_seconds(workers, grad, 2, error);  // warm-up
-      seconds[sync] = median_step_seconds(workers, grad, rounds, error);
-      if (!error.empty()) {
-        return bench::fail("sync_rounds", std::string(sync ? "sync: " : "async: ") + error, std::span(&tgtd, 1));
+      Result<double> step = median_step_seconds(workers, grad, 2);  // warm-up
+      if (step.ok()) step = median_step_seconds(workers, grad, rounds);
+      if (!step.ok()) {
+        return bench::fail("sync_rounds", std::string(sync ? "sync: " : "async: ") + step.message(),
+                           std::span(&tgtd, 1));
       }
+      seconds[sync] = *step;
     }
     std::printf("%-8d %14.1f %14.1f %12.2f\n", w, seconds[0] * 1e3, seconds[1] * 1e3, seconds[1] / seconds[0]);
   }
-  std::printf("\nsync/async: the cost of waiting for the round (the slowest worker plus the averaging) on top of\n"
-              "moving the same bytes; 1.00 would be free.\n");
+  std::printf(
+      "\nsync/async: the cost of waiting for the round (the slowest worker plus the averaging) on top of\n"
+      "moving the same bytes; 1.00 would be free.\n");
   return 0;
 }
