@@ -230,6 +230,9 @@ conf_expand_shards() {
       if (inlu) fail(NR, key " belongs directly inside <target>, not inside a <backing-store> block")
       if (nshards[t])
         fail(NR, "a second " key " in <target " iqn "> (the first is on line " shard_line[t] "): one shard per target, as its LUs take LUNs 1-3; give the other shard its own <target>")
+      # A "#" inside the quotes began a comment above (as it does for tgt-admin): say so, not "unquoted".
+      quotes = s; if (gsub(/[\x27"]/, "", quotes) % 2 && index(raw, "#"))
+        fail(NR, "\"#\" starts a comment in a config file (tgt-admin reads it so too): the options of " key " cannot contain it")
       indent = raw; sub(/[^ \t].*/, "", indent)
       rest = s; sub(/^[^ \t]+[ \t]*/, "", rest)
       parse_shard(NR, rest, indent)

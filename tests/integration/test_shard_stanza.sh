@@ -96,6 +96,8 @@ expect_refused $(($(wc -l <"$new0") + 1)) "blockps-shard belongs inside a <targe
   < <(cat "$new0"; echo "blockps-shard $tmp/lib/x/model.ckpt $opts")
 expect_refused "$line" "unknown key 'blockps-shards' in <target $iqn0>" < <(sed "${line}s#blockps-shard #blockps-shards #" "$new0")
 expect_refused "$line" "without quotes inside" < <(sed "${line}s#'size=16M;#'size=16M;x='y';#" "$new0")
+expect_refused "$line" '"#" starts a comment in a config file (tgt-admin reads it so too)' \
+  < <(sed "${line}s|'size=16M;|'size=16M;init=file:/tmp/a#b;|" "$new0")
 
 # serves_one_shard: LUNs 1-3 of shard0 (16 MiB) are blockps LUs of one shard: grad, weights and status.
 serves_one_shard() {
