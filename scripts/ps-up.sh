@@ -254,13 +254,6 @@ for i in "${!names[@]}"; do
   if grep -q "another tgtd is using" "$log"; then
     die "$name: control number $control is used by another tgtd"
   fi
-  # Offline until every target, LU and ACL is in place. Otherwise a login that tgtd takes while tgt-admin is
-  # half way meets a half-made target: refused as "target not found" (no ACL bound yet), or a session without
-  # its LUNs (none added yet); a worker recovering its session across a restart (open-iscsi's
-  # replacement_timeout) races exactly that. Offline, tgtd closes each TCP connection at accept, which an
-  # initiator retries like any connection failure.
-  "$TGTADM" -C "$control" --op update --mode sys --name State -v offline >>"$log" 2>&1 ||
-    die "$name: tgtadm could not hold tgtd offline while loading the targets (log: $log)"
   # When it cannot bind the portal, tgtd only logs it and listens on 0.0.0.0:3260 instead.
   if ! "$TGTADM" -C "$control" --op show --mode portal | grep -q "^Portal: $addr:$port,"; then
     die "$name: tgtd could not listen on $addr:$port (port in use?); it has: $("$TGTADM" -C "$control" --op show --mode portal | tr '\n' ' ')"
@@ -309,8 +302,6 @@ for i in "${!names[@]}"; do
     done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
   fi
 
-  "$TGTADM" -C "$control" --op update --mode sys --name State -v ready >>"$log" 2>&1 ||
-    die "$name: tgtadm could not set tgtd ready after loading the targets (log: $log)"
   failed_log=
   say "$name: tgtd pid $pid, control $control, portal $addr:$port${iser_args[*]+ (TCP and iSER)}, LUs ${luns_of[*]} (state $state)"
 done
