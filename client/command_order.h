@@ -41,6 +41,9 @@ struct LuQueueCounters {
   // failure, and WRITEs (pushes) given up because the session was lost before their answer came.
   std::uint64_t reconnects = 0;
   std::uint64_t unanswered_writes_dropped = 0;
+  // Commands sent again because the target answered UNIT ATTENTION (client/iscsi_lun.h, kUnitAttentionResends):
+  // after a shard's LUs were added or its tgtd restarted while this session was logged in.
+  std::uint64_t unit_attentions_resent = 0;
 };
 
 class CommandOrder {

@@ -100,15 +100,32 @@ struct IscsiLun::Completion {
 // A place in the queue of run_commands() and run_stream(): one command at a time.
 struct IscsiLun::QueueSlot {
   Completion c;
-  bool busy = false;            // a command of this slot is queued and not taken back yet
+  bool busy = false;  // a command of this slot is queued and not taken back yet
+  IoDirection direction = IoDirection::read;
+  std::uint64_t offset = 0;  // bytes into the LU
+  std::uint32_t bytes = 0;
   std::vector<scsi_iovec> iov;  // its data; must live until the command completes
   std::uint64_t tag = 0;        // the caller's name for the command (run_commands: its index)
+  int resends = 0;              // times it was sent again after a UNIT ATTENTION
+
+  // Holds `cmd` (not yet queued) under `tag`.
+  void hold(const LuCommand& cmd, std::uint64_t command_tag) {
+    direction = cmd.direction;
+    offset = cmd.offset;
+    bytes = static_cast<std::uint32_t>(cmd.bytes());
+    iov.clear();
+    for (const IoSegment& seg : cmd.segments) iov.push_back(scsi_iovec{seg.data, seg.bytes});
+    tag = command_tag;
+    resends = 0;
+  }
 };
 
 std::string ScsiResult::describe() const {
   if (status == scsi::kCheckCondition) {
     const char* key = scsi_sense_key_str(sense_key);
     const char* a = scsi_sense_ascq_str(asc);
+    if (a == nullptr && asc == scsi::kAscReportedLunsDataHasChanged)
+      a = "REPORTED_LUNS_DATA_HAS_CHANGED";  // 1.19 lacks it
     return std::string("CHECK CONDITION ") + (key != nullptr ? key : "?") + "(" + hex(sense_key, 2) + ") " +
            (a != nullptr ? a : "?") + "(" + hex(asc, 4) + ")";
   }
@@ -351,13 +368,29 @@ ScsiResult IscsiLun::check_range(std::uint64_t offset, std::uint64_t bytes) cons
   return {};
 }
 
+template <class QueueTask>
+ScsiResult IscsiLun::run_one(Completion& c, const char* name, QueueTask&& queue_task) {
+  for (int resends = 0;; ++resends) {
+    if (ctx_ == nullptr) return usage_error("not connected");
+    c.done = false;
+    c.result = {};
+    c.task = queue_task(c);
+    if (c.task == nullptr) return usage_error(std::string(name) + " not queued: " + iscsi_get_error(ctx_));
+    ScsiResult r = wait_for(c);
+    if (!r.unit_attention() || resends == kUnitAttentionResends) return r;
+    if (c.task != nullptr) {  // kept for the caller, who wants the next try's
+      scsi_free_scsi_task(c.task);
+      c.task = nullptr;
+    }
+  }
+}
+
 ScsiResult IscsiLun::read_capacity() {
-  if (ctx_ == nullptr) return usage_error("not connected");
   Completion c;
   c.keep_task = true;
-  c.task = iscsi_readcapacity16_task(ctx_, lun_, &IscsiLun::on_command_done, &c);
-  if (c.task == nullptr) return usage_error(std::string("READ CAPACITY 16 not queued: ") + iscsi_get_error(ctx_));
-  ScsiResult r = wait_for(c);
+  ScsiResult r = run_one(c, "READ CAPACITY 16", [&](Completion& done) {
+    return iscsi_readcapacity16_task(ctx_, lun_, &IscsiLun::on_command_done, &done);
+  });
   if (r.ok() && c.task != nullptr) {
     auto* rc16 = static_cast<scsi_readcapacity16*>(scsi_datain_unmarshall(c.task));
     if (rc16 == nullptr) {
@@ -375,10 +408,11 @@ ScsiResult IscsiLun::read(std::uint64_t offset, std::span<std::byte> out) {
   if (ScsiResult r = check_range(offset, out.size()); !r.ok()) return r;
   Completion c;
   scsi_iovec iov{out.data(), out.size()};
-  c.task = iscsi_read16_iov_task(ctx_, lun_, offset / block_size_, static_cast<std::uint32_t>(out.size()),
-                                 static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &c, &iov, 1);
-  if (c.task == nullptr) return usage_error(std::string("READ 16 not queued: ") + iscsi_get_error(ctx_));
-  return wait_for(c);
+  return run_one(c, "READ 16", [&](Completion& done) {
+    return iscsi_read16_iov_task(ctx_, lun_, offset / block_size_, static_cast<std::uint32_t>(out.size()),
+                                 static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &done, &iov,
+                                 1);
+  });
 }
 
 ScsiResult IscsiLun::write(std::uint64_t offset, std::span<const std::byte> data) {
@@ -386,32 +420,29 @@ ScsiResult IscsiLun::write(std::uint64_t offset, std::span<const std::byte> data
   Completion c;
   // libiscsi takes a non-const pointer but only reads from it for a WRITE.
   auto* bytes = reinterpret_cast<unsigned char*>(const_cast<std::byte*>(data.data()));
-  c.task = iscsi_write16_task(ctx_, lun_, offset / block_size_, bytes, static_cast<std::uint32_t>(data.size()),
-                              static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &c);
-  if (c.task == nullptr) return usage_error(std::string("WRITE 16 not queued: ") + iscsi_get_error(ctx_));
-  return wait_for(c);
+  return run_one(c, "WRITE 16", [&](Completion& done) {
+    return iscsi_write16_task(ctx_, lun_, offset / block_size_, bytes, static_cast<std::uint32_t>(data.size()),
+                              static_cast<int>(block_size_), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &done);
+  });
 }
 
 ScsiResult IscsiLun::synchronize_cache() {
-  if (ctx_ == nullptr) return usage_error("not connected");
   Completion c;
-  c.task = iscsi_synchronizecache10_task(ctx_, lun_, 0, 0, 0, 0, &IscsiLun::on_command_done, &c);
-  if (c.task == nullptr) {
-    return usage_error(std::string("SYNCHRONIZE CACHE 10 not queued: ") + iscsi_get_error(ctx_));
-  }
-  return wait_for(c);
+  return run_one(c, "SYNCHRONIZE CACHE 10", [&](Completion& done) {
+    return iscsi_synchronizecache10_task(ctx_, lun_, 0, 0, 0, 0, &IscsiLun::on_command_done, &done);
+  });
 }
 
-bool IscsiLun::queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes) {
+bool IscsiLun::queue(QueueSlot& s) {
   s.c.done = false;
   s.c.result = {};
-  const std::uint64_t lba = offset / block_size_;
+  const std::uint64_t lba = s.offset / block_size_;
   const int niov = static_cast<int>(s.iov.size());
-  if (direction == IoDirection::write) {
-    s.c.task = iscsi_write16_iov_task(ctx_, lun_, lba, nullptr, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+  if (s.direction == IoDirection::write) {
+    s.c.task = iscsi_write16_iov_task(ctx_, lun_, lba, nullptr, s.bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
                                       &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
   } else {
-    s.c.task = iscsi_read16_iov_task(ctx_, lun_, lba, bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
+    s.c.task = iscsi_read16_iov_task(ctx_, lun_, lba, s.bytes, static_cast<int>(block_size_), 0, 0, 0, 0, 0,
                                      &IscsiLun::on_command_done, &s.c, s.iov.data(), niov);
   }
   s.busy = s.c.task != nullptr;
@@ -424,7 +455,8 @@ ScsiResult IscsiLun::not_queued(IoDirection direction) const {
 }
 
 template <class Next, class Completed>
-ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed) {
+ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
+                                 LuQueueCounters* counters) {
   ScsiResult failure;
   bool issuing = true;
   int in_flight = 0;
@@ -453,9 +485,17 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
     bool progressed = false, connection_lost = false;
     for (QueueSlot& s : slots) {
       if (!s.busy || !s.c.done) continue;
+      progressed = true;
+      if (s.c.result.unit_attention() && s.resends < kUnitAttentionResends && ctx_ != nullptr) {
+        ++s.resends;
+        if (counters != nullptr) ++counters->unit_attentions_resent;
+        ScsiResult answer = s.c.result;
+        if (queue(s)) continue;          // in flight again, in the same place of the order
+        s.c.result = std::move(answer);  // not queued: the UNIT ATTENTION is its answer
+        s.c.done = true;
+      }
       s.busy = false;
       --in_flight;
-      progressed = true;
       connection_lost = connection_lost || s.c.result.status >= kScsiTransportCancelled;
       if (!completed(s)) issuing = false;  // drain what is in flight, then report
     }
@@ -516,10 +556,8 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
     const std::optional<std::size_t> index = order.next();
     if (!index) return Issue::not_now;
     const LuCommand& cmd = commands[*index];
-    s.iov.clear();
-    for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
-    s.tag = *index;
-    if (!queue(s, cmd.direction, cmd.offset, static_cast<std::uint32_t>(cmd.bytes()))) {
+    s.hold(cmd, *index);
+    if (!queue(s)) {
       fail(not_queued(cmd.direction), *index);
       return Issue::stop;
     }
@@ -538,7 +576,7 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
     fail(s.c.result, s.tag);
     return false;
   };
-  if (ScsiResult r = drive_queue(slots, issue, completed); !r.ok()) {
+  if (ScsiResult r = drive_queue(slots, issue, completed, counters); !r.ok()) {
     // The queue ended early: the first command that never completed is the one that failed.
     const auto first_unfinished = std::find_if(result.outcomes.begin(), result.outcomes.end(), [](CommandOutcome o) {
       return o == CommandOutcome::unanswered || o == CommandOutcome::not_issued;
@@ -562,10 +600,8 @@ ScsiResult IscsiLun::run_stream(CommandStream& stream, int depth) {
                              : usage_error("a stream's command waits for command " + std::to_string(cmd.after) +
                                            "; only a batch (run_commands) orders its commands");
     if (refused.ok()) {
-      s.iov.clear();
-      for (const IoSegment& seg : cmd.segments) s.iov.push_back(scsi_iovec{seg.data, seg.bytes});
-      s.tag = tag;
-      if (queue(s, cmd.direction, cmd.offset, static_cast<std::uint32_t>(cmd.bytes()))) return Issue::queued;
+      s.hold(cmd, tag);
+      if (queue(s)) return Issue::queued;
       refused = not_queued(cmd.direction);
     }
     failure = std::move(refused);

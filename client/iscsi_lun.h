@@ -41,6 +41,8 @@ struct ScsiResult {
   bool check_condition(int key, int asc_ascq) const {
     return status == scsi::kCheckCondition && sense_key == key && asc == asc_ascq;
   }
+  // A UNIT ATTENTION of any cause: the target did not run the command (scsi::kUnitAttention).
+  bool unit_attention() const { return status == scsi::kCheckCondition && sense_key == scsi::kUnitAttention; }
   // "GOOD", "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)", "transport error: ..."
   std::string describe() const;
 };
@@ -100,6 +102,13 @@ inline constexpr std::uint64_t kLibiscsiIserMaxCommandBytes = std::uint64_t{256}
 // MaxRecvDataSegmentLength (configs/*.conf and the tests' targets set 262144 with ImmediateData=Yes).
 inline constexpr std::uint64_t kLibiscsiImmediateWriteBytes = std::uint64_t{256} * 1024;
 
+// A command the target answers with a UNIT ATTENTION was not run (scsi::kUnitAttention): the target reports an
+// event instead, once per event, so the command sent again runs. IscsiLun sends it again, as Linux's SCSI midlayer
+// does, up to this many times: tgt queues one per LU added to or removed from the target while the session is
+// logged in (the restarted shard's LUs 2 and 3, added after a worker's session to LU 1 came back), plus one per
+// reset. A target that answers every try so has a fault, and its answer is the command's failure.
+inline constexpr int kUnitAttentionResends = 8;
+
 class IscsiLun {
  public:
   IscsiLun() = default;
@@ -133,6 +142,7 @@ class IscsiLun {
   iscsi_context* libiscsi_context() const { return ctx_; }
   int lun() const { return lun_; }
 
+  // Every command below is sent again while the target answers UNIT ATTENTION (kUnitAttentionResends).
   // READ16 of out.size() bytes at byte offset `offset` (both multiples of block_size()).
   ScsiResult read(std::uint64_t offset, std::span<std::byte> out);
   // WRITE16 of data at byte offset `offset` (both multiples of block_size()).
@@ -158,17 +168,24 @@ class IscsiLun {
   // What drive_queue's `next` did with a free slot: queued a command, has none ready until one completes, or
   // will queue no more.
   enum class Issue { queued, not_now, stop };
-  // Queues slot's command (READ16/WRITE16 of `bytes` at byte `offset`, data in s.iov); false when libiscsi
+  // Queues slot's command (READ16/WRITE16 of s.bytes at byte s.offset, data in s.iov); false when libiscsi
   // would not queue it (not_queued() then says why).
-  bool queue(QueueSlot& s, IoDirection direction, std::uint64_t offset, std::uint32_t bytes);
+  bool queue(QueueSlot& s);
   ScsiResult not_queued(IoDirection direction) const;
   // The queue of run_commands() and run_stream(): keeps up to slots.size() commands in flight. next(slot)
   // queues the next command into a free slot (Issue::stop: none left or it could not queue; issuing stops).
-  // completed(slot) takes back one that finished (false: stop issuing, drain what is in flight). Returns
-  // why the queue ended early (transport failure, no completion for options_.timeout), ok() otherwise;
-  // slots still busy then hold the commands that never completed.
+  // completed(slot) takes back one that finished (false: stop issuing, drain what is in flight); a command
+  // answered UNIT ATTENTION is queued again instead, counted in `counters` (optional). Returns why the queue ended
+  // early (transport failure, no completion for options_.timeout), ok() otherwise; slots still busy then hold
+  // the commands that never completed.
   template <class Next, class Completed>
-  ScsiResult drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed);
+  ScsiResult drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
+                         LuQueueCounters* counters = nullptr);
+  // One command outside a queue: queue_task(c) queues it with `c` as its completion (nullptr: it could not;
+  // `name` says which command in that error), and it is waited for, and sent again while the answer is a UNIT
+  // ATTENTION. With c.keep_task, c.task is the last try's, for the caller to free.
+  template <class QueueTask>
+  ScsiResult run_one(Completion& c, const char* name, QueueTask&& queue_task);
   static void on_command_done(iscsi_context* ctx, int status, void* command_data, void* private_data);
   ScsiResult wait_for(Completion& done);
   // READ CAPACITY 16: sets capacity_bytes_ and block_size_.

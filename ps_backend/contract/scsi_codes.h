@@ -39,6 +39,9 @@ enum SenseKey : std::uint8_t {
   kMediumError = 0x03,
   kHardwareError = 0x04,
   kIllegalRequest = 0x05,
+  // The target reports an event (a reset, LUs added or removed, ...) instead of running the command; it does so
+  // once per event and I_T nexus, so the command sent again runs (SAM-5 5.14).
+  kUnitAttention = 0x06,
   kDataProtect = 0x07,
   kAbortedCommand = 0x0b,
   kMiscompare = 0x0e,
@@ -59,6 +62,8 @@ enum Asc : std::uint16_t {
   kAscWriteProtect = 0x2700,
   kAscAccessDeniedNoAccessRights = 0x2002,
   kAscInternalTargetFailure = 0x4400,
+  // With kUnitAttention: LUs were added to or removed from the target (tgt raises it on every session's LUs).
+  kAscReportedLunsDataHasChanged = 0x3f0e,
 };
 
 inline bool is_read(std::uint8_t op) { return op == kRead6 || op == kRead10 || op == kRead12 || op == kRead16; }

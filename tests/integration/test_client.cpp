@@ -17,12 +17,12 @@
 
 #include "client/blockps.h"
 #include "client/double_buffer.h"
-#include "client/trace.h"
 #include "client/iscsi_lun.h"
+#include "client/trace.h"
 #include "client/transport.h"
+#include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
-#include "tests/support/blockps_shard.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -83,6 +83,16 @@ class ClientTest : public ::testing::Test {
           add_blockps_shard(tgtd_[s], 1, shard_iqn(s), dir_.path("shard" + std::to_string(s) + ".ckpt"), shape);
       ASSERT_TRUE(st.ok()) << st.message();
     }
+  }
+
+  // Shards of a 512K model in blocks of 64K, and a libiscsi transport to shard 0's grad LU (256K) in `lu`.
+  void open_shard0_grad_lu(std::unique_ptr<LuTransport>& lu) {
+    ASSERT_NO_FATAL_FAILURE(start_shards({512 * K, 64 * K, LayoutKind::stripe}));
+    TransportOptions options;
+    options.initiator = kTestInitiator;
+    auto opened = open_libiscsi_transport(tgtd_[0].url(shard_iqn(0), 1), options);
+    ASSERT_TRUE(opened.ok()) << opened.message();
+    lu = std::move(opened.value());
   }
 
   // Writes a cluster file for the running shards and returns its path.
@@ -183,7 +193,8 @@ TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
   ASSERT_NO_FATAL_FAILURE(start_shards(m));
   for (int s = 0; s < kShards; ++s) {
     for (const auto& [name, value] : {std::pair{"nop_interval", "1"}, std::pair{"nop_count", "5"}}) {
-      const CommandResult r = tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
+      const CommandResult r =
+          tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
       ASSERT_TRUE(r.ok()) << r.describe();
     }
   }
@@ -209,7 +220,8 @@ TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
   ASSERT_TRUE(c->pull(pulled).ok());
   const auto w = f32_values(pulled);
   for (std::size_t i = 0; i < n; ++i)
-    ASSERT_EQ(w[i], init[i] + static_cast<float>(pushes) * grad[i]) << "element " << i << " after " << pushes << " pushes";
+    ASSERT_EQ(w[i], init[i] + static_cast<float>(pushes) * grad[i])
+        << "element " << i << " after " << pushes << " pushes";
 }
 
 TEST_F(ClientTest, PushThenPullIsInitPlusGradsExactly) {
@@ -322,8 +334,8 @@ TEST_F(ClientTest, ExchangeReturnsTheWeightsWithItsOwnPushOfEveryBlock) {
   std::vector<std::byte> part(count * m.block);
   std::promise<std::string> called;
   const auto ones_bytes = f32_bytes(ones);
-  Operation op = cluster->exchange_blocks_async(first, count, ones_bytes, part,
-                                                [&](const Status& s) { called.set_value(s.ok() ? "ok" : s.message()); });
+  Operation op = cluster->exchange_blocks_async(
+      first, count, ones_bytes, part, [&](const Status& s) { called.set_value(s.ok() ? "ok" : s.message()); });
   ASSERT_TRUE(op.wait().ok());
   EXPECT_EQ(called.get_future().get(), "ok");
   for (std::uint64_t i = first * m.block / 4; i < (first + count) * m.block / 4; ++i) expected[i] += 1.0f;
@@ -384,7 +396,7 @@ TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
   ASSERT_TRUE(events.is_array()) << path << " is not a JSON array";
   std::map<int, std::string> lane_names;
   std::map<std::pair<int, std::string>, int> spans;  // (lane, name) -> count
-  std::map<int, std::uint64_t> transfer_bytes;        // lane -> bytes of its push, pull and exchange spans
+  std::map<int, std::uint64_t> transfer_bytes;       // lane -> bytes of its push, pull and exchange spans
   for (const auto& e : events) {
     if (e.at("ph") == "M") {
       lane_names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
@@ -520,13 +532,9 @@ TEST_F(ClientTest, ADeadShardIsAnErrorNamingItNotACrash) {
 }
 
 TEST_F(ClientTest, TheLibiscsiTransportReportsSenseAsAValue) {
-  const ModelShape m{512 * K, 64 * K, LayoutKind::stripe};
-  ASSERT_NO_FATAL_FAILURE(start_shards(m));
-  TransportOptions options;
-  options.initiator = kTestInitiator;
-  auto lu = open_libiscsi_transport(tgtd_[0].url(shard_iqn(0), 1), options);
-  ASSERT_TRUE(lu.ok()) << lu.message();
-  ASSERT_EQ(lu.value()->capacity_bytes(), 256 * K);
+  std::unique_ptr<LuTransport> lu;
+  ASSERT_NO_FATAL_FAILURE(open_shard0_grad_lu(lu));
+  ASSERT_EQ(lu->capacity_bytes(), 256 * K);
   // Three reads; the second runs past the end of the LU: the target answers CHECK CONDITION.
   std::vector<std::byte> buf(3 * 64 * K);
   const std::vector<LuCommand> commands{
@@ -534,12 +542,50 @@ TEST_F(ClientTest, TheLibiscsiTransportReportsSenseAsAValue) {
       {IoDirection::read, 256 * K - 4096, {{buf.data() + 64 * K, 64 * K}}},
       {IoDirection::read, 64 * K, {{buf.data() + 128 * K, 64 * K}}},
   };
-  const auto failure = lu.value()->run(commands, {.depth = 1});
+  const auto failure = lu->run(commands, {.depth = 1});
   ASSERT_TRUE(failure.has_value());
   EXPECT_EQ(failure->command, 1u);
   EXPECT_EQ(failure->reason, "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)");
   // The session survives a SCSI error: the next batch works.
-  EXPECT_FALSE(lu.value()->run(std::span(commands).first(1), {.depth = 4}).has_value());
+  EXPECT_FALSE(lu->run(std::span(commands).first(1), {.depth = 4}).has_value());
+}
+
+// A target that has something to report (here: LUs added to the target while the worker is logged in, as a
+// restarted shard's weights and status LUs can come after a worker's grad session is back) answers the next
+// command with a UNIT ATTENTION instead of running it, one per LU added (tgt). The command is sent again and runs,
+// in a batch and alone, up to kUnitAttentionResends times; past that the UNIT ATTENTION is the command's failure,
+// and the session goes on.
+TEST_F(ClientTest, CommandsAnsweredWithUnitAttentionAreSentAgain) {
+  std::unique_ptr<LuTransport> lu;
+  ASSERT_NO_FATAL_FAILURE(open_shard0_grad_lu(lu));
+  IscsiLun alone;
+  ASSERT_TRUE(alone.connect(tgtd_[0].url(shard_iqn(0), 2), kTestInitiator).ok());
+  int next_lun = 4;  // after the shard's grad, weights and status LUs
+  const auto add_lus = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      const CommandResult r = tgtd_[0].add_lu(1, next_lun++, "null", "null");
+      ASSERT_TRUE(r.ok()) << r.describe();
+    }
+  };
+  std::vector<std::byte> buf(2 * 64 * K);
+  const std::vector<LuCommand> reads{
+      {IoDirection::read, 0, {{buf.data(), 64 * K}}},
+      {IoDirection::read, 64 * K, {{buf.data() + 64 * K, 64 * K}}},
+  };
+  ASSERT_NO_FATAL_FAILURE(add_lus(2));
+  const auto batch = lu->run(reads, {.depth = 2});
+  EXPECT_FALSE(batch.has_value()) << batch->reason;
+  EXPECT_EQ(lu->queue_counters().unit_attentions_resent, 2u) << "one per LU added";
+  const ScsiResult read = alone.read(0, std::span(buf).first(64 * K));
+  EXPECT_TRUE(read.ok()) << read.describe();
+
+  ASSERT_NO_FATAL_FAILURE(add_lus(kUnitAttentionResends + 1));
+  const auto failure = lu->run(std::span(reads).first(1), {.depth = 1});
+  ASSERT_TRUE(failure.has_value()) << "a command answered UNIT ATTENTION " << kUnitAttentionResends + 1
+                                   << " times in a row succeeded";
+  EXPECT_EQ(failure->reason, "CHECK CONDITION UNIT_ATTENTION(0x06) REPORTED_LUNS_DATA_HAS_CHANGED(0x3f0e)");
+  EXPECT_EQ(lu->queue_counters().unit_attentions_resent, 2u + kUnitAttentionResends);
+  EXPECT_FALSE(lu->run(reads, {.depth = 2}).has_value()) << "the session did not go on";
 }
 
 TEST_F(ClientTest, AnIserUrlWithoutRdmaIsAClearError) {

@@ -2,8 +2,8 @@
 
 #include <fcntl.h>
 #include <netdb.h>
-#include <signal.h>
 #include <sched.h>
+#include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -448,17 +448,20 @@ CommandResult TgtdInstance::tgtadm(std::vector<std::string> args) const {
   return run_command(argv, RunOptions{options_.command_timeout, {}});
 }
 
-CommandResult TgtdInstance::add_target(int tid, const std::string& iqn) const {
+CommandResult TgtdInstance::add_target(int tid, const std::string& iqn, Logins logins) const {
   const std::string t = std::to_string(tid);
   CommandResult r = tgtadm({"--lld", "iscsi", "--op", "new", "--mode", "target", "--tid", t, "-T", iqn});
   if (!r.ok()) return r;
-  r = tgtadm({"--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", t, "-I", "ALL"});
-  if (!r.ok()) return r;
+  // The parameters before the binding, so that no session logs in with tgt's defaults.
   for (const auto& p : kBlockpsSessionParameters) {
     r = tgtadm({"--lld", "iscsi", "--op", "update", "--mode", "target", "--tid", t, "-n", p.name, "-v", p.value});
     if (!r.ok()) return r;
   }
-  return r;
+  return logins == Logins::allowed ? allow_all_initiators(tid) : r;
+}
+
+CommandResult TgtdInstance::allow_all_initiators(int tid) const {
+  return tgtadm({"--lld", "iscsi", "--op", "bind", "--mode", "target", "--tid", std::to_string(tid), "-I", "ALL"});
 }
 
 std::string with_test_device(const std::string& bstype, const std::string& bsopts) {

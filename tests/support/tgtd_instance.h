@@ -114,9 +114,13 @@ class TgtdInstance {
   // Runs `tgtadm -C <control> ARGS...` (no shell) and returns exit code and combined output.
   CommandResult tgtadm(std::vector<std::string> args) const;
 
-  // New target TID named IQN, bound to all initiator addresses (-I ALL), with kBlockpsSessionParameters.
-  // Returns the first command that failed, or the last that succeeded.
-  CommandResult add_target(int tid, const std::string& iqn) const;
+  // Whether a new target accepts logins at once, or only after allow_all_initiators() (once its LUs are there).
+  enum class Logins { allowed, later };
+  // New target TID named IQN with kBlockpsSessionParameters, bound to all initiator addresses (-I ALL) unless
+  // `logins` is Logins::later. Returns the first command that failed, or the last that succeeded.
+  CommandResult add_target(int tid, const std::string& iqn, Logins logins = Logins::allowed) const;
+  // Binds target TID to all initiator addresses (-I ALL): it accepts logins from now on.
+  CommandResult allow_all_initiators(int tid) const;
   // New LU: --lun LUN -b PATH [--bstype BSTYPE] [--bsopts BSOPTS] [--blocksize BLOCKSIZE]. Empty bstype and
   // bsopts are left out. A ',' in path or bsopts is refused here (tgtd would split the option string on it).
   CommandResult add_lu(int tid, int lun, const std::string& path, const std::string& bstype = {},
