@@ -23,9 +23,9 @@
 # For each file it: checks everything first (the file and its blockps-shard lines, the module, free control
 # numbers and ports; a wrong line is named as FILE:LINE with what is allowed), creates
 # missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
-# an empty file means "no checkpoint yet"), starts `tgtd -f -C N --iscsi portal=IP:PORT` (log in the state
-# directory), loads the file with `tgt-admin -C N -e`, checks that every LU of the file exists, and records
-# the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name without .conf). It prints one line per shard.
+# an empty file means "no checkpoint yet"), starts `tgtd -f -C N` (log in the state directory), loads the file
+# with `tgt-admin -C N -e`, checks that every LU of the file exists, then opens the portal IP:PORT (not before:
+# see placeholder_portal below), and records the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name without .conf). It prints one line per shard.
 # On any failure it stops every tgtd it started and exits non-zero. Stop shards with scripts/ps-down.sh.
 # Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
 # BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES,
@@ -158,6 +158,13 @@ fi
 
 # --- start ----------------------------------------------------------------------------------------------------
 started=() # indexes of shards whose tgtd runs
+# tgtd starts listening here (loopback, a port the kernel picks) and on the shard's portal only once its targets are
+# loaded. Until then a worker that logs in again after a restart is refused (ECONNREFUSED, which initiators retry)
+# instead of meeting a tgtd that accepts and closes the connection (it does so while it has no target) or answers
+# "target not found" (a target whose ACL tgt-admin has not bound yet). A target that closes the connection while
+# open-iscsi re-opens a session can leave that session unrecovered for good: open-iscsi #387, fixed in 2.1.9 (Debian
+# bookworm has 2.1.8); seen as tests/vm's shard-restart flake.
+placeholder_portal=127.0.0.1:0
 failed_log=
 cleanup_on_failure() {
   local rc=$? i
@@ -215,7 +222,7 @@ for i in "${!names[@]}"; do
     tunables+=("LD_PRELOAD=$(iser_port_fix)")
     iser_args=(--iser "port=$port${BLOCKPS_ISER_POOL_MB:+,pool_sz_mb=$BLOCKPS_ISER_POOL_MB}")
   fi
-  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$addr:$port${iser_args[*]+ ${iser_args[*]}}" >>"$log"
+  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$placeholder_portal${iser_args[*]+ ${iser_args[*]}}" >>"$log"
   # setsid: the shard must not die with this shell's session. -f keeps tgtd in the foreground so that its
   # log goes to our file (daemonised, tgtd logs to syslog, which these machines may not have).
   module_mount=()
@@ -227,7 +234,7 @@ for i in "${!names[@]}"; do
       "$BLOCKPS_BACKING_STORE_DIR")
   fi
   env "${tunables[@]+"${tunables[@]}"}" setsid "${module_mount[@]+"${module_mount[@]}"}" "$TGTD" -f -C "$control" \
-    --iscsi "portal=$addr:$port" "${iser_args[@]+"${iser_args[@]}"}" </dev/null >>"$log" 2>&1 &
+    --iscsi "portal=$placeholder_portal" "${iser_args[@]+"${iser_args[@]}"}" </dev/null >>"$log" 2>&1 &
   pid=$!
   echo "$pid" >"$state/pid"
   started+=("$i")
@@ -254,10 +261,10 @@ for i in "${!names[@]}"; do
   if grep -q "another tgtd is using" "$log"; then
     die "$name: control number $control is used by another tgtd"
   fi
-  # When it cannot bind the portal, tgtd only logs it and listens on 0.0.0.0:3260 instead.
-  if ! "$TGTADM" -C "$control" --op show --mode portal | grep -q "^Portal: $addr:$port,"; then
-    die "$name: tgtd could not listen on $addr:$port (port in use?); it has: $("$TGTADM" -C "$control" --op show --mode portal | tr '\n' ' ')"
-  fi
+  # The placeholder as tgtd lists it (tgt shows and matches the port the kernel picked), for closing it later.
+  placeholder=$("$TGTADM" -C "$control" --op show --mode portal | sed -n 's/^Portal: \(127\.0\.0\.1:[0-9]*\),.*/\1/p')
+  [ "$(wc -w <<<"$placeholder")" = 1 ] ||
+    die "$name: tgtd lists no single placeholder portal 127.0.0.1:*: $(tr '\n' ' ' <<<"$placeholder") (log: $log)"
   # tgtd carries on without iSER when its RDMA set-up fails (no device, port taken); the iSER targets would
   # then fail to load with a bare "invalid request".
   if [ "$iser" = yes ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+iser: ready'; then
@@ -300,6 +307,16 @@ for i in "${!names[@]}"; do
           die "$name: tgtadm could not set $pname=$pvalue on target $tid (log: $log)"
       done
     done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
+  fi
+
+  # Loaded: now the shard's portal (see placeholder_portal).
+  "$TGTADM" -C "$control" --lld iscsi --op new --mode portal --param "portal=$addr:$port" >>"$log" 2>&1 ||
+    die "$name: tgtd could not listen on $addr:$port (port in use? not an address of this host?) (log: $log)"
+  "$TGTADM" -C "$control" --lld iscsi --op delete --mode portal --param "portal=$placeholder" >>"$log" 2>&1 ||
+    die "$name: tgtd would not close its placeholder portal $placeholder (log: $log)"
+  portals=$("$TGTADM" -C "$control" --op show --mode portal)
+  if [ "$(grep -c '^Portal: ' <<<"$portals")" != 1 ] || ! grep -q "^Portal: $addr:$port," <<<"$portals"; then
+    die "$name: tgtd's portals are not $addr:$port alone: $(tr '\n' ' ' <<<"$portals")"
   fi
 
   failed_log=

@@ -108,9 +108,27 @@ grep -q "lr=-1: must be" <<<"$out" || fail "the module's reason is not in the me
 no_shards_left
 rm -f "$BLOCKPS_STATE_DIR"/*.log
 
-step "ps-up with both example configs"
-out=$("$up" "${confs[@]}") || fail "ps-up failed"
+step "ps-up with both example configs; each portal opens only once its shard is loaded"
+# tgt-admin, as ps-up finds it on PATH, behind a wrapper that first tries what a worker logging in to the shard
+# would meet then: the shard's portal must refuse the connection.
+mkdir -p "$tmp/wrap"
+cat >"$tmp/wrap/tgt-admin" <<EOF
+#!/bin/bash
+[ "\$1" = -C ] || exec $(command -v tgt-admin) "\$@"  # ps-up loads a shard with tgt-admin -C CONTROL ...
+case \$2 in $c0) port=$p0 ;; $c1) port=$p1 ;; *) port=0 ;; esac
+if (exec 3<>"/dev/tcp/127.0.0.1/\$port") 2>/dev/null; then state=open; else state=refused; fi
+echo "\$2 \$state" >>"$tmp/portal-while-loading"
+exec $(command -v tgt-admin) "\$@"
+EOF
+chmod +x "$tmp/wrap/tgt-admin"
+out=$(PATH=$tmp/wrap:$PATH "$up" "${confs[@]}") || fail "ps-up failed"
 echo "$out"
+[ "$(cat "$tmp/portal-while-loading")" = "$c0 refused"$'\n'"$c1 refused" ] ||
+  fail "a portal took connections while tgt-admin loaded its shard: $(tr '\n' ' ' <"$tmp/portal-while-loading")"
+for cp in "$c0:$p0" "$c1:$p1"; do
+  portals=$(tgtadm -C "${cp%%:*}" --op show --mode portal)
+  [ "$portals" = "Portal: 127.0.0.1:${cp#*:},1" ] || fail "control ${cp%%:*}: portals are not the shard's alone: $portals"
+done
 [ "$(grep -c "^ps-up: shard[01]: tgtd pid" <<<"$out")" = 2 ] || fail "expected one summary line per shard"
 pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
 if ! alive "$pid0" || ! alive "$pid1"; then fail "a shard's tgtd is not running"; fi

@@ -13,7 +13,7 @@
 #                     /var/cache/blockps-vm); an image is rebuilt when tests/vm/build-image.sh or the package
 #                     list changes, older entries are removed
 #   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
-#                     console.log, tgtd logs, dmesg, RESULT
+#                     console.log, tgtd logs, dmesg, syslog.log (iscsid), RESULT
 #   --timeout S       limit for the VM run, boot to power-off (default VM_LIMIT_CI_S, or with --numpy full that
 #                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The kernel-path test inside the VM (tests/vm/run.sh boots it; blockps-vm-init runs this as guest-entry).
 # Named steps, each in its own time limit; results go to the 9p share (results/): steps.tsv (NAME STATUS
-# SECONDS REASON), one log per step, the tgtd logs, dmesg, and RESULT (PASS or FAIL).
+# SECONDS REASON), one log per step, the tgtd logs, dmesg, iscsid's log (syslog.log) and RESULT (PASS or FAIL).
 #   main.sh                 all steps (what the VM runs)
 #   main.sh --one STEP      one step (how main.sh runs each step under `timeout`)
 # A step prints "SKIPPED: reason" and exits 77 when what it needs is not in the tree yet; that is reported
@@ -68,6 +68,12 @@ attach() { # TRANSPORT OUT
 
 step_attach_iser() {
   echo "InitiatorName=$WORKER_IQN" >/etc/iscsi/initiatorname.iscsi
+  # iscsid (it reads the name above when it starts) with its log in the results, debug level 6: logins, errors,
+  # recovery, which the attach and shard-restart steps test. The guest runs no syslog daemon: syslog_sink.py reads
+  # /dev/log into the file. attach.sh starts no second iscsid.
+  setsid python3 "$repo/tests/vm/guest/syslog_sink.py" /dev/log "$res/syslog.log" </dev/null >/dev/null 2>&1 &
+  for _ in $(seq 50); do [ -S /dev/log ] && break; sleep 0.1; done
+  iscsid -d 6 || die "iscsid would not start"
   attach iser "$state/iser.toml"
   iscsiadm -m session -P 1 | tee "$state/sessions.iser"
   [ "$(grep -c 'Iface Transport: iser' "$state/sessions.iser")" = 2 ] || die "expected 2 iSER sessions"
