@@ -25,7 +25,8 @@
 # missing checkpoint directories and empty checkpoint files (tgt-admin skips backing stores that do not exist;
 # an empty file means "no checkpoint yet"), starts `tgtd -f -C N` (log in the state directory), loads the file
 # with `tgt-admin -C N -e`, checks that every LU of the file exists, then opens the portal IP:PORT (not before:
-# see placeholder_portal below), and records the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name without .conf). It prints one line per shard.
+# see placeholder_portal below), and records the shard under $BLOCKPS_STATE_DIR/NAME (NAME = the file's name
+# without .conf). It prints one line per shard.
 # On any failure it stops every tgtd it started and exits non-zero. Stop shards with scripts/ps-down.sh.
 # Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
 # BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES,

@@ -101,6 +101,13 @@ if alive "$blocker_pid"; then kill -9 "$blocker_pid"; fi
 rm -f "/var/run/tgtd/socket.$blocker_control" "/var/run/tgtd/socket.$blocker_control.lock"
 blocker_pid=
 
+step "ps-up refuses a portal address this host does not have (once loaded, when it opens it), and leaves nothing running"
+if out=$(BLOCKPS_PORTAL_ADDR=192.0.2.1 "$up" "${confs[0]}" 2>&1); then fail "ps-up listened on 192.0.2.1: $out"; fi
+grep -q "tgtd could not listen on 192.0.2.1:$p0 (port in use? not an address of this host?)" <<<"$out" ||
+  fail "unclear message: $out"
+no_shards_left
+rm -f "$BLOCKPS_STATE_DIR"/*.log
+
 step "ps-up stops what it started when the module refuses an LU, and says why"
 sed 's/lr=0.05/lr=-1/' "${confs[0]}" >"$tmp/badlr.conf"
 if out=$("$up" "$tmp/badlr.conf" 2>&1); then fail "ps-up took lr=-1: $out"; fi
