@@ -314,6 +314,24 @@ ScsiResult IscsiLun::service_once(int timeout_ms) {
   return {};
 }
 
+ScsiResult IscsiLun::find_closed_connection() {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  // libiscsi 1.19 with its own reconnect off reports the end of the stream only on its second look: the first
+  // iscsi_service() that reads it marks the session for a deferred reconnect and returns 0 (lib/connect.c,
+  // iscsi_reconnect), the next fails on the same end, which stays readable. So the connection is serviced while
+  // it is readable; a live session has nothing more to read after one pass (a NOP-In at most).
+  for (int pass = 0; pass < 4; ++pass) {
+    pollfd p{iscsi_get_fd(ctx_), POLLIN, 0};  // POLLIN also reports the end; POLLHUP and POLLERR always come
+    const int n = ::poll(&p, 1, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return transport_failure(std::string("poll: ") + errno_message(errno));
+    if (n == 0) break;
+    if (iscsi_service(ctx_, p.revents) < 0)
+      return transport_failure("connection to " + url_ + " closed by the target while no command was in flight");
+  }
+  return {};
+}
+
 ScsiResult IscsiLun::wait_for(Completion& c) {
   const auto deadline = Clock::now() + options_.timeout;
   ScsiResult failure;
@@ -370,6 +388,7 @@ ScsiResult IscsiLun::check_range(std::uint64_t offset, std::uint64_t bytes) cons
 
 template <class QueueTask>
 ScsiResult IscsiLun::run_one(Completion& c, const char* name, QueueTask&& queue_task) {
+  if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
   for (int resends = 0;; ++resends) {
     if (ctx_ == nullptr) return usage_error("not connected");
     c.done = false;
@@ -457,6 +476,8 @@ ScsiResult IscsiLun::not_queued(IoDirection direction) const {
 template <class Next, class Completed>
 ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
                                  LuQueueCounters* counters) {
+  // Found here, a closed connection fails the queue before anything is issued: every command stays not issued.
+  if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
   ScsiResult failure;
   bool issuing = true;
   int in_flight = 0;

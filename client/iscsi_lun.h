@@ -193,6 +193,11 @@ class IscsiLun {
   ScsiResult check_range(std::uint64_t offset, std::uint64_t bytes) const;
   ScsiResult transport_failure(const std::string& what);
   ScsiResult service_once(int timeout_ms);
+  // Before a command is handed to the session: processes what the target sent while none was in flight, so that
+  // a connection it closed meanwhile (its tgtd killed and restarted between two batches) drops the session now,
+  // with every command still unsent, instead of taking commands that can only be lost (and WRITEs among them
+  // given up as unanswered, although no target ever saw them). An error when the session is gone.
+  ScsiResult find_closed_connection();
 
   iscsi_context* ctx_ = nullptr;
   int lun_ = 0;

@@ -3,7 +3,9 @@
 //
 // What is sent again after a lost session, and why a push is never applied twice:
 //   - a READ (a pull) that had no answer: reading the weights again has no effect on the shard;
-//   - a command never handed to libiscsi: it is sent for the first time;
+//   - a command never handed to libiscsi: it is sent for the first time. IscsiLun finds a connection the target
+//     closed while no command was in flight before it hands the session a command, so such a batch comes back
+//     with every command not issued (a shard killed and restarted between two steps loses none of the next);
 //   - a WRITE (a push) that had no answer is NOT sent again. The target may have applied it before the session
 //     broke (the answer was lost, not the command), and a second WRITE of the same gradient would add it twice;
 //     it is counted (LuQueueCounters::unanswered_writes_dropped) and that gradient is lost, as a gradient of a

@@ -99,6 +99,7 @@ class ReconnectTest : public ::testing::Test {
 TEST_F(ReconnectTest, ATrainingLoopRidesOutAShardKilledAndRestartedFromItsCheckpoint) {
   ASSERT_NO_FATAL_FAILURE(start(30));
   constexpr int kSteps = 60, kCheckpointAfter = 40, kKilledDuring = 45;
+  std::string around_the_kill;
   for (int step = 1; step <= kSteps; ++step) {
     if (step != kKilledDuring) {
       const Status s = exchange_once();
@@ -119,7 +120,15 @@ TEST_F(ReconnectTest, ATrainingLoopRidesOutAShardKilledAndRestartedFromItsCheckp
     if (step == kCheckpointAfter) {
       ASSERT_NO_FATAL_FAILURE(checkpoint(1));
     }
+    if (step >= kKilledDuring && step <= kKilledDuring + 2) {
+      // What shard 1's session did around the kill: the evidence a failure below is read with.
+      const LuQueueCounters c = cluster_->grad_queue_counters().value()[1];
+      around_the_kill += "after step " + std::to_string(step) + ": shard 1 " + std::to_string(c.reconnects) +
+                         " reconnects, " + std::to_string(c.unanswered_writes_dropped) + " WRITEs given up, " +
+                         std::to_string(c.unit_attentions_resent) + " UNIT ATTENTIONs resent\n";
+    }
   }
+  std::cout << around_the_kill;
   auto counters = cluster_->grad_queue_counters();
   ASSERT_TRUE(counters.ok()) << counters.message();
   EXPECT_GE(counters.value()[1].reconnects, 1u);
@@ -129,9 +138,42 @@ TEST_F(ReconnectTest, ATrainingLoopRidesOutAShardKilledAndRestartedFromItsCheckp
   for (float w : weights_of(1)) {
     // Pushes applied on the restarted shard: 40 from the checkpoint, 46..60, and 45's WRITEs sent after the kill.
     ASSERT_GE(w, kCheckpointAfter + (kSteps - kKilledDuring))
-        << "shard 1 lost more than the steps after its checkpoint";
+        << "shard 1 lost more than the steps after its checkpoint\n"
+        << around_the_kill;
     ASSERT_LE(w, kCheckpointAfter + (kSteps - kKilledDuring) + 1) << "a push was applied twice";
   }
+}
+
+// The mechanism behind issue 26 (ATrainingLoopRidesOut... ended one push short in about 1 run in 10 under load), made
+// deterministic: shard 1 is killed between two steps, with nothing of the worker in flight, and restarted from its
+// checkpoint. The worker's session still looks logged in, but the target closed its connection. Every WRITE of the
+// next step must reach the restarted shard: none of it can have been applied before, so none may be given up as
+// "unanswered". Under load the step in flight at the kill of the test above had often finished on shard 1 before the
+// kill landed (it returned ~1.08 s after the kill, without a login of its own), and the next step's first WRITEs
+// were handed to the dead session and dropped.
+TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
+  ASSERT_NO_FATAL_FAILURE(start(30));
+  constexpr int kCheckpointAfter = 3, kStepsBeforeKill = 5;
+  for (int step = 1; step <= kStepsBeforeKill; ++step) {
+    ASSERT_TRUE(exchange_once().ok()) << "step " << step;
+    if (step == kCheckpointAfter) {
+      ASSERT_NO_FATAL_FAILURE(checkpoint(1));
+    }
+  }
+  ASSERT_TRUE(local_.tgtd(1).kill9().ok());  // reaps it: its sockets are closed when this returns
+  const Status restarted = local_.restart_shard(1);
+  ASSERT_TRUE(restarted.ok()) << restarted.message();
+
+  const Status s = exchange_once();
+  ASSERT_TRUE(s.ok()) << "the step after the restart: " << s.message();
+  const LuQueueCounters c1 = cluster_->grad_queue_counters().value()[1];
+  std::cout << "shard 1: " << c1.reconnects << " reconnects, " << c1.unanswered_writes_dropped << " WRITEs given up, "
+            << c1.unit_attentions_resent << " UNIT ATTENTIONs resent\n";
+  EXPECT_EQ(c1.reconnects, 1u);
+  EXPECT_EQ(c1.unanswered_writes_dropped, 0u) << "a WRITE handed to a session the target had closed was given up";
+  for (float w : weights_of(0)) ASSERT_EQ(w, kStepsBeforeKill + 1) << "shard 0 lost or doubled a push";
+  for (float w : weights_of(1))
+    ASSERT_EQ(w, kCheckpointAfter + 1) << "the checkpoint's pushes plus the step after the restart";
 }
 
 // The target drops the worker's sessions (as a broken network would) while the loop pushes: each is logged in
