@@ -19,13 +19,18 @@ Admission SspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
       ++b.clock[worker.itn];
       b.open.erase(found);
     }
-    // A worker new to the block starts level with the slowest, not behind everyone.
-    std::uint64_t slowest = UINT64_MAX;
+    // A worker new to the block starts one push behind the slowest, so that it is level once this first push
+    // lands: it holds nobody back for longer than that push (a worker joining mid-training is not behind by every
+    // push made before it came), and it gets no credit for pushes it never made (starting level would let the
+    // others run one push further ahead of it than K allows; a worker a moment late to its very first push, as
+    // every worker but the first at the start of training, is such a joiner).
+    std::uint64_t slowest = UINT64_MAX;  // of the other live workers on the block
     for (const auto& [itn, c] : b.clock)
       if (itn != worker.itn && ctx_.members.contains(itn)) slowest = std::min(slowest, c);
-    if (slowest == UINT64_MAX) slowest = b.clock.count(worker.itn) ? b.clock[worker.itn] : 0;
-    const std::uint64_t mine = b.clock.try_emplace(worker.itn, slowest).first->second;
-    if (mine > slowest + ctx_.policy.staleness) return ctx_.members.degraded() ? Admission::not_ready : Admission::park;
+    const std::uint64_t joins_at = slowest == UINT64_MAX || slowest == 0 ? 0 : slowest - 1;
+    const std::uint64_t mine = b.clock.try_emplace(worker.itn, joins_at).first->second;
+    if (slowest != UINT64_MAX && mine > slowest + ctx_.policy.staleness)
+      return ctx_.members.degraded() ? Admission::not_ready : Admission::park;
   }
   for (const BlockSpan& s : spans) {
     Block& b = blocks_[s.block];

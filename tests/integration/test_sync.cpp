@@ -276,8 +276,9 @@ TEST_F(SyncModeTest, SspExchangesStayWithinTheStalenessBound) {
   // Gradients of 1: each push subtracts exactly 0.25; a weight says how many pushes are in it.
   const std::vector<float> ones(kBytes / 4, 1.0f);
   std::vector<std::string> errors(workers.size());
-  // A worker new to a block starts level with the slowest one there (docs/OPTIONS.md, mode): the bound below
-  // holds between workers that have both joined, so they race only after each one's first exchange.
+  // A worker new to a block starts one push behind the slowest one there (docs/OPTIONS.md, mode): a worker that
+  // joins after the other's N-th push counts N - 1 pushes it never made, so the bound below holds between workers
+  // that joined within each other's first push: they race only after each one's first exchange.
   std::barrier both_joined(static_cast<std::ptrdiff_t>(workers.size()));
   std::vector<std::thread> threads;
   for (std::size_t k = 0; k < workers.size(); ++k) {
