@@ -17,14 +17,19 @@ write would return this worker's own gradient, hence O_DIRECT.
 --steps N              stop after N pushes (a fixed amount of work, whatever the machine's speed; 0: whole epochs)
 --min-accuracy A       exit 0 only if the final test accuracy (of weights pulled from the PS) is >= A
 --self-check           no devices: train the same model locally (numpy Adam) to check the math; exit as above
+--log-every N          a progress line every N steps (steps done, seconds per step, loss; 0: per epoch only)
+--stall-report S       when no step finished for S seconds, say what the worker is in (the device, offset and
+                       bytes of the I/O, or the compute) and dump its Python stack; again every S s (0: never)
 The shards should run opt=adam;lr=0.001 (what scripts/demo.sh configures). Exit 1: accuracy below the bound;
 2: a wrong argument or an I/O error (the message names the device).
 """
 import argparse
+import faulthandler
 import gzip
 import mmap
 import os
 import sys
+import threading
 import time
 
 import numpy as np
@@ -115,6 +120,37 @@ class Mlp:
         return float((Mlp.logits(flat, x)[1].argmax(1) == y).mean())
 
 
+class Progress:
+    """What the worker is doing now, for a watchdog thread that reports a stall: where it waits (the I/O or the
+    compute it is in, and for how long) and the Python stack, so that a time limit that kills it says where it
+    stuck. The I/O calls release the GIL, so the watchdog runs while one blocks."""
+
+    def __init__(self, stall_report_s):
+        self.doing, self.since, self.steps, self.last_step = "starting", time.monotonic(), 0, time.monotonic()
+        if stall_report_s > 0:
+            threading.Thread(target=self._watch, args=(stall_report_s,), daemon=True).start()
+
+    def now(self, doing):
+        self.doing, self.since = doing, time.monotonic()
+
+    def step_done(self):
+        self.steps += 1
+        self.last_step = time.monotonic()
+
+    def _watch(self, every):
+        while True:
+            time.sleep(every)
+            quiet = time.monotonic() - self.last_step
+            if quiet < every:
+                continue
+            print(f"numpy_direct_worker: no step finished for {quiet:.0f} s ({self.steps} done); in: {self.doing} "
+                  f"for {time.monotonic() - self.since:.0f} s; stack:", file=sys.stderr, flush=True)
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+
+PROGRESS = Progress(0)  # replaced in main() with the --stall-report given
+
+
 def aligned(nbytes):
     """A page-aligned, zeroed buffer (O_DIRECT needs aligned memory) and an f32 view of it."""
     buf = mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
@@ -163,6 +199,7 @@ class StripedDevices:
         self._scatter(flat)
         for s, fds in enumerate(self.fds):
             fd, path = fds[role]
+            PROGRESS.now(f"pwrite of {self.shard_bytes[s]} bytes at 0 to shard {s} {role} LU {path}")
             try:
                 done = os.pwrite(fd, memoryview(self.buffers[s][0])[:self.shard_bytes[s]], 0)
             except OSError as e:
@@ -173,6 +210,7 @@ class StripedDevices:
     def read(self, role, flat):
         for s, fds in enumerate(self.fds):
             fd, path = fds[role]
+            PROGRESS.now(f"preadv of {self.shard_bytes[s]} bytes at 0 from shard {s} {role} LU {path}")
             try:
                 done = os.preadv(fd, [memoryview(self.buffers[s][0])[:self.shard_bytes[s]]], 0)
             except OSError as e:
@@ -218,10 +256,16 @@ def main():
     p.add_argument("--init", action="store_true")
     p.add_argument("--min-accuracy", type=float, default=0.85)
     p.add_argument("--self-check", action="store_true")
+    p.add_argument("--log-every", type=int, default=0)
+    p.add_argument("--stall-report", type=float, default=60)
     a = p.parse_args()
+    global PROGRESS
+    PROGRESS = Progress(a.stall_report)
     model_bytes, block_bytes = parse_bytes(a.model_bytes), parse_bytes(a.block_bytes)
-    if a.epochs < 1 or a.batch < 1 or a.steps < 0 or not 0 <= a.rank < a.workers:
-        fail("--epochs and --batch must be >= 1, --steps >= 0 and --rank in 0..--workers-1")
+    if a.epochs < 1 or a.batch < 1 or a.steps < 0 or not 0 <= a.rank < a.workers or a.log_every < 0 \
+            or a.stall_report < 0:
+        fail("--epochs and --batch must be >= 1, --steps, --log-every and --stall-report >= 0 and --rank in "
+             "0..--workers-1")
     if model_bytes < 4 * Mlp.count or model_bytes % 512 or block_bytes % 512 or block_bytes <= 0:
         fail(f"--model-bytes must be >= {4 * Mlp.count} (the MLP's f32 parameters) and, like --block-bytes, a "
              f"multiple of 512; got {model_bytes} and {block_bytes}")
@@ -246,9 +290,14 @@ def main():
             Mlp.init(weights)
             ps.write("weights", weights)
             print(f"initial weights ({Mlp.count} parameters) written to {len(shards)} weights LUs", flush=True)
+    PROGRESS.now(f"loading Fashion-MNIST from {DATA_DIR}")
+    loading = time.monotonic()
     train_x, train_y = load("train")
     test_x, test_y = load("t10k")
+    print(f"Fashion-MNIST loaded ({len(train_y)} training, {len(test_y)} test images) in "
+          f"{time.monotonic() - loading:.1f} s", flush=True)
     start, steps = time.monotonic(), 0
+    PROGRESS.step_done()  # the watchdog counts from here, not from the start
     for epoch in range(a.epochs):
         order = np.random.default_rng(SEED + epoch).permutation(len(train_y))[a.rank::a.workers]
         loss_sum, seen, t0 = 0.0, 0, time.monotonic()
@@ -257,13 +306,20 @@ def main():
                 break
             idx = order[i:i + a.batch]
             ps.pull(weights)
-            loss_sum += Mlp.gradient(weights, grads, train_x[idx], train_y[idx]) * len(idx)
+            PROGRESS.now(f"the gradient of step {steps + 1}")
+            loss = Mlp.gradient(weights, grads, train_x[idx], train_y[idx])
+            loss_sum += loss * len(idx)
             seen += len(idx)
             ps.push(grads)
             steps += 1
+            PROGRESS.step_done()
+            if a.log_every and steps % a.log_every == 0:
+                print(f"step {steps}  loss {loss:.4f}  {(time.monotonic() - start) / steps:.3f} s/step  "
+                      f"t {time.monotonic() - start:.1f}s", flush=True)
         if not seen:
             break
         ps.pull(weights)
+        PROGRESS.now("the test accuracy")
         acc = Mlp.accuracy(weights, test_x, test_y)
         print(f"epoch {epoch + 1}  steps {steps}  loss {loss_sum / seen:.4f}  test acc {acc * 100:.2f}%  "
               f"{seen / (time.monotonic() - t0):.0f} img/s  t {time.monotonic() - start:.1f}s", flush=True)

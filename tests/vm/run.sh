@@ -13,7 +13,8 @@
 #                     /var/cache/blockps-vm); an image is rebuilt when tests/vm/build-image.sh or the package
 #                     list changes, older entries are removed
 #   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
-#                     console.log, tgtd logs, dmesg, syslog.log (iscsid), RESULT
+#                     console.log, tgtd logs, dmesg, syslog.log (iscsid), versions.txt (guest kernel and the
+#                     versions of open-iscsi, rdma-core, tgt, python3-numpy, fio), RESULT
 #   --timeout S       limit for the VM run, boot to power-off (default VM_LIMIT_CI_S, or with --numpy full that
 #                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
@@ -159,6 +160,9 @@ record_phase vm-run $((SECONDS - t)) "$rc"
 rm -rf "$results"
 mkdir -p "$results"
 cp -a "$share/results/." "$results/"
+if [ -s "$results/versions.txt" ]; then
+  say "the guest (results/versions.txt): $(tr '\n' ';' <"$results/versions.txt" | sed 's/;$//; s/;/; /g')"
+fi
 if [ -s "$results/steps.tsv" ]; then
   echo "vm: steps (results in $results):"
   awk -F'\t' '{ printf "vm:   %-22s %-8s %4ss  %s\n", $1, $2, $3, $4 }' "$results/steps.tsv"

@@ -296,6 +296,12 @@ steps=(
   "detach 120 0" "ps-down 90 0"
 )
 say "guest test starts (kernel $(uname -r))"
+# What the image was built from, so that a Debian update that changes behaviour shows up as such (run.sh prints it).
+{
+  echo "kernel $(uname -r)"
+  dpkg-query -W -f '${Package} ${Version}\n' linux-image-amd64 open-iscsi rdma-core ibverbs-providers tgt \
+    python3-numpy python3 fio 2>&1
+} >"$res/versions.txt"
 mkdir -p "$state" /run/lock/iscsi
 /lib/systemd/systemd-udevd --daemon
 udevadm trigger --action=add

@@ -33,7 +33,8 @@ done
 say "numpy_direct_worker.py ${shard_args[*]} ${NUMPY_ARGS[*]} --min-accuracy $NUMPY_MIN_ACCURACY (workload ${NUMPY_WORKLOAD:-ci})"
 rc=0
 BLOCKPS_FASHION_MNIST_DIR=$data timeout "$NUMPY_LIMIT_S" python3 -X faulthandler "$worker" "${shard_args[@]}" \
-  --model-bytes 1M --block-bytes 128K "${NUMPY_ARGS[@]}" --init --min-accuracy "$NUMPY_MIN_ACCURACY" || rc=$?
+  --model-bytes 1M --block-bytes 128K "${NUMPY_ARGS[@]}" --init --min-accuracy "$NUMPY_MIN_ACCURACY" \
+  --log-every 10 --stall-report 30 || rc=$?
 case $rc in
   0) ;;
   1) die "numpy_direct_worker.py: final test accuracy below $NUMPY_MIN_ACCURACY" ;;
