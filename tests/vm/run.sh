@@ -13,8 +13,8 @@
 #                     /var/cache/blockps-vm); an image is rebuilt when tests/vm/build-image.sh or the package
 #                     list changes, older entries are removed
 #   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
-#                     console.log, tgtd logs, dmesg, syslog.log (iscsid), versions.txt (guest kernel and the
-#                     versions of open-iscsi, rdma-core, tgt, python3-numpy, fio), RESULT
+#                     console.log, tgtd logs, dmesg, syslog.log (iscsid), versions.txt (guest kernel, the
+#                     versions of open-iscsi, rdma-core, tgt, python3-numpy, fio, and the host's QEMU), RESULT
 #   --timeout S       limit for the VM run, boot to power-off (default VM_LIMIT_CI_S, or with --numpy full that
 #                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
@@ -160,6 +160,8 @@ record_phase vm-run $((SECONDS - t)) "$rc"
 rm -rf "$results"
 mkdir -p "$results"
 cp -a "$share/results/." "$results/"
+# The emulator is part of what the guest ran on: TCG's speed and instruction support change with QEMU's version.
+echo "host $(qemu-system-x86_64 --version | head -n 1)" >>"$results/versions.txt"
 if [ -s "$results/versions.txt" ]; then
   say "the guest (results/versions.txt): $(tr '\n' ';' <"$results/versions.txt" | sed 's/;$//; s/;/; /g')"
 fi
