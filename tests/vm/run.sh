@@ -14,7 +14,7 @@
 #                     list changes, older entries are removed
 #   --results DIR     where the guest's results land (default BUILD/vm-results): steps.tsv, a log per step,
 #                     console.log, tgtd logs, dmesg, syslog.log (iscsid), versions.txt (guest kernel, the
-#                     versions of open-iscsi, rdma-core, tgt, python3-numpy, fio, and the host's QEMU), RESULT
+#                     versions of open-iscsi, rdma-core, tgt, python3-numpy, fio, the host's QEMU and CPU), RESULT
 #   --timeout S       limit for the VM run, boot to power-off (default VM_LIMIT_CI_S, or with --numpy full that
 #                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
@@ -161,7 +161,10 @@ rm -rf "$results"
 mkdir -p "$results"
 cp -a "$share/results/." "$results/"
 # The emulator is part of what the guest ran on: TCG's speed and instruction support change with QEMU's version.
-echo "host $(qemu-system-x86_64 --version | head -n 1)" >>"$results/versions.txt"
+{
+  echo "host $(qemu-system-x86_64 --version | head -n 1)"
+  echo "host CPU $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1), $(nproc) cores"
+} >>"$results/versions.txt"
 if [ -s "$results/versions.txt" ]; then
   say "the guest (results/versions.txt): $(tr '\n' ';' <"$results/versions.txt" | sed 's/;$//; s/;/; /g')"
 fi
