@@ -148,9 +148,6 @@ class Progress:
             faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
 
 
-PROGRESS = Progress(0)  # replaced in main() with the --stall-report given
-
-
 def aligned(nbytes):
     """A page-aligned, zeroed buffer (O_DIRECT needs aligned memory) and an f32 view of it."""
     buf = mmap.mmap(-1, max(nbytes, mmap.PAGESIZE))
@@ -160,7 +157,8 @@ def aligned(nbytes):
 class StripedDevices:
     """The model striped over the shards' LUs: block i on shard i mod S at shard offset (i div S) x block."""
 
-    def __init__(self, shards, model_bytes, block_bytes):
+    def __init__(self, shards, model_bytes, block_bytes, progress):
+        self.progress = progress  # told of every I/O before it starts
         self.places = []  # (shard, shard offset, model offset, bytes)
         shard_bytes = [0] * len(shards)
         for b, model_off in enumerate(range(0, model_bytes, block_bytes)):
@@ -199,7 +197,7 @@ class StripedDevices:
         self._scatter(flat)
         for s, fds in enumerate(self.fds):
             fd, path = fds[role]
-            PROGRESS.now(f"pwrite of {self.shard_bytes[s]} bytes at 0 to shard {s} {role} LU {path}")
+            self.progress.now(f"pwrite of {self.shard_bytes[s]} bytes at 0 to shard {s} {role} LU {path}")
             try:
                 done = os.pwrite(fd, memoryview(self.buffers[s][0])[:self.shard_bytes[s]], 0)
             except OSError as e:
@@ -210,7 +208,7 @@ class StripedDevices:
     def read(self, role, flat):
         for s, fds in enumerate(self.fds):
             fd, path = fds[role]
-            PROGRESS.now(f"preadv of {self.shard_bytes[s]} bytes at 0 from shard {s} {role} LU {path}")
+            self.progress.now(f"preadv of {self.shard_bytes[s]} bytes at 0 from shard {s} {role} LU {path}")
             try:
                 done = os.preadv(fd, [memoryview(self.buffers[s][0])[:self.shard_bytes[s]]], 0)
             except OSError as e:
@@ -259,8 +257,6 @@ def main():
     p.add_argument("--log-every", type=int, default=0)
     p.add_argument("--stall-report", type=float, default=60)
     a = p.parse_args()
-    global PROGRESS
-    PROGRESS = Progress(a.stall_report)
     model_bytes, block_bytes = parse_bytes(a.model_bytes), parse_bytes(a.block_bytes)
     if a.epochs < 1 or a.batch < 1 or a.steps < 0 or not 0 <= a.rank < a.workers or a.log_every < 0 \
             or a.stall_report < 0:
@@ -269,6 +265,7 @@ def main():
     if model_bytes < 4 * Mlp.count or model_bytes % 512 or block_bytes % 512 or block_bytes <= 0:
         fail(f"--model-bytes must be >= {4 * Mlp.count} (the MLP's f32 parameters) and, like --block-bytes, a "
              f"multiple of 512; got {model_bytes} and {block_bytes}")
+    progress = Progress(a.stall_report)
     _, weights = aligned(model_bytes)
     _, grads = aligned(model_bytes)
     if a.self_check:
@@ -285,19 +282,19 @@ def main():
             if len(parts) != 2 or not all(parts):
                 fail(f"--shard '{spec}' must be GRAD_DEVICE,WEIGHTS_DEVICE")
             shards.append(parts)
-        ps = StripedDevices(shards, model_bytes, block_bytes)
+        ps = StripedDevices(shards, model_bytes, block_bytes, progress)
         if a.init:
             Mlp.init(weights)
             ps.write("weights", weights)
             print(f"initial weights ({Mlp.count} parameters) written to {len(shards)} weights LUs", flush=True)
-    PROGRESS.now(f"loading Fashion-MNIST from {DATA_DIR}")
+    progress.now(f"loading Fashion-MNIST from {DATA_DIR}")
     loading = time.monotonic()
     train_x, train_y = load("train")
     test_x, test_y = load("t10k")
     print(f"Fashion-MNIST loaded ({len(train_y)} training, {len(test_y)} test images) in "
           f"{time.monotonic() - loading:.1f} s", flush=True)
     start, steps = time.monotonic(), 0
-    PROGRESS.step_done()  # the watchdog counts from here, not from the start
+    progress.step_done()  # the watchdog counts from here, not from the start
     for epoch in range(a.epochs):
         order = np.random.default_rng(SEED + epoch).permutation(len(train_y))[a.rank::a.workers]
         loss_sum, seen, t0 = 0.0, 0, time.monotonic()
@@ -306,20 +303,20 @@ def main():
                 break
             idx = order[i:i + a.batch]
             ps.pull(weights)
-            PROGRESS.now(f"the gradient of step {steps + 1}")
+            progress.now(f"the gradient of step {steps + 1}")
             loss = Mlp.gradient(weights, grads, train_x[idx], train_y[idx])
             loss_sum += loss * len(idx)
             seen += len(idx)
             ps.push(grads)
             steps += 1
-            PROGRESS.step_done()
+            progress.step_done()
             if a.log_every and steps % a.log_every == 0:
                 print(f"step {steps}  loss {loss:.4f}  {(time.monotonic() - start) / steps:.3f} s/step  "
                       f"t {time.monotonic() - start:.1f}s", flush=True)
         if not seen:
             break
         ps.pull(weights)
-        PROGRESS.now("the test accuracy")
+        progress.now("the test accuracy")
         acc = Mlp.accuracy(weights, test_x, test_y)
         print(f"epoch {epoch + 1}  steps {steps}  loss {loss_sum / seen:.4f}  test acc {acc * 100:.2f}%  "
               f"{seen / (time.monotonic() - t0):.0f} img/s  t {time.monotonic() - start:.1f}s", flush=True)

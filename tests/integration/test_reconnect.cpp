@@ -34,6 +34,12 @@ std::span<const float> floats(const std::vector<std::byte>& bytes) {
   return {reinterpret_cast<const float*>(bytes.data()), bytes.size() / sizeof(float)};
 }
 
+// What a transport's recovery did, as the tests print it.
+std::string recovery_of(const LuQueueCounters& c) {
+  return std::to_string(c.reconnects) + " reconnects, " + std::to_string(c.unanswered_writes_dropped) +
+         " WRITEs given up, " + std::to_string(c.unit_attentions_resent) + " UNIT ATTENTIONs resent";
+}
+
 class ReconnectTest : public ::testing::Test {
  protected:
   void SetUp() override { BLOCKPS_REQUIRE_TGTD_AND_MODULE(); }
@@ -122,10 +128,8 @@ TEST_F(ReconnectTest, ATrainingLoopRidesOutAShardKilledAndRestartedFromItsCheckp
     }
     if (step >= kKilledDuring && step <= kKilledDuring + 2) {
       // What shard 1's session did around the kill: the evidence a failure below is read with.
-      const LuQueueCounters c = cluster_->grad_queue_counters().value()[1];
-      around_the_kill += "after step " + std::to_string(step) + ": shard 1 " + std::to_string(c.reconnects) +
-                         " reconnects, " + std::to_string(c.unanswered_writes_dropped) + " WRITEs given up, " +
-                         std::to_string(c.unit_attentions_resent) + " UNIT ATTENTIONs resent\n";
+      around_the_kill += "after step " + std::to_string(step) + ": shard 1 " +
+                         recovery_of(cluster_->grad_queue_counters().value()[1]) + "\n";
     }
   }
   std::cout << around_the_kill;
@@ -167,8 +171,7 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   const Status s = exchange_once();
   ASSERT_TRUE(s.ok()) << "the step after the restart: " << s.message();
   const LuQueueCounters c1 = cluster_->grad_queue_counters().value()[1];
-  std::cout << "shard 1: " << c1.reconnects << " reconnects, " << c1.unanswered_writes_dropped << " WRITEs given up, "
-            << c1.unit_attentions_resent << " UNIT ATTENTIONs resent\n";
+  std::cout << "shard 1: " << recovery_of(c1) << "\n";
   EXPECT_EQ(c1.reconnects, 1u);
   EXPECT_EQ(c1.unanswered_writes_dropped, 0u) << "a WRITE handed to a session the target had closed was given up";
   for (float w : weights_of(0)) ASSERT_EQ(w, kStepsBeforeKill + 1) << "shard 0 lost or doubled a push";
