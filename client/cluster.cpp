@@ -301,9 +301,18 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
     auto trace = Trace::from_environment();
     if (!trace.ok()) return trace.status();
     cluster->trace_ = std::move(trace.value());
-    if (cluster->trace_) {
-      for (std::size_t i = 0; i < cluster->shards_.size(); ++i)
-        cluster->trace_->name_lane(Trace::shard_lane(i), "shard " + cluster->shards_[i]->spec().name);
+    if (Trace* trace = cluster->trace_.get()) {
+      for (std::size_t i = 0; i < cluster->shards_.size(); ++i) {
+        ShardWorker& shard = *cluster->shards_[i];
+        trace->name_lane(Trace::shard_lane(i), "shard " + shard.spec().name);
+        const int lane = Trace::command_lane(i);
+        trace->name_lane(lane, "shard " + shard.spec().name + ": commands");
+        for (LuRole role : {LuRole::grad, LuRole::weights}) {
+          shard.lu(role).observe_commands([trace, lane](const LuCommand& c, auto issued, auto completed) {
+            trace->command(lane, c, issued, completed);
+          });
+        }
+      }
     }
     for (auto& shard : cluster->shards_) shard->start();
     return cluster;

@@ -18,13 +18,16 @@
 // per shard gave 1.15-1.22 x M/B per exchange, 2 gave 1.055-1.07; bench/RESULTS.md).
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/lu_command.h"
@@ -46,6 +49,11 @@ struct LuQueueCounters {
   std::uint64_t unit_attentions_resent = 0;
 };
 
+// Told of every command of a batch as it completes, with when it was issued and when it completed: the
+// per-command spans of a worker's trace (client/trace.h), which show where an exchange's time goes.
+using CommandObserver = std::function<void(const LuCommand& command, std::chrono::steady_clock::time_point issued,
+                                           std::chrono::steady_clock::time_point completed)>;
+
 class CommandOrder {
  public:
   // "" when every `after` names an earlier command, else what is wrong.
@@ -59,12 +67,15 @@ class CommandOrder {
     return "";
   }
 
-  // `counters` (optional) is added to.
-  CommandOrder(std::span<const LuCommand> commands, QueueLimits limits, LuQueueCounters* counters = nullptr)
+  // `counters` (optional) is added to; `observer` (optional, empty: none) is told of every completion.
+  CommandOrder(std::span<const LuCommand> commands, QueueLimits limits, LuQueueCounters* counters = nullptr,
+               CommandObserver observer = {})
       : commands_(commands),
         depth_(limits.depth < 1 ? 1 : limits.depth),
         counters_(counters),
+        observer_(std::move(observer)),
         successors_(commands.size()) {
+    if (observer_) issued_at_.resize(commands.size());
     bool has_dependents = false;
     for (std::size_t i = 0; i < commands.size(); ++i) {
       if (commands[i].after == kNoPredecessor) {
@@ -100,11 +111,13 @@ class CommandOrder {
     }
     ++in_flight_[direction];
     ++issued_;
+    if (observer_) issued_at_[*pick] = std::chrono::steady_clock::now();
     return pick;
   }
 
   // Command i (issued by next()) completed; with success its successors become ready.
   void completed(std::size_t i, bool ok) {
+    if (observer_) observer_(commands_[i], issued_at_[i], std::chrono::steady_clock::now());
     --in_flight_[static_cast<int>(commands_[i].direction)];
     if (commands_[i].after != kNoPredecessor) --dependents_in_flight_;
     if (!ok) return;
@@ -118,6 +131,8 @@ class CommandOrder {
   int depth_;
   int independent_window_ = 1;  // the most independent commands in flight, >= 1 (with none in flight, one goes)
   LuQueueCounters* counters_;
+  CommandObserver observer_;
+  std::vector<std::chrono::steady_clock::time_point> issued_at_;  // by command, when observed
   std::vector<std::vector<std::size_t>> successors_;
   std::deque<std::size_t> ready_;
   std::size_t independent_left_ = 0;

@@ -544,7 +544,7 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
 }
 
 CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, QueueLimits limits,
-                                          LuQueueCounters* counters) {
+                                          LuQueueCounters* counters, const CommandObserver& observer) {
   CommandBatchResult result;
   if (limits.depth < 1) {
     result.error = usage_error("queue depth " + std::to_string(limits.depth) + " must be >= 1");
@@ -564,7 +564,7 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
   std::vector<QueueSlot> slots(
       static_cast<std::size_t>(std::min<std::size_t>(limits.depth, std::max<std::size_t>(commands.size(), 1))));
   limits.depth = static_cast<int>(slots.size());
-  CommandOrder order(commands, limits, counters);
+  CommandOrder order(commands, limits, counters, observer);
   result.outcomes.assign(commands.size(), CommandOutcome::not_issued);
   const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "client/command_order.h"
 #include "client/lu_command.h"
 #include "ps_backend/contract/scsi_codes.h"
 #include "ps_backend/contract/status.h"
@@ -22,8 +23,6 @@
 struct iscsi_context;
 
 namespace blockps {
-
-struct LuQueueCounters;  // client/command_order.h
 
 // libiscsi's codes for a command that got no SCSI status (values from <iscsi/iscsi.h>).
 inline constexpr int kScsiTransportCancelled = 0x0f000000;
@@ -152,9 +151,9 @@ class IscsiLun {
   // Runs every command (READ16 / WRITE16 with the segments as the data buffer), within `limits`, in the order
   // client/command_order.h gives (the order given, where no command waits for another). After the first
   // failure nothing more is issued; what is in flight is waited for. A transport failure drops the session (as
-  // in read()). `counters` (optional) is added to.
+  // in read()). `counters` (optional) is added to; `observer` (optional) is told of every completion.
   CommandBatchResult run_commands(std::span<const LuCommand> commands, QueueLimits limits,
-                                  LuQueueCounters* counters = nullptr);
+                                  LuQueueCounters* counters = nullptr, const CommandObserver& observer = {});
   // Keeps up to `depth` commands of `stream` in flight (READ16 / WRITE16 as in run_commands), issued in the order
   // next() gives them, until next() gives none. After the first failure nothing more is issued; what is in flight
   // is waited for. Returns that failure: a command refused here (as run_commands() refuses it) or by libiscsi, a

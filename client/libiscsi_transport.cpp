@@ -67,7 +67,7 @@ class LibiscsiTransport final : public LuTransport {
         }
       }
       const std::vector<LuCommand> batch = renumbered(commands, pending);
-      const CommandBatchResult r = lun_.run_commands(batch, limits, &counters_);
+      const CommandBatchResult r = lun_.run_commands(batch, limits, &counters_, observer_);
       if (r.ok()) return std::nullopt;
       const std::size_t failed = pending[r.failed_command];
       if (!r.session_lost || reconnect_for_.count() == 0 || r.outcomes.size() != batch.size())

@@ -180,7 +180,7 @@ class PosixTransport final : public LuTransport {
     std::vector<PreparedCommand> slots(static_cast<std::size_t>(limits.depth));
     std::vector<std::size_t> free_slots;
     for (std::size_t i = slots.size(); i-- > 0;) free_slots.push_back(i);
-    CommandOrder order(commands, limits, &counters_);
+    CommandOrder order(commands, limits, &counters_, observer_);
     std::size_t first_unissued = 0;  // for the messages of failures that are not one command's
     int in_flight = 0;
     std::optional<LuFailure> failure;

@@ -15,6 +15,7 @@ namespace {
 std::atomic<int> traces_opened{0};
 
 double microseconds(Trace::Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
+double timestamp(Trace::Clock::time_point t) { return microseconds(t.time_since_epoch()); }
 }  // namespace
 
 Result<std::unique_ptr<Trace>> Trace::from_environment() {
@@ -54,11 +55,22 @@ void Trace::name_lane(int lane, std::string_view name) {
 }
 
 void Trace::span(std::string_view name, int lane, Clock::time_point begin, Clock::time_point end, std::uint64_t bytes) {
-  nlohmann::json event{
-      {"name", std::string(name)},        {"cat", "blockps"}, {"ph", "X"},  {"ts", microseconds(begin - origin_)},
-      {"dur", microseconds(end - begin)}, {"pid", pid_},      {"tid", lane}};
+  nlohmann::json event{{"name", std::string(name)},        {"cat", "blockps"}, {"ph", "X"},  {"ts", timestamp(begin)},
+                       {"dur", microseconds(end - begin)}, {"pid", pid_},      {"tid", lane}};
   if (bytes != 0) event["args"] = {{"bytes", bytes}};
   write_event(event.dump());
+}
+
+void Trace::command(int lane, const LuCommand& command, Clock::time_point issued, Clock::time_point completed) {
+  write_event(nlohmann::json{{"name", command.direction == IoDirection::write ? "WRITE" : "READ"},
+                             {"cat", "command"},
+                             {"ph", "X"},
+                             {"ts", timestamp(issued)},
+                             {"dur", microseconds(completed - issued)},
+                             {"pid", pid_},
+                             {"tid", lane},
+                             {"args", {{"bytes", command.bytes()}, {"lu_offset", command.offset}}}}
+                  .dump());
 }
 
 }  // namespace blockps

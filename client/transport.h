@@ -12,6 +12,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "client/cluster_file.h"
 #include "client/command_order.h"
@@ -47,6 +48,12 @@ class LuTransport {
   // (0: no such size): libiscsi, kLibiscsiImmediateWriteBytes. Write requests are kept within it, or within
   // one model block where a block is larger (a block is never split).
   virtual std::uint64_t max_safe_write_bytes() const { return 0; }
+  // From now on, `observer` (empty: none) is told of every command of a queued batch as it completes (the
+  // libiscsi transport and the libaio / io_uring engines; psync runs one command at a time and tells nobody).
+  void observe_commands(CommandObserver observer) { observer_ = std::move(observer); }
+
+ protected:
+  CommandObserver observer_;
 };
 
 struct TransportOptions {

@@ -284,6 +284,11 @@ const std::vector<KeyDef>& key_table() {
                 "sync: a worker with no push for this long is dropped from the round "
                 "membership; also the longest a command waits parked",
                 &RoundPolicy::worker_timeout_ms, 100, 3600000),
+      round_key("push_lead", "2",
+                "sync: blocks a worker may have pushed into rounds still open beyond the worker with the "
+                "fewest; its push of one more block waits (unanswered) until rounds close, so that every "
+                "worker's flow into the shard moves at one pace (0: no limit)",
+                &RoundPolicy::push_lead, 0, 1000000),
       {{"device", "cpu",
         "where the weights live and the optimizer runs: cpu; gpu:N (CUDA GPU N: weights and "
         "state in GPU memory, READs from a pinned host mirror; refused when there is no such GPU "

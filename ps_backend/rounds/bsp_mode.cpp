@@ -19,6 +19,14 @@ Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
     const auto& open = blocks_[s.block].open;
     if (const auto c = open.find(worker.itn); c != open.end() && c->second->claims_any(s)) return Admission::park;
   }
+  // A push that would open a block's round (nobody pushed it yet: this worker is ahead there) waits while the
+  // worker leads too far. A push into a round others opened catches up, and is never held.
+  for (const BlockSpan& s : spans) {
+    const Block& b = blocks_[s.block];
+    const auto t = b.tombstones.find(worker.itn);
+    const bool rest_of_dropped_push = t != b.tombstones.end() && !t->second->claims_any(s);
+    if (!rest_of_dropped_push && b.open.empty() && leads_too_far(worker.itn)) return Admission::park;
+  }
   for (const BlockSpan& s : spans) {
     Block& b = blocks_[s.block];
     if (const auto t = b.tombstones.find(worker.itn); t != b.tombstones.end()) {
@@ -40,6 +48,8 @@ Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
         }
       }
       c = std::make_shared<Contribution>(ctx_.geometry, s.block, b.open_round(), worker, true);
+      OpenPushes& mine = open_pushes_[worker.itn];
+      if (mine.count++ == 0) mine.since = now;
     }
     c->claim(s);
     b.last_pushed[worker.itn] = c->round;
@@ -138,6 +148,7 @@ void BspMode::close_ready(std::vector<std::uint64_t> candidates) {
             block.tombstones[itn] = c;
           }
         }
+        for (const auto& [itn, c] : block.open) left_open_round(itn);
         block.open.clear();
         block.closing = true;
         first_push = block.first_push;
@@ -170,11 +181,37 @@ void BspMode::apply(std::uint64_t block, std::vector<std::shared_ptr<Contributio
   if (ctx_.on_applied) ctx_.on_applied(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
 }
 
+bool BspMode::leads_too_far(std::uint64_t itn) const {
+  const std::uint32_t lead = ctx_.policy.push_lead;
+  if (lead == 0) return false;
+  const auto mine = open_pushes_.find(itn);
+  if (mine == open_pushes_.end() || mine->second.count < lead) return false;
+  // The member with the fewest is never held back, so that some push can always land and close rounds. A member
+  // that has not pushed since this worker got ahead does not set the pace: it may be computing its next
+  // gradient, or dead (until its rounds close without it by straggler_ms, or it is dropped).
+  std::uint32_t fewest = mine->second.count;
+  for (const auto& [member, m] : ctx_.members.members()) {
+    if (m.last_push < mine->second.since) continue;
+    const auto it = open_pushes_.find(member);
+    fewest = std::min(fewest, it == open_pushes_.end() ? 0u : it->second.count);
+  }
+  return mine->second.count >= fewest + lead;
+}
+
+void BspMode::left_open_round(std::uint64_t itn) {
+  const auto it = open_pushes_.find(itn);
+  if (it == open_pushes_.end()) return;
+  if (--it->second.count == 0) open_pushes_.erase(it);
+}
+
 void BspMode::drop_worker(std::uint64_t itn) {
   // Its complete gradients of open rounds still count; half-pushed ones are discarded.
   for (Block& b : blocks_) {
     const auto c = b.open.find(itn);
-    if (c != b.open.end() && !c->second->complete()) b.open.erase(c);
+    if (c != b.open.end() && !c->second->complete()) {
+      b.open.erase(c);
+      left_open_round(itn);
+    }
     b.last_pushed.erase(itn);
     // Session numbers are recycled: a later session with this one must not inherit its tombstones.
     b.tombstones.erase(itn);
@@ -182,6 +219,7 @@ void BspMode::drop_worker(std::uint64_t itn) {
 }
 
 void BspMode::reset() {
+  open_pushes_.clear();
   for (Block& b : blocks_) {
     b.open.clear();
     b.tombstones.clear();

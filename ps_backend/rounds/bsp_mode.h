@@ -52,12 +52,29 @@ class BspMode final : public RoundMode {
   void close_ready(std::vector<std::uint64_t> candidates);
   // Without the lock: the average of a closed round's gradients, applied to `block`.
   void apply(std::uint64_t block, std::vector<std::shared_ptr<Contribution>>& complete);
+  // Under the lock: whether worker `itn` already has push_lead more blocks in open rounds than the member with
+  // the fewest among those pushing since `itn` got ahead, so that its push that would open another block's round
+  // must wait.
+  bool leads_too_far(std::uint64_t itn) const;
+  // Under the lock: one contribution of `itn` left an open round (closed, dropped or reset).
+  void left_open_round(std::uint64_t itn);
 
   RoundContext& ctx_;
   std::vector<Block> blocks_;
   // Every block with an open round (and some closed since), so the keeper's straggler check does not walk
   // the whole shard under the lock. admit_push lists a block as its round opens; tick() prunes.
   std::vector<std::uint64_t> open_blocks_;
+  // Per worker: its contributions in open rounds (blocks it pushed whose rounds have not closed), and since when
+  // it has had any. The member with the fewest sets the pace (RoundPolicy::push_lead): without it, the W flows
+  // into a shard drift apart (TCP shares the links unevenly), every round waits for the flow furthest behind,
+  // and the READs of the flows ahead stay parked until the end of the step, when they all leave at once
+  // (bench/RESULTS.md, issue 27). Only members that pushed since the worker got ahead count: one that stopped
+  // (computing its next gradient, or dead) would hold the others for nothing.
+  struct OpenPushes {
+    std::uint32_t count = 0;
+    Clock::time_point since{};
+  };
+  std::unordered_map<std::uint64_t, OpenPushes> open_pushes_;
 };
 
 }  // namespace blockps

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/cluster cannot rot: its --help, its refusals, a tiny real run (2 workers, 2 dedicated shard hosts, a
 # 4M model on 100 Mbit/s links, async) that must print every figure (iperf3 both ways, step, exchange, gloo) and
-# leave no namespace, tgtd or work directory behind, and a tiny training workload (--workload train: the MLP for
+# leave no namespace, tgtd or work directory behind, the same in both modes in one run with --timeline (rows per
+# mode, sync/async, every worker's command trace, link samples, the report and its figure), and a tiny training workload (--workload train: the MLP for
 # 0.05 epochs over DDP and sync shards) that must report both runs against the link bound. Not timed: the figures are checked for presence and sanity
 # (a step cannot beat its ideal at the nominal rate by more than the measurement's noise), not for speed.
 # Skipped (77) without root, iperf3, tc's tbf or python3-torch, said loudly.
@@ -27,7 +28,8 @@ step "--help names every option"
 "$cluster" --help >"$tmp/help" || fail "--help exited $?"
 for option in --workers --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
   --exchange-writes --mtu \
-  --iperf-seconds --prefix --build-dir --keep --workload --model --epochs --batch --evals-per-epoch --runs --plot; do
+  --iperf-seconds --prefix --build-dir --keep --workload --model --epochs --batch --evals-per-epoch --runs --plot \
+  --ops --push-lead --timeline; do
   grep -q -- "$option" "$tmp/help" || fail "--help does not mention $option"
 done
 
@@ -47,6 +49,10 @@ refused "unknown argument '--fast'" --fast
 refused "--workload 'bert': must be pushpull or train" --workload bert
 refused "--runs: unknown run 'horovod'" --workload train --runs ddp,horovod
 refused "--epochs '0': must be a number > 0" --workload train --epochs 0
+refused "--mode 'async,ssp': each mode must be async or sync" --mode async,ssp
+refused "--mode 'sync,sync': a mode is named twice" --mode sync,sync
+refused "--ops 'push': each op must be step or exchange" --ops push
+refused "--push-lead '-1': must be a whole number in 0..1000000" --push-lead -1
 
 [ "$(id -u)" = 0 ] || skip "bench/cluster needs root (network namespaces, tgtd)"
 command -v iperf3 >/dev/null || skip "iperf3 is not installed (scripts/setup.sh installs it)"
@@ -88,6 +94,33 @@ for op in step exchange; do
     fail "no link use line for '$op'"
 done
 grep -Eq "^cluster: cpu busy .*: step [0-9]+%, exchange [0-9]+%$" "$tmp/run" || fail "no cpu busy line with both runs"
+
+step "async and sync in one run, with the timeline: 2 workers, 2 shard hosts, 4M model, 100mbit links"
+rc=0
+"$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --shards 2 --model-size 4M --rate 100mbit \
+  --steps 3 --warmup 1 --iperf-seconds 1 --mode async,sync --ops exchange --timeline "$tmp/timeline" >"$tmp/modes" 2>&1 || rc=$?
+cat "$tmp/modes"
+[ "$rc" -eq 0 ] || fail "bench/cluster --mode async,sync --timeline exited $rc"
+for label in exchange-async exchange-sync; do
+  grep -Eq "^cluster: $label +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$tmp/modes" ||
+    fail "no complete '$label' row in the report"
+  grep -Eq "^cluster: $label \((async|sync), 2 workers, 3 timed steps\):$" "$tmp/modes" || fail "no timeline report of $label"
+  # Every worker traced its commands: READs and WRITEs of both shards (lanes 1000 and 1001).
+  for w in 0 1; do
+    trace=$(find "$tmp/timeline" -name "$label-w$w.*.json" | head -1)
+    [ -n "$trace" ] || fail "no trace of worker w$w in $label"
+    for lane in 1000 1001; do
+      grep -q "\"cat\":\"command\".*\"tid\":$lane" "$trace" || fail "$trace has no command of lane $lane"
+    done
+  done
+  [ -s "$tmp/timeline/$label-links.tsv" ] || fail "no link samples of $label"
+done
+grep -Eq "^cluster: exchange, sync/async \(slowest\): [0-9]+\.[0-9]{3} \(sync [+-][0-9.]+% on async\)$" "$tmp/modes" ||
+  fail "no sync/async line"
+grep -Eq "^cluster: +push spread per shard block [0-9.]+ ms" "$tmp/modes" || fail "no push spread in the timeline report"
+[ -s "$tmp/timeline/timeline.png" ] || fail "no timeline figure"
+[ -s "$tmp/timeline/report.txt" ] || fail "no timeline report file"
+if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
 
 step "a tiny training workload: the MLP, 0.05 epochs, DDP and sync shards on 100mbit links"
 rc=0

@@ -397,6 +397,8 @@ TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
   std::map<int, std::string> lane_names;
   std::map<std::pair<int, std::string>, int> spans;  // (lane, name) -> count
   std::map<int, std::uint64_t> transfer_bytes;       // lane -> bytes of its push, pull and exchange spans
+  std::map<int, std::uint64_t> span_bytes;           // lane -> bytes of all its spans (weights LU's included)
+  std::map<int, std::uint64_t> command_bytes;        // command lane -> bytes of its READ and WRITE spans
   for (const auto& e : events) {
     if (e.at("ph") == "M") {
       lane_names[e.at("tid").get<int>()] = e.at("args").at("name").get<std::string>();
@@ -407,7 +409,14 @@ TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
     EXPECT_GE(e.at("ts").get<double>(), 0.0) << e.dump();
     const int lane = e.at("tid").get<int>();
     const std::string name = e.at("name").get<std::string>();
+    if (e.at("cat") == "command") {
+      EXPECT_TRUE(name == "READ" || name == "WRITE") << e.dump();
+      command_bytes[lane] += e.at("args").at("bytes").get<std::uint64_t>();
+      continue;
+    }
     ++spans[{lane, name}];
+    if (lane != Trace::kLoopLane && e.contains("args"))
+      span_bytes[lane] += e.at("args").value("bytes", std::uint64_t{0});
     if (lane != Trace::kLoopLane && name != "read_weights" && name != "write_weights")
       transfer_bytes[lane] += e.at("args").at("bytes").get<std::uint64_t>();
   }
@@ -422,6 +431,10 @@ TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
     // Shard bytes moved: push 1, pull 1, exchange 2 (its WRITEs and its READs), the double buffer's pull 1 and
     // three exchanges 6.
     EXPECT_EQ(transfer_bytes[lane], (1 + 1 + 2 + 1 + 6) * layout->shard_bytes(static_cast<std::size_t>(s)));
+    // Every command of the shard's spans is on its command lane, once.
+    const int commands = Trace::command_lane(static_cast<std::size_t>(s));
+    EXPECT_EQ(lane_names[commands], "shard shard" + std::to_string(s) + ": commands");
+    EXPECT_EQ(command_bytes[commands], span_bytes[lane]);
   }
   EXPECT_EQ(count(Trace::kLoopLane, "compute"), 3);
   EXPECT_EQ(count(Trace::kLoopLane, "wait"), 3);

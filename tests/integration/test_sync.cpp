@@ -263,6 +263,39 @@ TEST_F(SyncModeTest, ThreeWorkersExchangingReadTheAveragedStepOfEveryRound) {
 // ssp:K with the exchange: pushes are applied at once and READs never wait, so each exchange returns the
 // weights with this worker's own pushes and at most K + 1 of the other's beyond (or behind) them; at the end
 // every push is in.
+// push_lead through tgtd: a WRITE that would open a round while its worker already leads a worker that is pushing
+// by push_lead blocks gets no answer until that worker's push closes a round; then it lands, once, in its round.
+TEST_F(SyncModeTest, AWriteThatWouldLeadTooFarIsAnsweredWhenTheSlowestWorkerCatchesUp) {
+  start_shard("workers=2;min_workers=2;straggler_ms=60000;push_lead=1");
+  IscsiLun a, b;
+  connect(a, "a");
+  connect(b, "b");
+  const auto ga = values(1), gb = values(2);
+  constexpr std::uint64_t kBlock = 64 * 1024;
+  const auto block = [](const std::vector<float>& g, std::uint64_t k) {
+    return bytes_of(g).subspan(k * kBlock, kBlock);
+  };
+  ASSERT_TRUE(a.write(0, block(ga, 0)).ok());           // A: block 0's round open
+  ASSERT_TRUE(b.write(3 * kBlock, block(gb, 3)).ok());  // B pushes too: block 3's round open
+  ASSERT_TRUE(a.write(kBlock, block(ga, 1)).ok());      // A: 2 open, B 1
+  auto held = std::async(std::launch::async, [&] { return a.write(2 * kBlock, block(ga, 2)); });
+  EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "A's WRITE of block 2 would lead B by 2 blocks";
+  ASSERT_TRUE(b.write(0, block(gb, 0)).ok());  // closes block 0's round: A leads by 0
+  ASSERT_EQ(held.wait_for(10s), std::future_status::ready) << "the held WRITE was not answered after B caught up";
+  const ScsiResult held_result = held.get();
+  ASSERT_TRUE(held_result.ok()) << held_result.describe();
+  ASSERT_TRUE(b.write(kBlock, block(gb, 1)).ok());
+  ASSERT_TRUE(b.write(2 * kBlock, block(gb, 2)).ok());  // a round A opened: never held
+  ASSERT_TRUE(a.write(3 * kBlock, block(ga, 3)).ok());
+  // Every round closed once with both gradients: the exact averaged step (IQN order: a, then b).
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  reference_round(expected, {ga, gb}, 0.5f);
+  std::vector<std::byte> back(kBytes);
+  ASSERT_TRUE(a.read(0, back).ok());
+  EXPECT_EQ(floats_of(back), expected);
+  EXPECT_EQ(status_page()["rounds"]["rounds_closed"], 4);
+}
+
 TEST_F(SyncModeTest, SspExchangesStayWithinTheStalenessBound) {
   constexpr int kK = 1, kSteps = 6;
   const Status started = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"),

@@ -57,6 +57,12 @@ TEST(LuOptions, DefaultsForAKeyThatIsNotGiven) {
   EXPECT_EQ(o.given, std::set<std::string>{"size"});
 }
 
+TEST(LuOptions, PushLeadPacesSyncWorkersByDefaultAndZeroTurnsItOff) {
+  EXPECT_EQ(parse_ok("role=grad;mode=sync").config.rounds.push_lead, 2u);
+  EXPECT_EQ(parse_ok("role=grad;mode=sync;push_lead=0").config.rounds.push_lead, 0u);
+  EXPECT_EQ(parse_ok("role=grad;mode=sync;push_lead=16").config.rounds.push_lead, 16u);
+}
+
 TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
   struct Case {
     const char* bsopts;
@@ -106,6 +112,8 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"role=grad;workers=0", "workers=0: must be a whole number from 1 to 4096"},
       {"role=grad;straggler_ms=-1", "straggler_ms=-1: must be a whole number"},
       {"role=grad;worker_timeout_ms=5", "worker_timeout_ms=5: must be a whole number from 100"},
+      {"role=grad;push_lead=-1", "push_lead=-1: must be a whole number from 0 to 1000000"},
+      {"role=grad;push_lead=1000001", "push_lead=1000001: must be a whole number from 0 to 1000000"},
       {"role=grad;device=gpu", "device=gpu: must be cpu, auto or gpu:N"},
       {"role=grad;device=gpu:x", "device=gpu:x: must be cpu, auto or gpu:N"},
       {"role=grad;device=gpu:-1", "device=gpu:-1: must be cpu, auto or gpu:N"},

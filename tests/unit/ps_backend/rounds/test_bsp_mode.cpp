@@ -205,5 +205,87 @@ TEST(BspMode, RoundsStartAtTheBlocksStepCountsAndResetRestartsThemAtZero) {
   EXPECT_EQ(bench.pull(bsp, kA, 0, 3), Admission::run) << "nothing of A's is in a round now";
 }
 
+// The pace of the flows (RoundPolicy::push_lead): a worker's push that would open a block's round waits while it
+// has push_lead more blocks in open rounds than the member with the fewest among those that pushed since it got
+// ahead.
+
+RoundPolicy sync_policy_with_lead(std::uint32_t workers, std::uint32_t lead, std::uint32_t straggler_ms = 60000) {
+  RoundPolicy p = sync_policy(workers, 1, straggler_ms);
+  p.push_lead = lead;
+  return p;
+}
+
+TEST(BspModeLead, AWorkerPushLeadBlocksAheadWaitsUntilTheSlowestClosesARound) {
+  ModeBench bench(sync_policy_with_lead(2, 2));
+  BspMode bsp(bench.ctx);
+  const auto g = gradient(kBlockBytes, 1);
+  ASSERT_EQ(bench.push(bsp, kA, g, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, g, kBlockBytes), Admission::run);  // A: 2 open (B is no member yet)
+  ASSERT_EQ(bench.push(bsp, kB, g, 0), Admission::run);            // closes block 0's round: A 1 open, B none
+  EXPECT_EQ(bench.ctx.rounds_closed, 1u);
+  ASSERT_EQ(bench.push(bsp, kA, g, 2 * kBlockBytes), Admission::run);  // A: 2 open
+  ASSERT_EQ(bench.push(bsp, kA, g, 3 * kBlockBytes), Admission::park) << "A would lead B by 3 blocks";
+  ASSERT_EQ(bench.push(bsp, kB, g, kBlockBytes), Admission::run);  // closes block 1's round: A 1 open
+  EXPECT_EQ(bench.ctx.rounds_closed, 2u);
+  ASSERT_EQ(bench.push(bsp, kA, g, 3 * kBlockBytes), Admission::run) << "A leads by 1 now";
+}
+
+TEST(BspModeLead, TheWorkerWithTheFewestIsNeverHeldSoPushesInOtherOrdersGoOn) {
+  ModeBench bench(sync_policy_with_lead(2, 1));
+  BspMode bsp(bench.ctx);
+  const auto g = gradient(kBlockBytes, 1);
+  // A pushes blocks from the front, B from the back: each waits for the other's blocks.
+  ASSERT_EQ(bench.push(bsp, kA, g, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, g, 3 * kBlockBytes), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, g, kBlockBytes), Admission::run) << "A has 1 open, as many as B";
+  ASSERT_EQ(bench.push(bsp, kA, g, 2 * kBlockBytes), Admission::park) << "A would have 3 open, B has 1";
+  ASSERT_EQ(bench.push(bsp, kB, g, 2 * kBlockBytes), Admission::run) << "B has the fewest";
+  ASSERT_EQ(bench.push(bsp, kB, g, kBlockBytes), Admission::run) << "completes A's round of block 1";
+  ASSERT_EQ(bench.push(bsp, kB, g, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, g, 2 * kBlockBytes), Admission::run) << "a round B opened: never held";
+  ASSERT_EQ(bench.push(bsp, kA, g, 3 * kBlockBytes), Admission::run);
+  const RoundProgress p = bench.progress(bsp);
+  EXPECT_EQ(p.rounds_min, 1u);
+  EXPECT_EQ(p.open_rounds, 0u);
+}
+
+TEST(BspModeLead, TheRestOfABlockAlreadyStartedIsNeverHeld) {
+  ModeBench bench(sync_policy_with_lead(2, 1));
+  BspMode bsp(bench.ctx);
+  const auto half = gradient(kBlockBytes / 2, 1);
+  ASSERT_EQ(bench.push(bsp, kB, half, 3 * kBlockBytes), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, half, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, half, 3 * kBlockBytes + kBlockBytes / 2), Admission::run);  // B: 1 open, pushing
+  ASSERT_EQ(bench.push(bsp, kA, half, kBlockBytes), Admission::run);                        // A: 2 open
+  ASSERT_EQ(bench.push(bsp, kA, half, 2 * kBlockBytes), Admission::park) << "a block A has not started";
+  EXPECT_EQ(bench.push(bsp, kA, half, kBlockBytes / 2), Admission::run) << "the second half of A's block 0";
+}
+
+TEST(BspModeLead, ZeroHoldsNoPush) {
+  ModeBench bench(sync_policy_with_lead(2, 0));
+  BspMode bsp(bench.ctx);
+  const auto g = gradient(kBlockBytes, 1);
+  ASSERT_EQ(bench.push(bsp, kA, g, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, g, 3 * kBlockBytes), Admission::run);
+  for (std::uint64_t b = 1; b < 3; ++b) EXPECT_EQ(bench.push(bsp, kA, g, b * kBlockBytes), Admission::run) << b;
+}
+
+TEST(BspModeLead, AStragglerDeadlineReleasesTheHoldAndAMemberThatStoppedPushingSetsNoPace) {
+  ModeBench bench(sync_policy_with_lead(2, 1, 50));
+  BspMode bsp(bench.ctx);
+  const auto g = gradient(kBlockBytes, 1);
+  ASSERT_EQ(bench.push(bsp, kA, g, 0), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, g, 3 * kBlockBytes), Admission::run);  // B pushes once more, then no more
+  ASSERT_EQ(bench.push(bsp, kA, g, kBlockBytes), Admission::run);      // A: 2 open, B 1
+  ASSERT_EQ(bench.push(bsp, kA, g, 2 * kBlockBytes), Admission::park);
+  std::this_thread::sleep_for(60ms);
+  bsp.tick();  // every open round closes without the missing worker
+  EXPECT_EQ(bench.progress(bsp).open_rounds, 0u);
+  EXPECT_EQ(bench.ctx.rounds_closed, 3u);
+  ASSERT_EQ(bench.push(bsp, kA, g, 2 * kBlockBytes), Admission::run) << "after the straggler deadline";
+  EXPECT_EQ(bench.push(bsp, kA, g, 0), Admission::run) << "B, which stopped pushing (computing, or dead), holds nobody";
+  EXPECT_EQ(bench.push(bsp, kA, g, kBlockBytes), Admission::run);
+}
+
 }  // namespace
 }  // namespace blockps::unit
