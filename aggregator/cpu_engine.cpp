@@ -61,6 +61,8 @@ BLOCKPS_CPU_CLONES void cpu_update(OptimizerKind kind, WireDtype dtype, const St
       return update_with_dtype<OptimizerKind::adamw>(dtype, k, w, g, s0, s1, n);
     case OptimizerKind::sum:
       return update_with_dtype<OptimizerKind::sum>(dtype, k, w, g, s0, s1, n);
+    case OptimizerKind::average:
+      return update_with_dtype<OptimizerKind::average>(dtype, k, w, g, s0, s1, n);
   }
 }
 

@@ -87,6 +87,8 @@ inline cudaError_t launch_update(OptimizerKind kind, WireDtype dtype, const Laun
       return launch_for_dtype<OptimizerKind::adamw>(dtype, launch, w, g, s0, s1, stream);
     case OptimizerKind::sum:
       return launch_for_dtype<OptimizerKind::sum>(dtype, launch, w, g, s0, s1, stream);
+    case OptimizerKind::average:
+      return launch_for_dtype<OptimizerKind::average>(dtype, launch, w, g, s0, s1, stream);
   }
   return cudaErrorInvalidValue;
 }

@@ -16,13 +16,14 @@ std::string_view to_string(OptimizerKind k) {
       return "adamw";
     case OptimizerKind::sum:
       return "sum";
+    case OptimizerKind::average:
+      return "average";
   }
   return "invalid";
 }
 
 std::optional<OptimizerKind> parse_optimizer(std::string_view name) {
-  for (OptimizerKind k :
-       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum}) {
+  for (OptimizerKind k : kAllOptimizerKinds) {
     if (name == to_string(k)) return k;
   }
   return std::nullopt;

@@ -9,11 +9,16 @@
 
 namespace blockps {
 
-enum class OptimizerKind : std::uint8_t { sgd = 0, momentum = 1, adam = 2, adamw = 3, sum = 4 };
+enum class OptimizerKind : std::uint8_t { sgd = 0, momentum = 1, adam = 2, adamw = 3, sum = 4, average = 5 };
+
+/// Every kind, for whoever walks them (parsers, tests, benchmarks).
+inline constexpr OptimizerKind kAllOptimizerKinds[] = {OptimizerKind::sgd,  OptimizerKind::momentum,
+                                                       OptimizerKind::adam, OptimizerKind::adamw,
+                                                       OptimizerKind::sum,  OptimizerKind::average};
 
 std::string_view to_string(OptimizerKind k);
 std::optional<OptimizerKind> parse_optimizer(std::string_view name);
-/// f32 state values kept per element: momentum 1 (velocity), adam/adamw 2 (m, v), sgd/sum 0.
+/// f32 state values kept per element: momentum 1 (velocity), adam/adamw 2 (m, v), sgd/sum/average 0.
 constexpr int state_slots(OptimizerKind k) {
   return k == OptimizerKind::momentum ? 1 : (k == OptimizerKind::adam || k == OptimizerKind::adamw) ? 2 : 0;
 }
@@ -47,6 +52,7 @@ StepConstants step_constants(const OptimizerParams& p, std::uint64_t step);
 ///             w -= lr * (s0/bc1) / (sqrt(s1/bc2) + eps)
 ///   adamw:    w -= lr*wd*w;  then adam without the L2 term
 ///   sum:      w += g
+///   average:  w = g (an averaging shard: mode=sync hands it a round's average gradient, which READs return)
 template <OptimizerKind K>
 struct ElementUpdate;
 

@@ -58,4 +58,9 @@ struct ElementUpdate<OptimizerKind::sum> {
   BLOCKPS_HD static void apply(const StepConstants& /*k*/, float& w, float g, float& /*s0*/, float& /*s1*/) { w += g; }
 };
 
+template <>
+struct ElementUpdate<OptimizerKind::average> {
+  BLOCKPS_HD static void apply(const StepConstants& /*k*/, float& w, float g, float& /*s0*/, float& /*s1*/) { w = g; }
+};
+
 }  // namespace blockps

@@ -85,8 +85,7 @@ int kernel_figures(const Args& a) {
               "memory-bound max");
 
   int missed = 0;
-  for (OptimizerKind kind :
-       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum}) {
+  for (OptimizerKind kind : kAllOptimizerKinds) {
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16}) {
       const std::size_t gsize = wire_size(d);
       const std::uint64_t block = (256u << 10) / gsize;  // elements of a 256 KiB block

@@ -37,6 +37,15 @@ Status bad(std::string_view key, std::string_view value, std::string_view allowe
 
 Status refuse(std::string why) { return Status::Error(StatusCode::config, std::move(why)); }
 
+// An averaging shard returns a round's average: only sync has rounds of every worker's gradient. Under async or
+// ssp:K each push would be applied alone, and a READ would return whichever worker's gradient came last.
+Status check_averaging(const ShardConfig& c) {
+  if (c.optimizer.kind != OptimizerKind::average || c.rounds.mode == RoundPolicy::Mode::sync) return Status::Ok();
+  return refuse("opt=average needs mode=sync (mode=" + to_string(c.rounds) +
+                "): an averaging shard returns each round's average of every worker's gradient, and only sync has "
+                "rounds; under async or ssp a READ would return whichever push came last");
+}
+
 // A float key: parsed, range-checked, formatted. `in_range` says what is allowed.
 struct FloatKey {
   float OptimizerParams::*field;
@@ -181,12 +190,14 @@ const std::vector<KeyDef>& key_table() {
          return Status::Ok();
        },
        [](const ShardConfig& c) { return format_byte_size(c.geometry.block_bytes); }},
-      {{"opt", "sgd", "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g)"},
+      {{"opt", "sgd",
+        "optimizer applied on each push: sgd, momentum, adam, adamw, sum (w += g), average (mode=sync "
+        "only: an averaging shard, whose READs return the last round's average gradient)"},
        true,
        true,
        [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
          const auto k = parse_optimizer(v);
-         if (!k) return bad(key, v, "must be sgd, momentum, adam, adamw or sum");
+         if (!k) return bad(key, v, "must be sgd, momentum, adam, adamw, sum or average");
          o.config.optimizer.kind = *k;
          return Status::Ok();
        },
@@ -402,6 +413,7 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
   if (o.config.rounds.min_workers > o.config.rounds.workers)
     return refuse("min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
                   std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)");
+  if (Status s = check_averaging(o.config); !s.ok()) return s;
   return o;
 }
 
@@ -421,6 +433,7 @@ Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existin
     }
     return Status::Error(StatusCode::mismatch, key + "=" + mine + " differs from " + key + "=" + theirs);
   }
+  if (Status s = check_averaging(out); !s.ok()) return s;
   return out;
 }
 

@@ -228,7 +228,7 @@ TEST_F(ModuleTest, EveryBadOptionIsRefusedWithItsReasonAndNothingIsHalfMade) {
       {"role=grad;size=1M;block=1M", "a.ckpt", "block=1M: must be a byte count from 1 LU block to 512K"},
       {"role=grad;size=1M;block=768", "a.ckpt", "block=768: must be a multiple of the LU block size"},
       {"role=grad;size=1M;dtype=f64", "a.ckpt", "dtype=f64: must be f32, bf16 or f16"},
-      {"role=grad;size=1M;opt=lamb", "a.ckpt", "opt=lamb: must be sgd, momentum, adam, adamw or sum"},
+      {"role=grad;size=1M;opt=lamb", "a.ckpt", "opt=lamb: must be sgd, momentum, adam, adamw, sum or average"},
       {"role=grad;size=1M;momentum=2", "a.ckpt", "momentum=2: must be in [0, 1)"},
       {"role=grad;size=1M;nesterov=maybe", "a.ckpt", "nesterov=maybe"},
       {"role=grad;size=1M;beta1=1", "a.ckpt", "beta1=1: must be in [0, 1)"},

@@ -263,6 +263,28 @@ TEST_F(SyncModeTest, ThreeWorkersExchangingReadTheAveragedStepOfEveryRound) {
 // ssp:K with the exchange: pushes are applied at once and READs never wait, so each exchange returns the
 // weights with this worker's own pushes and at most K + 1 of the other's beyond (or behind) them; at the end
 // every push is in.
+// opt=average through tgtd: every worker's READ after its push returns that round's average gradient (not a sum
+// of rounds, not weights), each round from nothing.
+TEST_F(SyncModeTest, AnAveragingShardReturnsEachRoundsAverageToEveryWorker) {
+  const Status made = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"),
+                                        "size=256K;block=64K;opt=average;mode=sync;workers=2;min_workers=2");
+  ASSERT_TRUE(made.ok()) << made.message();
+  IscsiLun a, b;
+  connect(a, "a");
+  connect(b, "b");
+  for (std::uint32_t r = 0; r < 3; ++r) {
+    const std::vector<std::vector<float>> grads{values(10 + r), values(20 + r)};  // IQN order: a, then b
+    std::vector<float> expected(kBytes / 4);
+    for (std::size_t i = 0; i < expected.size(); ++i) expected[i] = (grads[0][i] + grads[1][i]) * 0.5f;
+    const auto pulled = round({&a, &b}, grads);
+    for (std::size_t k = 0; k < pulled.size(); ++k) {
+      ASSERT_TRUE(pulled[k].result.ok()) << "round " << r << ", worker " << k << ": " << pulled[k].result.describe();
+      EXPECT_EQ(pulled[k].weights, expected) << "round " << r << ", worker " << k;
+    }
+  }
+  EXPECT_EQ(status_page()["rounds"]["rounds_closed"], 3 * 4);
+}
+
 // push_lead through tgtd: a WRITE that would open a round while its worker already leads a worker that is pushing
 // by push_lead blocks gets no answer until that worker's push closes a round; then it lands, once, in its round.
 TEST_F(SyncModeTest, AWriteThatWouldLeadTooFarIsAnsweredWhenTheSlowestWorkerCatchesUp) {

@@ -52,6 +52,8 @@ void scalar_update(OptimizerKind kind, WireDtype d, const StepConstants& k, floa
       return scalar_update<OptimizerKind::adamw>(d, k, w, g, s0, s1, n);
     case OptimizerKind::sum:
       return scalar_update<OptimizerKind::sum>(d, k, w, g, s0, s1, n);
+    case OptimizerKind::average:
+      return scalar_update<OptimizerKind::average>(d, k, w, g, s0, s1, n);
   }
 }
 
@@ -67,8 +69,7 @@ TEST(CpuUpdate, MatchesScalarElementUpdateBitForBit) {
   constexpr std::size_t n = 1037;  // not a multiple of any vector width: the tail runs too
   std::mt19937 random(3);
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
-  for (OptimizerKind kind :
-       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum}) {
+  for (OptimizerKind kind : kAllOptimizerKinds) {
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
       for (bool nesterov : {false, true}) {
         SCOPED_TRACE(std::string(to_string(kind)) + " " + std::string(to_string(d)) + (nesterov ? " nesterov" : ""));

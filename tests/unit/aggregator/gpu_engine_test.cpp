@@ -80,8 +80,7 @@ struct Case {
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OptimizerKind k :
-       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum})
+  for (OptimizerKind k : kAllOptimizerKinds)
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
       cases.push_back({k, d, false});
       if (k == OptimizerKind::momentum) cases.push_back({k, d, true});

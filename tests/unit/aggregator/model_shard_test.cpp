@@ -101,11 +101,11 @@ std::string case_name(const testing::TestParamInfo<Case>& info) { return describ
 
 std::vector<Case> all_cases() {
   std::vector<Case> cases;
-  for (OptimizerKind kind :
-       {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam, OptimizerKind::adamw, OptimizerKind::sum}) {
+  for (OptimizerKind kind : kAllOptimizerKinds) {
     for (WireDtype d : {WireDtype::f32, WireDtype::bf16, WireDtype::f16}) {
       for (float decay : {0.0f, 0.01f}) {
-        if (kind == OptimizerKind::sum && decay != 0) continue;  // sum has no hyper-parameters
+        // sum and average have no hyper-parameters
+        if ((kind == OptimizerKind::sum || kind == OptimizerKind::average) && decay != 0) continue;
         cases.push_back({kind, d, decay, false});
         if (kind == OptimizerKind::momentum) cases.push_back({kind, d, decay, true});
       }

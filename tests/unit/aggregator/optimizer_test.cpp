@@ -7,11 +7,9 @@
 namespace blockps {
 namespace {
 
-constexpr OptimizerKind kAllKinds[] = {OptimizerKind::sgd, OptimizerKind::momentum, OptimizerKind::adam,
-                                       OptimizerKind::adamw, OptimizerKind::sum};
-
 TEST(Optimizer, NamesRoundTrip) {
-  for (OptimizerKind k : kAllKinds) EXPECT_EQ(parse_optimizer(to_string(k)), k);
+  for (OptimizerKind k : kAllOptimizerKinds) EXPECT_EQ(parse_optimizer(to_string(k)), k);
+  EXPECT_EQ(parse_optimizer("average"), OptimizerKind::average);
   EXPECT_EQ(to_string(OptimizerKind::adamw), "adamw");
   EXPECT_EQ(parse_optimizer("Adam"), std::nullopt);
   EXPECT_EQ(parse_optimizer("adam "), std::nullopt);
@@ -21,6 +19,7 @@ TEST(Optimizer, NamesRoundTrip) {
 TEST(Optimizer, StateSlots) {
   EXPECT_EQ(state_slots(OptimizerKind::sgd), 0);
   EXPECT_EQ(state_slots(OptimizerKind::sum), 0);
+  EXPECT_EQ(state_slots(OptimizerKind::average), 0);
   EXPECT_EQ(state_slots(OptimizerKind::momentum), 1);
   EXPECT_EQ(state_slots(OptimizerKind::adam), 2);
   EXPECT_EQ(state_slots(OptimizerKind::adamw), 2);

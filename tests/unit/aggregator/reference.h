@@ -92,6 +92,9 @@ inline void reference_step(const OptimizerParams& p, std::uint64_t t, float& w, 
     case OptimizerKind::sum:
       w = w + g;
       break;
+    case OptimizerKind::average:
+      w = g;
+      break;
   }
 }
 

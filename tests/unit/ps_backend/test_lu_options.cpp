@@ -89,7 +89,7 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"role=grad;block=1M", "block=1M: must be a byte count from 1 LU block to 512K"},
       {"role=grad;block=0", "block=0"},
       {"role=grad;block=1000", "block=1000: must be a multiple of the LU block size"},
-      {"role=grad;opt=lamb", "opt=lamb: must be sgd, momentum, adam, adamw or sum"},
+      {"role=grad;opt=lamb", "opt=lamb: must be sgd, momentum, adam, adamw, sum or average"},
       {"role=grad;lr=-0.1", "lr=-0.1: must be a finite number >= 0"},
       {"role=grad;lr=abc", "lr=abc"},
       {"role=grad;lr=nan", "lr=nan"},
@@ -210,6 +210,20 @@ TEST(LuOptions, MergeOntoACheckpointKeepsShapeButTakesNewHyperParameters) {
   EXPECT_FLOAT_EQ(merged->optimizer.lr, 0.01f);
   EXPECT_EQ(error_text(merge_onto(parse_ok("role=grad;opt=sgd"), saved, true)), "opt=sgd differs from opt=adam");
   EXPECT_EQ(error_text(merge_onto(parse_ok("role=grad;dtype=bf16"), saved, true)), "dtype=bf16 differs from dtype=f32");
+}
+
+TEST(LuOptions, AnAveragingShardNeedsSyncAlsoWhenItsCheckpointIsOpenedWithAnotherMode) {
+  EXPECT_EQ(parse_ok("role=grad;opt=average;mode=sync;workers=2").config.optimizer.kind, OptimizerKind::average);
+  for (const char* mode : {"", ";mode=async", ";mode=ssp:2"}) {
+    const std::string msg = parse_error(std::string("role=grad;opt=average") + mode);
+    EXPECT_NE(msg.find("opt=average needs mode=sync (mode="), std::string::npos) << mode << ": " << msg;
+  }
+  EXPECT_NE(parse_error("role=grad;opt=averge").find("opt=averge: must be sgd, momentum, adam, adamw, sum or average"),
+            std::string::npos);
+  const ShardConfig saved = parse_ok("role=grad;size=4M;opt=average;mode=sync").config;
+  EXPECT_EQ(error_text(merge_onto(parse_ok("role=grad;mode=sync;workers=3"), saved, true)), "");
+  const std::string refused = error_text(merge_onto(parse_ok("role=grad;mode=async"), saved, true));
+  EXPECT_NE(refused.find("opt=average needs mode=sync (mode=async)"), std::string::npos) << refused;
 }
 
 // docs/OPTIONS.md is the one page users read: every key must be there.

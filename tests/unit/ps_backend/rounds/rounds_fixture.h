@@ -84,8 +84,8 @@ struct Fixture {
 struct ModeBench {
   ModelShard model;
   RoundContext ctx;
-  explicit ModeBench(const RoundPolicy& p)
-      : model({kShardBytes, WireDtype::f32, kBlockBytes}, sgd(1.0f), nullptr), ctx(model, p, nullptr) {}
+  explicit ModeBench(const RoundPolicy& p, const OptimizerParams& optimizer = sgd(1.0f))
+      : model({kShardBytes, WireDtype::f32, kBlockBytes}, optimizer, nullptr), ctx(model, p, nullptr) {}
 
   /// What the coordinator does with a push: admit (the worker joins), land, count, settle.
   Admission push(RoundMode& mode, const WorkerRef& w, const std::vector<std::byte>& g, std::uint64_t offset = 0) {

@@ -205,6 +205,39 @@ TEST(BspMode, RoundsStartAtTheBlocksStepCountsAndResetRestartsThemAtZero) {
   EXPECT_EQ(bench.pull(bsp, kA, 0, 3), Admission::run) << "nothing of A's is in a round now";
 }
 
+// An averaging shard (opt=average): a round's average is what the block holds, each round from nothing.
+
+TEST(BspModeAverage, EachRoundLeavesItsAverageNotASumOfRoundsAndAStragglerRoundAveragesWhoPushed) {
+  OptimizerParams average;
+  average.kind = OptimizerKind::average;
+  ModeBench bench(sync_policy(2, 1, 50), average);
+  BspMode bsp(bench.ctx);
+  const auto expect_average = [&](const std::vector<std::vector<std::byte>>& grads, const char* what) {
+    std::vector<float> expected(kShardBytes / 4);
+    for (std::size_t i = 0; i < expected.size(); ++i) {
+      float sum = 0;
+      for (const auto& g : grads) sum += f32_at(g, i);  // the fixed order: IQN a, then b
+      expected[i] = sum * (1.0f / static_cast<float>(grads.size()));
+    }
+    EXPECT_EQ(weights(bench.model), expected) << what;
+  };
+  const auto a1 = gradient(kShardBytes, 1), b1 = gradient(kShardBytes, 3);
+  ASSERT_EQ(bench.push(bsp, kB, b1), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kA, a1), Admission::run);
+  EXPECT_EQ(bench.progress(bsp).rounds_min, 1u);
+  expect_average({a1, b1}, "round 1");
+  const auto a2 = gradient(kShardBytes, -2), b2 = gradient(kShardBytes, 5);
+  ASSERT_EQ(bench.push(bsp, kA, a2), Admission::run);
+  ASSERT_EQ(bench.push(bsp, kB, b2), Admission::run);
+  expect_average({a2, b2}, "round 2: its own average, nothing of round 1");
+  const auto a3 = gradient(kShardBytes, 7);
+  ASSERT_EQ(bench.push(bsp, kA, a3), Admission::run);  // B never pushes round 3
+  std::this_thread::sleep_for(60ms);
+  bsp.tick();
+  EXPECT_EQ(bench.progress(bsp).rounds_min, 3u);
+  expect_average({a3}, "round 3, closed without B: A's alone, divided by 1");
+}
+
 // The pace of the flows (RoundPolicy::push_lead): a worker's push that would open a block's round waits while it
 // has push_lead more blocks in open rounds than the member with the fewest among those that pushed since it got
 // ahead.
