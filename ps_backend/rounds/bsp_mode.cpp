@@ -21,12 +21,14 @@ Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
   }
   // A push that would open a block's round (nobody pushed it yet: this worker is ahead there) waits while the
   // worker leads too far. A push into a round others opened catches up, and is never held.
+  bool opens_a_round = false;
   for (const BlockSpan& s : spans) {
     const Block& b = blocks_[s.block];
     const auto t = b.tombstones.find(worker.itn);
     const bool rest_of_dropped_push = t != b.tombstones.end() && !t->second->claims_any(s);
-    if (!rest_of_dropped_push && b.open.empty() && leads_too_far(worker.itn)) return Admission::park;
+    opens_a_round = opens_a_round || (!rest_of_dropped_push && b.open.empty());
   }
+  if (opens_a_round && leads_too_far(worker.itn)) return Admission::park;
   for (const BlockSpan& s : spans) {
     Block& b = blocks_[s.block];
     if (const auto t = b.tombstones.find(worker.itn); t != b.tombstones.end()) {
