@@ -45,3 +45,14 @@ if(TARGET blockps_python)
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
     BLOCKPS_TORCH_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/torch_optimizer_check.py")
 endif()
+
+# blockps.torch.averaging_hook (ddp_hook_check.py): DDP with the hook over averaging shards against DDP over gloo in
+# the same torchrun ranks (2 and 3 ranks, four optimizers), the bf16 wire, a killed rank, a dead shard.
+blockps_integration_test(blockps_ddp_hook_tests test_ddp_hook.cpp)
+target_link_libraries(blockps_ddp_hook_tests PRIVATE blockps_test_cluster)
+if(TARGET blockps_python)
+  add_dependencies(blockps_ddp_hook_tests blockps_python)
+  target_compile_definitions(blockps_ddp_hook_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
+    BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py")
+endif()

@@ -5,9 +5,6 @@
 // mid-run does not hang the other; a dead shard's error names it and the parameters. The checks are in
 // torch_optimizer_check.py; each test starts its own shards.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <string>
@@ -86,28 +83,15 @@ TEST_F(TorchOptimizerTest, OneWorkerMatchesTorchOptimAdam) {
 TEST_F(TorchOptimizerTest, TorchrunRanksEndWithTheSameParametersAndBuffers) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01;mode=sync;workers=2"));
   const std::string out = local_.cluster_file() + ".state";
-  const CommandResult r =
-      run_command({"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR, "OMP_NUM_THREADS=1",
-                   BLOCKPS_TORCHRUN, "--standalone", "--nproc_per_node=2", "--redirects=1", "--tee=1",
-                   BLOCKPS_TORCH_CHECK, "worker", local_.cluster_file(), out, "8"},
-                  {.timeout = std::chrono::seconds(180), .cwd = {}});
+  const int port = free_loopback_port();  // not --standalone's fixed 29400: tests run side by side
+  ASSERT_NE(port, 0);
+  const CommandResult r = run_command(
+      {"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR, "OMP_NUM_THREADS=1", BLOCKPS_TORCHRUN,
+       "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--nnodes=1", "--nproc_per_node=2",
+       "--redirects=1", "--tee=1", BLOCKPS_TORCH_CHECK, "worker", local_.cluster_file(), out, "8"},
+      {.timeout = std::chrono::seconds(180), .cwd = {}});
   ASSERT_TRUE(r.ok()) << r.describe();
   run_check({"compare", out, "2"});
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    return 0;
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Rank 1 is killed (SIGKILL) before its 4th step; rank 0 goes on alone (min_workers=1: its session's end drops
@@ -115,7 +99,7 @@ int free_port() {
 TEST_F(TorchOptimizerTest, KilledRankDoesNotHangTheOther) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01;mode=sync;workers=2;min_workers=1"));
   const std::string out = local_.cluster_file() + ".state";
-  const int port = free_port();
+  const int port = free_loopback_port();
   ASSERT_NE(port, 0);
   const std::string env = std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR +
                           " OMP_NUM_THREADS=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);

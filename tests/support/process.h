@@ -45,6 +45,11 @@ std::string find_executable(const std::string& name);
 // True when the calling process runs as root (tgtd needs it).
 bool running_as_root();
 
+// A TCP port on 127.0.0.1 that nothing listened on a moment ago (bound to port 0, then closed), for helpers
+// that need one of their own (torchrun's rendezvous, gloo's MASTER_PORT): tests running side by side must not
+// share a fixed port. 0 when none could be had.
+int free_loopback_port();
+
 // The contents of a file; empty when it cannot be read.
 std::string read_text_file(const std::string& path);
 

@@ -23,6 +23,7 @@ import torch
 
 from ._blockps import DoubleBuffer
 from .distributed import DistributedOptimizer, ModelLayout, shard_optimizer_for, torchrun_identity  # noqa: F401
+from .ddp import AveragingState, averaging_hook, averaging_model_bytes  # noqa: F401
 from .torch_checkpoint import read_shard_checkpoints, save_torch_checkpoint, write_shard_checkpoints  # noqa: F401
 
 

@@ -1,0 +1,184 @@
+"""blockps.torch.averaging_hook: DistributedDataParallel's gradients averaged by blockps averaging shards.
+
+    model = torch.nn.parallel.DistributedDataParallel(model)
+    model.register_comm_hook(blockps.torch.AveragingState(model, "cluster.toml"), blockps.torch.averaging_hook)
+
+The shards run `opt=average;mode=sync` (docs/OPTIONS.md, "Averaging shards"): per block and round they sum
+every rank's gradient in a fixed order and divide by the round's contributors, and a rank's READ after its push
+returns that average. The script's own optimizer then steps on every rank, as with DDP over gloo or NCCL: any
+optimizer, param groups, clip_grad_norm_, GradScaler.
+
+- Layout: the trainable parameters end to end in reverse registration order (blockps.torch.ModelLayout; the
+  cluster file's [model] size must be at least averaging_model_bytes(model, block, dtype, shards)). Each bucket
+  is mapped by parameter, not by bucket index: DDP rebuilds its buckets after the first iteration.
+- The wire is the cluster's dtype: f32, or bf16 (as DDP's bf16_compress_hook: gradients rounded to bf16, summed
+  in f32 by the shards, the average rounded to bf16). CUDA gradients go through pinned staging buffers.
+- A bucket's gradients are copied into the step's staging buffer; every run of blocks whose parameters are then
+  all staged goes out as one pipelined exchange (each block's READ follows its WRITE). A block shared with a
+  later bucket waits for that bucket: DDP starts every bucket's hook before it waits for any future.
+- A bucket's future completes with its averaged gradients when every block under its parameters came back;
+  errors fail it with the library's message (it names the shard) and the parameters of the failed blocks.
+"""
+import threading
+
+import torch
+
+from ._blockps import Cluster
+from .distributed import _WIRE_DTYPES, ModelLayout, _bytes_of, _wire_buffer, torchrun_identity, wire_element_bytes
+
+
+def averaging_model_bytes(model, block_bytes=256 << 10, dtype="f32", shards=1):
+    """The cluster file's [model] size (bytes) that averaging `model`'s trainable parameters needs: whole blocks
+    of `block_bytes`, a multiple of `shards` blocks (scripts/ps-up.sh and bench/cluster give every shard M/S)."""
+    element_bytes = wire_element_bytes(dtype)
+    if block_bytes <= 0 or block_bytes % element_bytes or shards < 1:
+        raise ValueError(f"blockps: block_bytes={block_bytes} must be a positive multiple of {dtype}'s "
+                         f"{element_bytes} bytes, shards={shards} >= 1")
+    blocks = ModelLayout(model, block_bytes // element_bytes).parameter_blocks
+    return -(-blocks // shards) * shards * block_bytes
+
+
+class AveragingState:
+    """What averaging_hook keeps between buckets and steps. model: the DDP module (or the module it wraps).
+    cluster: a blockps.Cluster, or a cluster file path (each torchrun rank logs in as worker "rank<RANK>")."""
+
+    def __init__(self, model, cluster):
+        rank, _, _ = torchrun_identity()
+        self.cluster = cluster if isinstance(cluster, Cluster) else Cluster(str(cluster), worker=f"rank{rank}")
+        model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
+        wire = _WIRE_DTYPES[self.cluster.dtype]
+        self.layout = layout = ModelLayout(model, self.cluster.block_bytes // wire_element_bytes(self.cluster.dtype))
+        if layout.parameter_blocks * layout.block_elements > self.cluster.elements:
+            need = averaging_model_bytes(model, self.cluster.block_bytes, self.cluster.dtype, self.cluster.shard_count)
+            raise ValueError(f"blockps: the model's trainable parameters ({layout.parameter_elements} elements) need "
+                             f"{layout.parameter_blocks} blocks; the cluster's model has {self.cluster.elements} "
+                             f"elements: set its [model] size to {need} bytes or more "
+                             "(blockps.torch.averaging_model_bytes(model, block_bytes, dtype, shards))")
+        self.slot_of = {id(s.tensor): s for s in layout.parameters}
+        elements = layout.parameter_blocks * layout.block_elements
+        # CUDA gradients cross through pinned staging; a future that carries CUDA tensors must name their devices.
+        self.devices = sorted({s.tensor.device for s in layout.parameters if s.tensor.is_cuda}, key=str)
+        self.grads = _wire_buffer(elements, wire, bool(self.devices))
+        self.averages = _wire_buffer(elements, wire, bool(self.devices))
+        self.lock = threading.Lock()
+        self._new_step()
+        self._start_rounds(rank)
+
+    def _start_rounds(self, rank):
+        """Rank 0 drops the rounds a previous run left open (a rank killed mid-step leaves its pushes there: a
+        torchrun restart's first step would average them in), then every rank waits for it: no push before."""
+        if rank == 0:
+            try:
+                self.cluster.control("reset-rounds")
+            except Exception as e:  # blockps.Error: e.g. a shard whose admins= leaves rank 0 out
+                raise ValueError(f"blockps: rank 0 could not reset the averaging shards' rounds ({e}); a run's first "
+                                 "step would average what a previous run left. Let rank 0's initiator send control "
+                                 "lines (the shard's admins=)") from e
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.barrier()
+
+    def _new_step(self):
+        self.missing = [0] * self.layout.parameter_blocks  # per block: parameters not staged yet this step
+        for s in self.layout.parameters:
+            for b in self.layout.blocks_of(s):
+                self.missing[b] += 1
+        self.done = [None] * self.layout.parameter_blocks  # per block: None (not back), True, or the exception
+        self.waiting = []  # (future, bucket, slots) not completed yet
+
+    def _blocks(self, flat, first, end):
+        be = self.layout.block_elements
+        return flat[first * be:end * be]
+
+    def stage(self, bucket):
+        """Copy the bucket's gradients in, send the blocks now complete, and return the bucket's future."""
+        future = torch.futures.Future(devices=self.devices) if self.devices else torch.futures.Future()
+        result = future.then(_raise_failure)
+        slots = []
+        for p, g in zip(bucket.parameters(), bucket.gradients()):
+            slot = self.slot_of.get(id(p))
+            if slot is None:
+                raise ValueError("blockps: a DDP bucket holds a parameter that AveragingState did not lay out (was it "
+                                 "built from another model, or were parameters added or frozen after it?)")
+            self.grads[slot.offset:slot.end].copy_(g.detach().reshape(-1))
+            slots.append(slot)
+        with self.lock:
+            ready = []
+            for slot in slots:
+                for b in self.layout.blocks_of(slot):
+                    self.missing[b] -= 1
+                    if self.missing[b] == 0:
+                        ready.append(b)
+            self.waiting.append((future, bucket, slots))
+            for first, end in _runs(sorted(ready)):
+                try:
+                    op = self.cluster.exchange_blocks_async(first, end - first,
+                                                            _bytes_of(self._blocks(self.grads, first, end)),
+                                                            _bytes_of(self._blocks(self.averages, first, end)))
+                except Exception as e:  # blockps.Error (a shard already known dead): this bucket's future fails
+                    self._land(first, end, self._failure(first, end, e))
+                    continue
+                threading.Thread(target=self._wait, args=(first, end, op), name="blockps-averaging",
+                                 daemon=True).start()
+            self._complete_locked()
+        return result
+
+    def _failure(self, first, end, error):
+        names = ", ".join(self.layout.names_in(first, end))
+        return RuntimeError(f"blockps averaging hook: blocks {first}..{end - 1} (parameters {names}): {error}")
+
+    def _wait(self, first, end, op):
+        try:
+            op.wait()  # the binding releases the GIL while it waits
+            outcome = True
+        except Exception as e:  # blockps.Error names the shard
+            outcome = self._failure(first, end, e)
+        with self.lock:
+            self._land(first, end, outcome)
+            self._complete_locked()
+
+    def _land(self, first, end, outcome):
+        for b in range(first, end):
+            self.done[b] = outcome
+
+    def _complete_locked(self):
+        """Complete every waiting bucket whose blocks all came back; start a new step once all did."""
+        still = []
+        for future, bucket, slots in self.waiting:
+            outcomes = [self.done[b] for s in slots for b in self.layout.blocks_of(s)]
+            if any(o is None for o in outcomes):
+                still.append((future, bucket, slots))
+                continue
+            failure = next((o for o in outcomes if o is not True), None)
+            if failure is not None:
+                future.set_result(failure)
+                continue
+            with torch.no_grad():
+                for s, g in zip(slots, bucket.gradients()):
+                    g.copy_(self.averages[s.offset:s.end].view_as(g))
+            future.set_result(bucket.buffer())
+        self.waiting = still
+        if not still and all(d is not None for d in self.done):
+            self._new_step()
+
+
+def _raise_failure(future):
+    value = future.value()
+    if isinstance(value, Exception):
+        raise value
+    return value
+
+
+def _runs(blocks):
+    """Sorted block numbers as [first, end) runs of consecutive blocks."""
+    runs = []
+    for b in blocks:
+        if runs and runs[-1][1] == b:
+            runs[-1][1] = b + 1
+        else:
+            runs.append([b, b + 1])
+    return [(a, e) for a, e in runs]
+
+
+def averaging_hook(state, bucket):
+    """DDP communication hook: the bucket's gradients averaged over every rank by the blockps shards."""
+    return state.stage(bucket)
