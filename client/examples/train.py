@@ -4,12 +4,14 @@
     python3 train.py                                  1 worker, torch.optim in the process (the reference)
     torchrun --nproc_per_node 2 train.py --ddp        2 workers, DistributedDataParallel over gloo
     torchrun --nproc_per_node 2 train.py --ps C.toml  2 workers through the shards of cluster file C.toml
+    torchrun --nproc_per_node 2 train.py --ddp-blockps C.toml   DDP, its gradients averaged by the shards of C.toml
     common: [--model mlp|resnet18] [--epochs N] [--batch B] [--evals-per-epoch K] [--out RUN.json] [--name NAME]
 
 (Debian bookworm's torchrun needs `--redirects 1 --tee 1`: its default crashes on Python 3.11; docs/OPTIONS.md.)
-The training loop is the same for the three: the PS run differs by one line, the blockps.torch.
+The training loop is the same for all: the PS run differs by one line, the blockps.torch.
 DistributedOptimizer wrapped around the optimizer (the shards then run that optimizer), as DDP's differs by
-its wrapper. Worker r of W trains on samples r, r+W, ... of every epoch's permutation with --batch per worker
+its wrapper; DDP through blockps adds one line to DDP's, the blockps communication hook (the shards run
+opt=average and the optimizer stays in the script). Worker r of W trains on samples r, r+W, ... of every epoch's permutation with --batch per worker
 (a local reference for W workers: --batch W x B --threads W, the same global batch and threads).
 K times per epoch every rank stops the clock and evaluates its share of the test set (ranks meet in one gloo
 all-reduce of the counts); rank 0 prints loss, test accuracy, images/s (all workers) and training time, and
@@ -36,6 +38,8 @@ def parse_args():
     how = p.add_mutually_exclusive_group()
     how.add_argument("--ps", metavar="CLUSTER", help="train through the blockps shards of this cluster file")
     how.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
+    how.add_argument("--ddp-blockps", metavar="CLUSTER",
+                     help="DistributedDataParallel, gradients averaged by the opt=average shards of this cluster file")
     p.add_argument("--model", choices=sorted(fashion_mnist.MODELS), default="mlp")
     p.add_argument("--epochs", type=float, default=4, help="epochs (a fraction allowed), > 0")
     p.add_argument("--batch", type=int, default=128, help="samples per worker per step")
@@ -54,11 +58,12 @@ def parse_args():
 def main():
     a = parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
-    if world > 1 and not (a.ps or a.ddp):
-        sys.exit(f"train.py: WORLD_SIZE={world} without --ps or --ddp: the workers would train apart")
+    ddp = a.ddp or a.ddp_blockps is not None
+    if world > 1 and not (a.ps or ddp):
+        sys.exit(f"train.py: WORLD_SIZE={world} without --ps, --ddp or --ddp-blockps: the workers would train apart")
     if a.threads:
         torch.set_num_threads(a.threads)
-    name = a.name or ("ps" if a.ps else "ddp" if a.ddp else "local")
+    name = a.name or ("ps" if a.ps else "ddp-blockps" if a.ddp_blockps else "ddp" if a.ddp else "local")
     recipe = fashion_mnist.MODELS[a.model]
     train_x, train_y = fashion_mnist.load_split(True, recipe.image_shape)
     test_x, test_y = fashion_mnist.load_split(False, recipe.image_shape)
@@ -69,7 +74,14 @@ def main():
         import torch.distributed as dist
         # The evaluations meet here; a rank that died makes the others fail after this, not hang.
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
-    net = torch.nn.parallel.DistributedDataParallel(model) if a.ddp else model
+    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    if a.ddp_blockps:
+        import blockps
+        import blockps.torch
+        try:
+            net.register_comm_hook(blockps.torch.AveragingState(net, a.ddp_blockps), blockps.torch.averaging_hook)
+        except (blockps.Error, ValueError) as e:
+            sys.exit(f"train.py rank {rank}: {e}")
     optimizer = recipe.optimizer(model.parameters())
     if a.ps:
         import blockps
@@ -108,10 +120,10 @@ def main():
             t0 = time.monotonic()
             optimizer.zero_grad()
             loss = F.cross_entropy(net(train_x[idx]), train_y[idx])
-            loss.backward()
             try:
+                loss.backward()  # DDP with the blockps hook: the averages come back before it returns
                 optimizer.step()
-            except Exception as e:  # blockps.Error names the shard and the parameters
+            except Exception as e:  # blockps.Error (or the hook's RuntimeError) names the shard and the parameters
                 sys.exit(f"train.py rank {rank}: step {step} failed: {e}")
             train_s += time.monotonic() - t0
             step += 1
@@ -136,7 +148,7 @@ def main():
                        torch.get_num_threads(), "records": records}, f, indent=1)
     if distributed:
         dist.barrier()
-        if a.ddp:
+        if ddp:
             # torch 1.13's gloo process group can deadlock in its destructor when DDP's reducer releases it (seen
             # at the end of a CI run: ~Reducer -> ~ProcessGroupGloo blocked on the mutex of its own worker thread).
             # Every rank is past the barrier and the results are written: end without running destructors.

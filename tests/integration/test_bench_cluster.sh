@@ -122,14 +122,14 @@ grep -Eq "^cluster: +push spread per shard block [0-9.]+ ms" "$tmp/modes" || fai
 [ -s "$tmp/timeline/report.txt" ] || fail "no timeline report file"
 if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
 
-step "a tiny training workload: the MLP, 0.05 epochs, DDP and sync shards on 100mbit links"
+step "a tiny training workload: the MLP, 0.05 epochs, DDP, DDP with the blockps hook and sync shards on 100mbit links"
 rc=0
 "$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --shards 2 --rate 100mbit --iperf-seconds 1 \
-  --workload train --model mlp --epochs 0.05 --evals-per-epoch 40 --runs ddp,ps-sync >"$tmp/train" 2>&1 || rc=$?
+  --workload train --model mlp --epochs 0.05 --evals-per-epoch 40 --runs ddp,ddp-blockps,ps-sync >"$tmp/train" 2>&1 || rc=$?
 cat "$tmp/train"
 [ "$rc" -eq 0 ] || fail "bench/cluster --workload train exited $rc"
 if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
-for run in ddp ps-sync; do
+for run in ddp ddp-blockps ps-sync; do
   # The run's evaluations (rank 0's lines), its report row, and its images/s against the link bound.
   grep -Eq "^cluster: +$run epoch +0\.0[0-9] +loss [0-9.]+ +test acc +[0-9.]+%" "$tmp/train" || fail "no evaluation line of $run"
   grep -Eq "^cluster: $run +mlp +2 +0\.0[0-9] +[0-9.]+% " "$tmp/train" || fail "no report row of $run"
