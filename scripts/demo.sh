@@ -4,9 +4,11 @@
 # then runs and compares, with the same total threads (2) and the same global batch per step:
 #   local       1 worker, 2 threads, the torch optimizer in the process, no PS (the reference)
 #   ddp         torchrun, 2 workers: DistributedDataParallel over gloo (what a PyTorch user has without a PS)
+#   ddp-blockps torchrun, 2 workers: the same DDP, its gradients averaged by the PS (the blockps communication
+#               hook: one added line; the shards run opt=average in mode=sync, the optimizer stays in the script)
 #   ps-sync     torchrun, 2 workers through the PS in mode=sync (BSP: a pull returns the round's average)
 #   ps-async    torchrun, 2 workers through the PS in mode=async
-# Each PS run starts 2 shards (one tgtd each, scripts/ps-up.sh) that run the script's optimizer, the script
+# Each ps- run starts 2 shards (one tgtd each, scripts/ps-up.sh) that run the script's optimizer, the script
 # wraps its optimizer in blockps.torch.DistributedOptimizer (rank 0's weights go to the shards at start), prints
 # loss, test accuracy and images/s at every evaluation, and the shards stop. Then a summary table (final
 # accuracy, time to --target-accuracy, images/s) and a PNG plot of test accuracy against training time.
@@ -18,7 +20,7 @@
 #     --batch B         per-worker batch (default 128)      --evals-per-epoch K  (default 1 mlp, 4 resnet18)
 #     --min-accuracy A  bound on every run's final test accuracy (default 0.85)
 #     --target-accuracy T  the table's time-to-accuracy column (default 0.90)
-#     --runs LIST       which runs, comma-separated (default local,ddp,ps-sync,ps-async)
+#     --runs LIST       which runs, comma-separated (default local,ddp,ddp-blockps,ps-sync,ps-async)
 #     --short           CI mode: 2 epochs, bound 0.75        --out DIR   where the plot and logs go (./demo-out)
 #     --no-build        use BLOCKPS_BUILD_DIR as it is (no set-up, no build)
 # Run as root. Environment: BLOCKPS_BUILD_DIR (default ./build); BLOCKPS_PORT_OFFSET / BLOCKPS_CONTROL_OFFSET
@@ -28,7 +30,7 @@ set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build=${BLOCKPS_BUILD_DIR:-$repo/build}
-model=mlp epochs="" batch=128 min_accuracy=0.85 target_accuracy=0.90 evals="" runs=local,ddp,ps-sync,ps-async
+model=mlp epochs="" batch=128 min_accuracy=0.85 target_accuracy=0.90 evals="" runs=local,ddp,ddp-blockps,ps-sync,ps-async
 out=$PWD/demo-out build_first=1
 need_value() { [ $# -ge 2 ] || { echo "demo: $1 needs a value" >&2; exit 2; }; }
 while [ $# -gt 0 ]; do
@@ -65,8 +67,8 @@ done
 IFS=, read -ra run_list <<<"$runs"
 [ ${#run_list[@]} -gt 0 ] || { echo "demo: --runs is empty" >&2; exit 2; }
 for run in "${run_list[@]}"; do
-  case $run in local | ddp | ps-sync | ps-async) ;;
-    *) echo "demo: --runs: unknown run '$run' (local, ddp, ps-sync, ps-async)" >&2; exit 2 ;;
+  case $run in local | ddp | ddp-blockps | ps-sync | ps-async) ;;
+    *) echo "demo: --runs: unknown run '$run' (local, ddp, ddp-blockps, ps-sync, ps-async)" >&2; exit 2 ;;
   esac
 done
 
@@ -122,7 +124,7 @@ read -r model_bytes optimizer_bsopts < <("$python" "$repo/client/examples/fashio
 # checkpoint lives in the scratch directory, so every run starts from the weights its rank 0 writes.
 write_shard_conf() {
   local run=$1 i=$2 extra=$3 conf=$work/$1-shard$2.conf opts
-  opts="size=$((model_bytes / shards));dtype=f32;block=$block_bytes;$optimizer_bsopts;init=zeros;seed=1$extra"
+  opts="size=$((model_bytes / shards));dtype=f32;block=$block_bytes;init=zeros;seed=1;$extra"
   {
     echo "control-port $((1 + i))"
     echo "blockps-portal 127.0.0.1:$((3261 + i))"
@@ -162,9 +164,10 @@ train_torchrun() {
     "$trainer" "${train_args[@]}" --name "$run" --out "$out/$run.json" "$@"
 }
 
-# run_ps RUN EXTRA_BSOPTS: one PS run with 2 workers.
+# run_ps RUN BSOPTS TRAIN_FLAG: one run with 2 workers through 2 shards (BSOPTS: their optimizer and mode; the
+# script's TRAIN_FLAG, --ps or --ddp-blockps, takes the cluster file).
 run_ps() {
-  local run=$1 extra=$2 i
+  local run=$1 extra=$2 flag=$3 i
   local confs=()
   for ((i = 0; i < shards; i++)); do confs+=("$(write_shard_conf "$run" "$i" "$extra")"); done
   echo "   starting $shards shards (bsopts ...$extra)"
@@ -174,11 +177,13 @@ run_ps() {
   fi
   running_confs=("${confs[@]}")
   sed 's/^/  /' "$work/$run-ps-up.log"
-  train_torchrun "$run" --ps "$(write_cluster_file "$run")" || return 1
+  train_torchrun "$run" "$flag" "$(write_cluster_file "$run")" || return 1
   "$repo/scripts/ps-down.sh" "${confs[@]}" >/dev/null || warn "ps-down of $run failed"
   running_confs=()
 }
 
+# Sync: a round closes when both workers pushed (a straggler's 5 s, or a dead worker, closes it with 1).
+sync_bsopts="mode=sync;workers=2;min_workers=1;straggler_ms=5000"
 report_args=()
 for run in "${run_list[@]}"; do
   echo
@@ -188,9 +193,9 @@ for run in "${run_list[@]}"; do
     local) "$python" "$trainer" "${train_args[@]}" --batch $((2 * batch)) --threads 2 --name local \
       --out "$out/local.json" || die "the local run failed" ;;
     ddp) train_torchrun ddp --ddp || die "the ddp run failed" ;;
-    # Sync: a round closes when both workers pushed (a straggler's 5 s, or a dead worker, closes it with 1).
-    ps-sync) run_ps ps-sync ";mode=sync;workers=2;min_workers=1;straggler_ms=5000" || die "the ps-sync run failed" ;;
-    ps-async) run_ps ps-async ";mode=async" || die "the ps-async run failed" ;;
+    ddp-blockps) run_ps ddp-blockps "opt=average;$sync_bsopts" --ddp-blockps || die "the ddp-blockps run failed" ;;
+    ps-sync) run_ps ps-sync "$optimizer_bsopts;$sync_bsopts" --ps || die "the ps-sync run failed" ;;
+    ps-async) run_ps ps-async "$optimizer_bsopts;mode=async" --ps || die "the ps-async run failed" ;;
   esac
   report_args+=(--run "$run=$out/$run.json")
 done

@@ -54,5 +54,6 @@ if(TARGET blockps_python)
   add_dependencies(blockps_ddp_hook_tests blockps_python)
   target_compile_definitions(blockps_ddp_hook_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
-    BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py")
+    BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py"
+    BLOCKPS_DDP_EXAMPLE="${PROJECT_SOURCE_DIR}/client/examples/ddp_finetune.py")
 endif()

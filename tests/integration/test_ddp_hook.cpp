@@ -26,9 +26,10 @@ class DdpHookTest : public ::testing::Test {
   }
   // 2 averaging shards, a 64 KiB model in 4 KiB blocks: the check model's parameters span several blocks on both
   // shards, and DDP's small buckets put several exchanges in flight at once.
-  void start(int workers, const std::string& dtype = "f32", const std::string& client = {}) {
+  void start(int workers, const std::string& dtype = "f32", const std::string& client = {},
+             std::uint64_t model_bytes = 64 * K) {
     const Status s =
-        local_.start({.model_bytes = 64 * K,
+        local_.start({.model_bytes = model_bytes,
                       .block_bytes = 4 * K,
                       .shards = 2,
                       .dtype = dtype,
@@ -44,22 +45,27 @@ class DdpHookTest : public ::testing::Test {
     command.insert(command.end(), args.begin(), args.end());
     return command;
   }
-  // The check script under torchrun with `ranks` ranks; every rank must say that every check passed.
-  void torchrun(int ranks, std::vector<std::string> args, int max_restarts = 0) {
+  // `script` with `args` under torchrun with `ranks` ranks (and `env` before it); its output.
+  CommandResult torchrun_script(const std::string& script, int ranks, const std::vector<std::string>& args,
+                                int max_restarts = 0, const std::vector<std::string>& env = {}) {
     const int port = free_loopback_port();  // not --standalone's fixed 29400: tests run side by side
-    ASSERT_NE(port, 0);
-    std::vector<std::string> command{BLOCKPS_TORCHRUN,
-                                     "--rdzv_backend=c10d",
-                                     "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-                                     "--nnodes=1",
-                                     "--nproc_per_node=" + std::to_string(ranks),
-                                     "--max_restarts=" + std::to_string(max_restarts),
-                                     "--monitor_interval=1",
-                                     "--redirects=1",
-                                     "--tee=1",
-                                     BLOCKPS_DDP_HOOK_CHECK};
+    if (port == 0) {
+      CommandResult none;
+      none.error = "no free loopback port for torchrun's rendezvous";
+      return none;
+    }
+    std::vector<std::string> command = env;
+    command.insert(
+        command.end(),
+        {BLOCKPS_TORCHRUN, "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--nnodes=1",
+         "--nproc_per_node=" + std::to_string(ranks), "--max_restarts=" + std::to_string(max_restarts),
+         "--monitor_interval=1", "--redirects=1", "--tee=1", script});
     command.insert(command.end(), args.begin(), args.end());
-    const CommandResult r = run_command(python(command), {.timeout = std::chrono::seconds(240), .cwd = {}});
+    return run_command(python(command), {.timeout = std::chrono::seconds(240), .cwd = {}});
+  }
+  // The check script under torchrun; every rank must say that every check passed.
+  void torchrun(int ranks, const std::vector<std::string>& args, int max_restarts = 0) {
+    const CommandResult r = torchrun_script(BLOCKPS_DDP_HOOK_CHECK, ranks, args, max_restarts);
     EXPECT_TRUE(r.ok()) << r.describe();
     const std::string attempt = max_restarts > 0 ? " attempt 1" : " attempt 0";
     for (int rank = 0; rank < ranks; ++rank)
@@ -105,6 +111,27 @@ TEST_F(DdpHookTest, DeadShardFailsTheStepNamingTheShardAndTheParameters) {
   std::cout << r.output << "(" << std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count()
             << " s)\n";
   (void)local_.tgtd(1).kill9();  // reap the tgtd the script killed
+}
+
+// client/examples/ddp_finetune.py, a plain DDP script (AdamW with two param groups, clip_grad_norm_, OneCycle),
+// run as it is (DDP over gloo) and with BLOCKPS_CLUSTER set (its hook line on): the same parameters, bit for bit.
+TEST_F(DdpHookTest, ThePlainDdpExampleTrainsTheSameWithItsHookLine) {
+  ASSERT_NO_FATAL_FAILURE(start(2, "f32", "", 1024 * K));  // its MLP: 203,786 parameters, 819,200 bytes of blocks
+  const std::vector<std::string> args{"--steps", "30", "--batch", "32"};
+  const CommandResult gloo = torchrun_script(BLOCKPS_DDP_EXAMPLE, 2, args);
+  ASSERT_TRUE(gloo.ok()) << gloo.describe();
+  const CommandResult hook =
+      torchrun_script(BLOCKPS_DDP_EXAMPLE, 2, args, 0, {"BLOCKPS_CLUSTER=" + local_.cluster_file()});
+  ASSERT_TRUE(hook.ok()) << hook.describe();
+  const auto digest = [](const std::string& out) {
+    const auto at = out.find("parameters sha256 ");
+    return at == std::string::npos ? std::string() : out.substr(at, 34);
+  };
+  ASSERT_FALSE(digest(gloo.output).empty()) << gloo.output;
+  EXPECT_EQ(digest(hook.output), digest(gloo.output)) << "DDP over gloo:\n"
+                                                      << gloo.output << "\nwith the hook:\n"
+                                                      << hook.output;
+  std::cout << hook.output;
 }
 
 TEST_F(DdpHookTest, AModelLargerThanTheClustersIsRefusedWithTheSizeToSet) {

@@ -130,6 +130,14 @@ TEST_F(TorchOptimizerTest, WrongInputsAreRefusedWithTheirReason) {
   run_check({"bad-input", local_.cluster_file(), local_.cluster_file() + ".bad", local_.checkpoint_path(0),
              local_.checkpoint_path(1)});
 }
+// What DistributedOptimizer cannot do (param groups with their own hyper-parameters, an optimizer the shards do not
+// run, Horovod's synchronize(), gradients changed between backward and step) is refused with the advice to use the
+// DDP hook; plain steps raise nothing. The direct path and the staging (CUDA's) path.
+TEST_F(TorchOptimizerTest, WhatItCannotDoIsRefusedPointingToTheDdpHook) {
+  ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01"));
+  run_check({"cannot", local_.cluster_file()});
+  run_check({"cannot", local_.cluster_file(), "--staging"});
+}
 // Train on adam shards, have them write their checkpoints, export a torch file; plain torch loads it and its next
 // step matches the PS's. Then the other way: a torch checkpoint written as the shards' files, the shards
 // restarted on them, and their next step matches torch's.

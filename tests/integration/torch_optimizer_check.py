@@ -11,6 +11,7 @@
     torch_optimizer_check.py checkpoint-import CLUSTER OUT CKPT...      OUT.next.pt -> shard checkpoint files
     torch_optimizer_check.py checkpoint-resume CLUSTER OUT              shards started from them = torch, step for step
     torch_optimizer_check.py bad-input CLUSTER OUT CKPT...              wrong inputs: a clear ValueError, shards intact
+    torch_optimizer_check.py cannot CLUSTER [--staging]                 what it cannot do is refused, pointing to the hook
 """
 import argparse
 import copy
@@ -297,6 +298,63 @@ def bad_input(args):
     print("bad-input: every wrong input refused with its reason; the shards still train")
 
 
+def expect_refusal(what, error_type, call):
+    """`call` must raise `error_type` whose text points to the DDP hook."""
+    try:
+        call()
+    except error_type as e:
+        check("averaging_hook" in str(e), f"{what}: the error does not point to blockps.torch.averaging_hook: {e}")
+        print(f"cannot: {what}: {e}")
+        return
+    check(False, f"{what}: accepted")
+
+
+def cannot(args):
+    """adam lr=0.01 shards. What DistributedOptimizer cannot do is refused with advice to use the DDP hook:
+    param groups with other hyper-parameters, an optimizer the shards do not run, synchronize() (Horovod's), and
+    gradients changed between backward() and step() (clip_grad_norm_ in place, an assigned .grad), detected at
+    step() on the direct path and (--staging) the copy path. Plain steps, with 2 backward passes per step too,
+    are not refused (no false alarm), before and after a refusal."""
+    model = small_cnn()
+    head = list(model[5].parameters())
+    body = [p for p in model.parameters() if all(p is not h for h in head)]
+    groups = torch.optim.Adam([{"params": body}, {"params": head, "lr": 0.001}], lr=0.01)
+    expect_refusal("param groups with their own lr", ValueError,
+                   lambda: blockps.torch.DistributedOptimizer(groups, model, args.cluster))
+    expect_refusal("RMSprop", ValueError, lambda: blockps.torch.DistributedOptimizer(
+        torch.optim.RMSprop(model.parameters(), lr=0.01), model, args.cluster))
+    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster,
+                                             staging=args.staging)
+    expect_refusal("synchronize()", RuntimeError, opt.synchronize)
+    expect_refusal("skip_synchronize()", RuntimeError, opt.skip_synchronize)
+    train_step(model, opt, 0)
+    opt.step()  # a plain step: no alarm
+
+    def clipped():
+        train_step(model, opt, 1)
+        nn.utils.clip_grad_norm_(model.parameters(), 1e-3)
+        opt.step()
+    expect_refusal("clip_grad_norm_ between backward and step", RuntimeError, clipped)
+
+    def assigned():
+        train_step(model, opt, 2)
+        model[5].bias.grad = model[5].bias.grad * 0.5
+        opt.step()
+    expect_refusal("a .grad assigned between backward and step", RuntimeError, assigned)
+    train_step(model, opt, 3)
+    opt.step()  # plain again: the wrapper still trains
+    twice = small_cnn()
+    opt2 = blockps.torch.DistributedOptimizer(torch.optim.Adam(twice.parameters(), lr=0.01), twice, args.cluster,
+                                              staging=args.staging, backward_passes_per_step=2, init="ps")
+    for step in range(2):
+        opt2.zero_grad()
+        for k in range(2):
+            x, y = batch(10 + 2 * step + k)
+            F.cross_entropy(twice(x), y).backward()
+        opt2.step()  # accumulation across passes is not a change
+    print("cannot: every refusal points to the hook; plain steps (1 and 2 backward passes) pass")
+
+
 def main():
     p = argparse.ArgumentParser()
     sub = p.add_subparsers(dest="mode", required=True)
@@ -330,10 +388,13 @@ def main():
     r = sub.add_parser("checkpoint-resume")
     r.add_argument("cluster")
     r.add_argument("out")
+    n = sub.add_parser("cannot")
+    n.add_argument("cluster")
+    n.add_argument("--staging", action="store_true")
     args = p.parse_args()
     {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down,
      "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
-     "checkpoint-resume": checkpoint_resume, "bad-input": bad_input}[args.mode](args)
+     "checkpoint-resume": checkpoint_resume, "bad-input": bad_input, "cannot": cannot}[args.mode](args)
     print("every check passed", flush=True)
 
 

@@ -40,6 +40,12 @@ never stepped locally. What happens, and the rules a user can rely on:
   for on a submitter thread, not in backward).
 - Errors name the shard (blockps.Error / blockps.ShardUnreachableError from the library) and the parameters
   in the failed blocks; a sync shard's parked pull has a deadline, so nothing hangs the loop.
+- What it cannot do, refused loudly: gradients changed between backward() and step() (clip_grad_norm_,
+  GradScaler.unscale_, an assigned .grad: the pushes left during backward, so the shards would run on the
+  unchanged ones) raise at step(), detected by the gradients' version counters; Horovod's synchronize() /
+  skip_synchronize() raise; param groups with different hyper-parameters and optimizers the shards do not run
+  are refused at construction. Each error points to DDP with blockps.torch.averaging_hook, where the optimizer
+  stays in the script and any of these work.
 """
 import json
 import math
@@ -54,6 +60,8 @@ from ._blockps import Cluster
 
 _WIRE_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _PAGE = 4096  # device paths (posix transport) use O_DIRECT
+_USE_THE_HOOK = ("use DistributedDataParallel with blockps.torch.averaging_hook over opt=average shards instead: the "
+                 "optimizer then stays in the script (docs/OPTIONS.md, \"DDP through blockps\")")
 
 
 class ParameterSlot:
@@ -139,15 +147,16 @@ def shard_optimizer_for(optimizer):
         for k in keys:
             if g.get(k) != groups[0].get(k):
                 raise ValueError(f"blockps: param group hyper-parameters differ ({k}: {groups[0].get(k)} vs "
-                                 f"{g.get(k)}); a shard runs one optimizer for all its elements")
+                                 f"{g.get(k)}); a shard runs one optimizer for all its elements: {_USE_THE_HOOK}")
     g = groups[0]
     if g.get("maximize") or g.get("amsgrad"):
-        raise ValueError("blockps: the shards do not run maximize=True or amsgrad=True")
+        raise ValueError(f"blockps: the shards do not run maximize=True or amsgrad=True: {_USE_THE_HOOK}")
     if isinstance(optimizer, torch.optim.SGD):
         if g["momentum"] == 0:
             return {"opt": "sgd", "lr": g["lr"], "weight_decay": g["weight_decay"]}
         if g["dampening"] != 0:
-            raise ValueError(f"blockps: SGD dampening={g['dampening']}: the shards' momentum has none (0)")
+            raise ValueError(f"blockps: SGD dampening={g['dampening']}: the shards' momentum has none (0): "
+                             f"{_USE_THE_HOOK}")
         return {"opt": "momentum", "lr": g["lr"], "momentum": g["momentum"], "nesterov": int(bool(g["nesterov"])),
                 "weight_decay": g["weight_decay"]}
     kinds = {torch.optim.AdamW: "adamw", torch.optim.Adam: "adam"}  # AdamW first: it is not an Adam subclass
@@ -156,7 +165,7 @@ def shard_optimizer_for(optimizer):
             return {"opt": name, "lr": g["lr"], "beta1": g["betas"][0], "beta2": g["betas"][1], "eps": g["eps"],
                     "weight_decay": g["weight_decay"]}
     raise ValueError(f"blockps: {type(optimizer).__name__} is not run by the shards (SGD, SGD with momentum, "
-                     "Adam, AdamW are)")
+                     f"Adam, AdamW are): {_USE_THE_HOOK}")
 
 
 def shard_options(cluster):
@@ -300,6 +309,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._frontier = 0
         self._buffers_sent = False
         self._hook_failure = None
+        # What each gradient was when it was staged for its push: (the .grad tensor, its version counter). An
+        # in-place change afterwards bumps the counter (views and detach() share it); an assignment swaps the
+        # tensor. step() compares (_check_gradients_unchanged).
+        self._staged = {}
 
     def _hook(self, index):
         def on_gradient_accumulated(*_):
@@ -339,6 +352,28 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 target.zero_()
             elif not (self._direct and g.data_ptr() == target.data_ptr()):
                 target.copy_(g.detach().reshape(-1), non_blocking=self._cuda)
+        if g is not None:
+            self._staged[slot.name] = (g, g._version)
+
+    def _check_gradients_unchanged(self):
+        """RuntimeError when a gradient pushed during backward was changed or replaced before step()."""
+        def swapped_or_bumped(slot):
+            grad, version = self._staged[slot.name]
+            # Direct: the views share one version counter, which later accumulations bump (checked below).
+            return slot.tensor.grad is not grad or (not self._direct and grad._version != version)
+        changed = [s.name for s in self.layout.parameters if s.name in self._staged and swapped_or_bumped(s)]
+        if self._direct and not changed:
+            # Direct: every .grad is a view of one buffer, so they share one version counter; each staging
+            # recorded it after that gradient's accumulation, the last one after backward's last accumulation.
+            latest = max((v for _, v in self._staged.values()), default=None)
+            if latest is not None and self._grads._version != latest:
+                changed = ["(in place; which one: the gradients share one buffer)"]
+        if changed:
+            raise RuntimeError(
+                "blockps: gradients changed between backward() and step() (" + ", ".join(changed[:8]) +
+                (", ..." if len(changed) > 8 else "") + "): DistributedOptimizer pushed them during backward, so "
+                "the shards ran on the unchanged ones. clip_grad_norm_, GradScaler.unscale_ and other changes "
+                "between backward and step cannot work here; " + _USE_THE_HOOK)
 
     def _advance(self, flushing):
         """Send the ready blocks from the first unsent one, a bucket at a time (the rest too when flushing)."""
@@ -402,6 +437,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        try:
+            self._check_gradients_unchanged()
+        except RuntimeError as e:  # finish the step's exchanges first: the shards and this rank stay in step
+            if self._hook_failure is None:
+                self._hook_failure = e
         lr = self.param_groups[0]["lr"]
         if lr != self._sent_lr:  # an LR scheduler (or the script) changed it: the shards run it from now on
             if self.rank == 0:
@@ -439,6 +479,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                              _bytes_of(self._blocks(flat, first, first + layout.buffer_blocks)))
             self._install(flat, layout.buffers)
         return loss
+
+    def synchronize(self):
+        """Horovod's synchronize() (gradients reduced before step(), to change them in between) cannot work here:
+        the shards run the optimizer on the gradients pushed during backward. Raises with what to use instead."""
+        raise RuntimeError("blockps: DistributedOptimizer has no synchronize(): the shards step on the gradients "
+                           "pushed during backward, so they cannot be changed before step(); " + _USE_THE_HOOK)
+
+    def skip_synchronize(self):
+        """See synchronize(): raises."""
+        self.synchronize()
 
     def checkpoint(self):
         """Rank 0 asks every shard to write its checkpoint file now (weights, optimizer state, step counts, and
