@@ -65,8 +65,9 @@ class AveragingState:
         self._start_rounds(rank)
 
     def _start_rounds(self, rank):
-        """Rank 0 drops the rounds a previous run left open (a rank killed mid-step leaves its pushes there: a
-        torchrun restart's first step would average them in), then every rank waits for it: no push before."""
+        """Rank 0 drops whatever rounds a previous run left (a run killed mid-step: without this, torchrun's next
+        attempt was seen to stall in its first rounds until worker_timeout_ms dropped its ranks; DdpHookTest.
+        KilledRanksNextTorchrunAttemptTrainsExactly), then every rank waits for it: no push before."""
         if rank == 0:
             try:
                 self.cluster.control("reset-rounds")
