@@ -65,9 +65,12 @@ class AveragingState:
         self._start_rounds(rank)
 
     def _start_rounds(self, rank):
-        """Rank 0 drops whatever rounds a previous run left (a run killed mid-step: without this, torchrun's next
-        attempt was seen to stall in its first rounds until worker_timeout_ms dropped its ranks; DdpHookTest.
-        KilledRanksNextTorchrunAttemptTrainsExactly), then every rank waits for it: no push before."""
+        """Rank 0 resets the shards' rounds, then every rank waits for it: no push before. The reset drops what a
+        previous run left open and re-forms the membership: a shard whose earlier workers all left keeps counting
+        itself formed, so its quorum is min_workers and the first rank to push closes its rounds alone; the next
+        rank's push then opens the next round, which waits for the first rank, which waits for the next rank in
+        DDP's buffer broadcast (seen after a torchrun restart: DdpHookTest.KilledRanksNextTorchrunAttemptTrains
+        Exactly stalls without this until worker_timeout_ms drops both ranks)."""
         if rank == 0:
             try:
                 self.cluster.control("reset-rounds")
