@@ -14,6 +14,7 @@ import datetime
 import os
 import signal
 import sys
+import tempfile
 
 import torch
 import torch.distributed as dist
@@ -157,15 +158,15 @@ def bf16(args):
         want = ((parts[0] + parts[1]) / 2).bfloat16().float()
         check(torch.equal(p.grad, want), f"{name}: the hook's gradient is not the bf16 average: worst difference "
               f"{(p.grad - want).abs().max().item():.3g}")
-        check(not torch.equal(p.grad, (parts[0] + parts[1]) / 2) or torch.equal(want, (parts[0] + parts[1]) / 2),
-              f"{name}: the gradient was not carried as bf16")
     finish(f"rank {rank} attempt 0")
 
 
 def single_rank():
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"})
-    os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    """A process group of one, rendezvous through a file: no fixed port for tests running side by side."""
+    store = tempfile.NamedTemporaryFile(prefix="ddp_hook_check.", delete=False).name
+    os.unlink(store)  # FileStore creates it
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=0, world_size=1,
+                            timeout=datetime.timedelta(seconds=60))
 
 
 def shard_down(args):

@@ -48,18 +48,14 @@ class DdpHookTest : public ::testing::Test {
   // `script` with `args` under torchrun with `ranks` ranks (and `env` before it); its output.
   CommandResult torchrun_script(const std::string& script, int ranks, const std::vector<std::string>& args,
                                 int max_restarts = 0, const std::vector<std::string>& env = {}) {
-    const int port = free_loopback_port();  // not --standalone's fixed 29400: tests run side by side
-    if (port == 0) {
+    std::vector<std::string> command = torchrun_command(BLOCKPS_TORCHRUN, ranks, max_restarts);
+    if (command.empty()) {
       CommandResult none;
       none.error = "no free loopback port for torchrun's rendezvous";
       return none;
     }
-    std::vector<std::string> command = env;
-    command.insert(
-        command.end(),
-        {BLOCKPS_TORCHRUN, "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--nnodes=1",
-         "--nproc_per_node=" + std::to_string(ranks), "--max_restarts=" + std::to_string(max_restarts),
-         "--monitor_interval=1", "--redirects=1", "--tee=1", script});
+    command.insert(command.begin(), env.begin(), env.end());
+    command.push_back(script);
     command.insert(command.end(), args.begin(), args.end());
     return run_command(python(command), {.timeout = std::chrono::seconds(240), .cwd = {}});
   }

@@ -83,13 +83,13 @@ TEST_F(TorchOptimizerTest, OneWorkerMatchesTorchOptimAdam) {
 TEST_F(TorchOptimizerTest, TorchrunRanksEndWithTheSameParametersAndBuffers) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01;mode=sync;workers=2"));
   const std::string out = local_.cluster_file() + ".state";
-  const int port = free_loopback_port();  // not --standalone's fixed 29400: tests run side by side
-  ASSERT_NE(port, 0);
-  const CommandResult r = run_command(
-      {"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR, "OMP_NUM_THREADS=1", BLOCKPS_TORCHRUN,
-       "--rdzv_backend=c10d", "--rdzv_endpoint=127.0.0.1:" + std::to_string(port), "--nnodes=1", "--nproc_per_node=2",
-       "--redirects=1", "--tee=1", BLOCKPS_TORCH_CHECK, "worker", local_.cluster_file(), out, "8"},
-      {.timeout = std::chrono::seconds(180), .cwd = {}});
+  std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
+                                   "OMP_NUM_THREADS=1"};
+  const std::vector<std::string> torchrun = torchrun_command(BLOCKPS_TORCHRUN, 2);
+  ASSERT_FALSE(torchrun.empty()) << "no free loopback port for torchrun's rendezvous";
+  command.insert(command.end(), torchrun.begin(), torchrun.end());
+  command.insert(command.end(), {BLOCKPS_TORCH_CHECK, "worker", local_.cluster_file(), out, "8"});
+  const CommandResult r = run_command(command, {.timeout = std::chrono::seconds(180), .cwd = {}});
   ASSERT_TRUE(r.ok()) << r.describe();
   run_check({"compare", out, "2"});
 }

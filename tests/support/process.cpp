@@ -108,6 +108,20 @@ int free_loopback_port() {
   return bound ? ntohs(address.sin_port) : 0;
 }
 
+std::vector<std::string> torchrun_command(const std::string& torchrun, int ranks, int max_restarts) {
+  const int port = free_loopback_port();
+  if (port == 0) return {};
+  return {torchrun,
+          "--rdzv_backend=c10d",
+          "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
+          "--nnodes=1",
+          "--nproc_per_node=" + std::to_string(ranks),
+          "--max_restarts=" + std::to_string(max_restarts),
+          "--monitor_interval=1",
+          "--redirects=1",
+          "--tee=1"};
+}
+
 std::string read_text_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return {};

@@ -50,6 +50,12 @@ bool running_as_root();
 // share a fixed port. 0 when none could be had.
 int free_loopback_port();
 
+// torchrun (the program at `torchrun`) with `ranks` ranks on this host and `max_restarts` restarts, up to the
+// script to run: its rendezvous on a free loopback port (not --standalone's fixed 29400, which tests running side
+// by side would share), and `--redirects 1 --tee 1` (Debian bookworm's torchrun crashes on Python 3.11 with its
+// default `--redirects 0`: docs/OPTIONS.md). Empty when no port could be had.
+std::vector<std::string> torchrun_command(const std::string& torchrun, int ranks, int max_restarts = 0);
+
 // The contents of a file; empty when it cannot be read.
 std::string read_text_file(const std::string& path);
 

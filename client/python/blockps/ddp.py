@@ -60,6 +60,11 @@ class AveragingState:
         self.devices = sorted({s.tensor.device for s in layout.parameters if s.tensor.is_cuda}, key=str)
         self.grads = _wire_buffer(elements, wire, bool(self.devices))
         self.averages = _wire_buffer(elements, wire, bool(self.devices))
+        # Per block, how many parameters it holds: what a step waits to stage before sending the block.
+        self.parameters_per_block = [0] * layout.parameter_blocks
+        for s in layout.parameters:
+            for b in layout.blocks_of(s):
+                self.parameters_per_block[b] += 1
         self.lock = threading.Lock()
         self._new_step()
         self._start_rounds(rank)
@@ -82,10 +87,7 @@ class AveragingState:
             torch.distributed.barrier()
 
     def _new_step(self):
-        self.missing = [0] * self.layout.parameter_blocks  # per block: parameters not staged yet this step
-        for s in self.layout.parameters:
-            for b in self.layout.blocks_of(s):
-                self.missing[b] += 1
+        self.missing = list(self.parameters_per_block)  # per block: parameters not staged yet this step
         self.done = [None] * self.layout.parameter_blocks  # per block: None (not back), True, or the exception
         self.waiting = []  # (future, bucket, slots) not completed yet
 
