@@ -1,6 +1,7 @@
 #include "client/iscsi_lun.h"
 
 #include "client/command_order.h"
+#include "client/sigpipe_suppression.h"
 
 // libiscsi's headers are C; they declare everything extern "C" themselves.
 #include <iscsi/iscsi.h>
@@ -172,6 +173,7 @@ IscsiLun& IscsiLun::operator=(IscsiLun&& other) noexcept {
 }
 
 Status IscsiLun::connect(const std::string& url, const std::string& initiator_iqn, const ConnectOptions& options) {
+  const SigpipeSuppression no_sigpipe;  // login, READ CAPACITY, and a logout on failure write to the socket
   disconnect();
   options_ = options;
   if (initiator_iqn.empty()) return Status::Error("empty initiator IQN");
@@ -254,6 +256,7 @@ Status IscsiLun::reconnect() {
 
 void IscsiLun::disconnect() {
   if (ctx_ == nullptr) return;
+  const SigpipeSuppression no_sigpipe;  // the logout writes to a socket the target may have closed
   iscsi_context* ctx = ctx_;
   ctx_ = nullptr;
   if (iscsi_is_logged_in(ctx) != 0) iscsi_logout_sync(ctx);  // best effort; tgt drops the nexus either way
@@ -388,6 +391,7 @@ ScsiResult IscsiLun::check_range(std::uint64_t offset, std::uint64_t bytes) cons
 
 template <class QueueTask>
 ScsiResult IscsiLun::run_one(Completion& c, const char* name, QueueTask&& queue_task) {
+  const SigpipeSuppression no_sigpipe;  // iscsi_service() writes the command
   if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
   for (int resends = 0;; ++resends) {
     if (ctx_ == nullptr) return usage_error("not connected");
@@ -476,6 +480,7 @@ ScsiResult IscsiLun::not_queued(IoDirection direction) const {
 template <class Next, class Completed>
 ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
                                  LuQueueCounters* counters) {
+  const SigpipeSuppression no_sigpipe;  // iscsi_service() writes the commands
   // Found here, a closed connection fails the queue before anything is issued: every command stays not issued.
   if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
   ScsiResult failure;

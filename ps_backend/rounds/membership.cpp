@@ -42,6 +42,14 @@ bool Membership::drop(std::uint64_t itn, const std::string& why) {
   if (drop_log_.size() > kDropLogLines) drop_log_.erase(drop_log_.begin());
   members_.erase(it);
   ++dropped_;
+  if (members_.empty() && formed_) {
+    // Every worker is gone: the job ended or all its ranks died (torchrun restarts them all). The next ranks are a
+    // new formation; were the shard to stay formed, the first of them would close rounds alone (quorum
+    // min_workers) and the others would read averages they are not in.
+    formed_ = false;
+    log_line("rounds: every worker left; the next rounds wait for all " + std::to_string(workers_) +
+             " expected workers again");
+  }
   return true;
 }
 

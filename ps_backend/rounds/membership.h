@@ -31,7 +31,8 @@ class Membership {
   void admitted_push(const WorkerRef& worker, Clock::time_point now);
   /// A push of member `itn` landed at `now` (nothing for a worker dropped meanwhile).
   void landed_push(std::uint64_t itn, Clock::time_point now);
-  /// Drop `itn`, logged and kept in the drop log with `why`; false when it is no member.
+  /// Drop `itn`, logged and kept in the drop log with `why`; false when it is no member. The last member's drop
+  /// un-forms the shard.
   bool drop(std::uint64_t itn, const std::string& why);
   /// The members with no push for worker_timeout_ms at `now`.
   std::vector<std::uint64_t> silent(Clock::time_point now) const;
@@ -40,7 +41,8 @@ class Membership {
   std::size_t size() const { return members_.size(); }
   const std::map<std::uint64_t, Member>& members() const { return members_; }
 
-  /// Formed: the expected workers were all there once, or a round closed without the missing ones.
+  /// Formed: the expected workers were all there once, or a round closed without the missing ones; no longer
+  /// once every member was dropped (the next workers form anew).
   bool formed() const { return formed_; }
   void mark_formed() { formed_ = true; }
   /// After the rounds were reset: formed again only when the expected workers are there now.

@@ -489,6 +489,44 @@ TEST_F(SyncModeTest, BelowMinWorkersPullsFailWithNotReadyAndRecoverWhenAWorkerRe
   EXPECT_FALSE(status_page()["rounds"]["degraded"].get<bool>());
 }
 
+// A job ends (or torchrun restarts all its ranks) and the next one starts on the same shard. Once every worker
+// was dropped, the shard forms anew: a new first worker's push waits for the expected workers instead of
+// closing rounds alone with min_workers=1, and both read the average of both.
+TEST_F(SyncModeTest, AfterEveryWorkerLeftTheNextWorkersFormAnew) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=1;straggler_ms=60000;worker_timeout_ms=60000"));
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  {
+    IscsiLun a, b;
+    ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+    ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+    const auto g1a = values(1), g1b = values(2);
+    reference_round(expected, {g1a, g1b}, 0.5f);
+    for (const Pulled& p : round({&a, &b}, {g1a, g1b})) ASSERT_TRUE(p.result.ok()) << p.result.describe();
+  }  // both log out
+  const auto t0 = Clock::now();
+  nlohmann::json s;
+  for (;;) {
+    s = status_page();
+    if (!s.is_null() && s["rounds"]["workers_dropped"] == 2) break;
+    ASSERT_LT(Clock::now() - t0, 10s) << "the logged-out workers were not dropped: " << s.dump();
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(s["rounds"]["degraded"].get<bool>()) << "an empty shard waits for a new job, it is not degraded";
+
+  IscsiLun a2, b2;
+  ASSERT_NO_FATAL_FAILURE(connect(a2, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b2, "b"));
+  const auto g2a = values(3), g2b = values(4);
+  ASSERT_TRUE(a2.write(0, bytes_of(g2a)).ok());  // alone, it must not close the round
+  ASSERT_TRUE(b2.write(0, bytes_of(g2b)).ok());
+  reference_round(expected, {g2a, g2b}, 0.5f);
+  for (IscsiLun* w : {&a2, &b2}) {
+    std::vector<std::byte> back(kBytes);
+    ASSERT_TRUE(w->read(0, back).ok());
+    EXPECT_EQ(floats_of(back), expected) << "a round closed without both new workers";
+  }
+}
+
 TEST_F(SyncModeTest, AKilledTgtdRestartsFromTheLastCheckpointAndRoundsResume) {
   ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000"));
   std::vector<float> at_checkpoint;

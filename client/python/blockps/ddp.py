@@ -71,11 +71,12 @@ class AveragingState:
 
     def _start_rounds(self, rank):
         """Rank 0 resets the shards' rounds, then every rank waits for it: no push before. The reset drops what a
-        previous run left open and re-forms the membership: a shard whose earlier workers all left keeps counting
-        itself formed, so its quorum is min_workers and the first rank to push closes its rounds alone; the next
-        rank's push then opens the next round, which waits for the first rank, which waits for the next rank in
-        DDP's buffer broadcast (seen after a torchrun restart: DdpHookTest.KilledRanksNextTorchrunAttemptTrains
-        Exactly stalls without this until worker_timeout_ms drops both ranks)."""
+        previous run left open and re-forms the membership now. A shard re-forms by itself once every earlier
+        worker was dropped, but after a torchrun restart the killed ranks' sessions may not be dropped yet (a
+        killed process's TCP session ends when tgtd notices, a silent one after worker_timeout_ms): the new
+        ranks would join a formation that still counts the dead ones, whose rounds do not wait as a new
+        formation's do (seen in DdpHookTest.KilledRanksNextTorchrunAttemptTrainsExactly before the reset: a stall
+        until worker_timeout_ms dropped both ranks)."""
         if rank == 0:
             try:
                 self.cluster.control("reset-rounds")

@@ -72,6 +72,21 @@ TEST(Membership, TheFirstPushJoinsAndTheClusterFormsWithTheExpectedWorkers) {
   EXPECT_FALSE(m.contains(kC.itn));
 }
 
+TEST(Membership, OnceEveryMemberIsDroppedTheNextWorkersFormAnew) {
+  Membership m(sync_policy(2, 1));
+  m.admitted_push(kA, Clock::now());
+  m.admitted_push(kB, Clock::now());
+  ASSERT_TRUE(m.formed());
+  ASSERT_TRUE(m.drop(kA.itn, "its session is gone"));
+  EXPECT_TRUE(m.formed()) << "one worker left of two: still the same job";
+  EXPECT_EQ(m.quorum(), 1u);
+  ASSERT_TRUE(m.drop(kB.itn, "its session is gone"));
+  EXPECT_FALSE(m.formed()) << "every worker is gone: the next ones are a new formation";
+  EXPECT_FALSE(m.degraded());
+  m.admitted_push(kC, Clock::now());
+  EXPECT_EQ(m.quorum(), 2u) << "a new first worker must not close rounds alone";
+}
+
 TEST(Membership, SilentMembersAreThoseWithNoPushForWorkerTimeoutMs) {
   RoundPolicy p = sync_policy(2, 1);
   p.worker_timeout_ms = 1000;
