@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "aggregator/cpu_clones.h"
+#include "aggregator/update_dispatch.h"
 
 namespace blockps {
 
@@ -33,37 +34,25 @@ BLOCKPS_INLINE_LOOP void fused_update(const StepConstants& constants, float* __r
   }
 }
 
-template <OptimizerKind K>
-BLOCKPS_INLINE_LOOP void update_with_dtype(WireDtype dtype, const StepConstants& k, float* w, const void* g, float* s0,
-                                           float* s1, std::size_t n) {
-  switch (dtype) {
-    case WireDtype::f32:
-      return fused_update<K, WireDtype::f32>(k, w, g, s0, s1, n);
-    case WireDtype::bf16:
-      return fused_update<K, WireDtype::bf16>(k, w, g, s0, s1, n);
-    case WireDtype::f16:
-      return fused_update<K, WireDtype::f16>(k, w, g, s0, s1, n);
+// One call of the fused loop, as update_dispatch.h picks it.
+struct FusedUpdate {
+  const StepConstants& k;
+  float* w;
+  const void* g;
+  float* s0;
+  float* s1;
+  std::size_t n;
+  template <OptimizerKind K, WireDtype D>
+  BLOCKPS_INLINE_LOOP void operator()() const {
+    fused_update<K, D>(k, w, g, s0, s1, n);
   }
-}
+};
 
 }  // namespace
 
 BLOCKPS_CPU_CLONES void cpu_update(OptimizerKind kind, WireDtype dtype, const StepConstants& k, float* w, const void* g,
                                    float* s0, float* s1, std::size_t n) {
-  switch (kind) {
-    case OptimizerKind::sgd:
-      return update_with_dtype<OptimizerKind::sgd>(dtype, k, w, g, s0, s1, n);
-    case OptimizerKind::momentum:
-      return update_with_dtype<OptimizerKind::momentum>(dtype, k, w, g, s0, s1, n);
-    case OptimizerKind::adam:
-      return update_with_dtype<OptimizerKind::adam>(dtype, k, w, g, s0, s1, n);
-    case OptimizerKind::adamw:
-      return update_with_dtype<OptimizerKind::adamw>(dtype, k, w, g, s0, s1, n);
-    case OptimizerKind::sum:
-      return update_with_dtype<OptimizerKind::sum>(dtype, k, w, g, s0, s1, n);
-    case OptimizerKind::average:
-      return update_with_dtype<OptimizerKind::average>(dtype, k, w, g, s0, s1, n);
-  }
+  dispatch_update(kind, dtype, FusedUpdate{k, w, g, s0, s1, n}, [] {});
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "aggregator/optimizer.h"
+#include "aggregator/update_dispatch.h"
 #include "aggregator/wire_dtype.h"
 
 namespace blockps::cuda {
@@ -53,44 +54,19 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-template <OptimizerKind K>
-cudaError_t launch_for_dtype(WireDtype dtype, const Launch& launch, float* w, const void* g, float* s0, float* s1,
-                             cudaStream_t stream) {
-  const auto blocks_x = static_cast<unsigned>((launch.max_count + kThreadsPerBlock - 1) / kThreadsPerBlock);
-  const dim3 grid(blocks_x == 0 ? 1 : blocks_x, static_cast<unsigned>(launch.pieces));
-  switch (dtype) {
-    case WireDtype::f32:
-      fused_update_kernel<K, WireDtype::f32><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1);
-      break;
-    case WireDtype::bf16:
-      fused_update_kernel<K, WireDtype::bf16><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1);
-      break;
-    case WireDtype::f16:
-      fused_update_kernel<K, WireDtype::f16><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1);
-      break;
-  }
-  return cudaGetLastError();
-}
-
 /// Enqueue one fused update on `stream` (g in device memory, `dtype` elements). Returns the launch error.
 inline cudaError_t launch_update(OptimizerKind kind, WireDtype dtype, const Launch& launch, float* w, const void* g,
                                  float* s0, float* s1, cudaStream_t stream) {
   if (launch.pieces <= 0) return cudaSuccess;
-  switch (kind) {
-    case OptimizerKind::sgd:
-      return launch_for_dtype<OptimizerKind::sgd>(dtype, launch, w, g, s0, s1, stream);
-    case OptimizerKind::momentum:
-      return launch_for_dtype<OptimizerKind::momentum>(dtype, launch, w, g, s0, s1, stream);
-    case OptimizerKind::adam:
-      return launch_for_dtype<OptimizerKind::adam>(dtype, launch, w, g, s0, s1, stream);
-    case OptimizerKind::adamw:
-      return launch_for_dtype<OptimizerKind::adamw>(dtype, launch, w, g, s0, s1, stream);
-    case OptimizerKind::sum:
-      return launch_for_dtype<OptimizerKind::sum>(dtype, launch, w, g, s0, s1, stream);
-    case OptimizerKind::average:
-      return launch_for_dtype<OptimizerKind::average>(dtype, launch, w, g, s0, s1, stream);
-  }
-  return cudaErrorInvalidValue;
+  const auto blocks_x = static_cast<unsigned>((launch.max_count + kThreadsPerBlock - 1) / kThreadsPerBlock);
+  const dim3 grid(blocks_x == 0 ? 1 : blocks_x, static_cast<unsigned>(launch.pieces));
+  return dispatch_update(
+      kind, dtype,
+      [&]<OptimizerKind K, WireDtype D>() {
+        fused_update_kernel<K, D><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1);
+        return cudaGetLastError();
+      },
+      [] { return cudaErrorInvalidValue; });
 }
 
 }  // namespace blockps::cuda

@@ -99,13 +99,14 @@ struct ModelShard::Storage {
   std::unique_ptr<Block[]> blocks;
   std::unique_ptr<ShardStore> store;
 
-  Storage(const ShardGeometry& g, OptimizerKind kind, Device device) {
+  Storage(const ShardGeometry& g, OptimizerKind kind, Device device, const StoreWrapper& wrap_store) {
     if (check_geometry(g).ok()) {
       layout = g;
       slots = state_slots(kind);
       blocks = std::make_unique<Block[]>(layout.blocks());
     }
     store = make_store(device, layout, kind);
+    if (wrap_store) store = wrap_store(std::move(store));
   }
 
   float* weights() const { return store->host_weights(); }
@@ -148,11 +149,11 @@ struct ModelShard::Storage {
 };
 
 ModelShard::ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
-                       Device device)
+                       Device device, const StoreWrapper& wrap_store)
     : geometry_(geometry),
       params_(params),
       engine_(std::move(engine)),
-      storage_(std::make_unique<Storage>(geometry, params.kind, device)) {}
+      storage_(std::make_unique<Storage>(geometry, params.kind, device, wrap_store)) {}
 
 ModelShard::~ModelShard() = default;
 

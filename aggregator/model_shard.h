@@ -17,7 +17,7 @@
 #include "aggregator/optimizer.h"
 #include "aggregator/shard_store.h"
 #include "aggregator/wire_dtype.h"
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 
@@ -58,8 +58,11 @@ class ModelShard {
   /// blocks: it holds nothing, and a push or assignment is refused with the geometry's error. Throws std::bad_alloc
   /// when host memory cannot be had, and std::runtime_error (with the reason) when `device` cannot hold the shard:
   /// check check_device() first.
+  /// `wrap_store`, when given, gets the engine's store and returns the one the shard uses (a test double that
+  /// fails on demand: faulty_store.h).
+  using StoreWrapper = std::function<std::unique_ptr<ShardStore>(std::unique_ptr<ShardStore>)>;
   ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
-             Device device = Device::cpu());
+             Device device = Device::cpu(), const StoreWrapper& wrap_store = {});
   ~ModelShard();
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;

@@ -15,7 +15,7 @@
 #include "aggregator/cpu_engine.h"
 #include "aggregator/optimizer.h"
 #include "aggregator/wire_dtype.h"
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 

@@ -8,11 +8,11 @@
 #include <string_view>
 
 #include "aggregator/host_device.h"
-#include "ps_backend/contract/wire_dtype.h"
+#include "contract/wire_dtype.h"
 
 namespace blockps {
 
-// WireDtype, wire_size, to_string and parse_wire_dtype: the contract (ps_backend/contract/wire_dtype.h).
+// WireDtype, wire_size, to_string and parse_wire_dtype: the contract (contract/wire_dtype.h).
 
 // Scalar conversions; f32 -> 16-bit rounds to nearest, ties to even; NaN stays NaN (quiet), +-Inf stays Inf,
 // values beyond the 16-bit range become Inf, f16 subnormals are produced and read exactly.

@@ -1,13 +1,18 @@
 // gpu_pushpull: end-to-end push (WRITE + optimizer step) and pull (READ) throughput through one tgtd with a
 // device=gpu:0 shard against a device=cpu shard of the same options, measured in the same run: rounds alternate
-// which goes first, and the table shows medians and the median of the per-round gpu/cpu ratios.
+// which goes first, and the table shows medians and the median of the per-round gpu/cpu ratios. Beside the push
+// throughput, what the shard costs the host: tgtd's CPU-seconds (user + system of all its threads, from
+// /proc/PID/stat before and after each engine's push phase) per GB (10^9 bytes) pushed, over all rounds.
 //
 //   gpu_pushpull [--seconds S] [--rounds N] [--request-bytes B] [--opt sgd|adam|...]
 //
 // Without a usable GPU it says so loudly and exits 0. Needs root and tgt (as bench/pushpull).
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -31,6 +36,28 @@ constexpr std::uint64_t kLuBytes = 256ull << 20;
 
 int fail(const std::string& msg, const TgtdInstance* tgtd = nullptr) {
   return bench::fail("gpu_pushpull", msg, tgtd == nullptr ? std::span<const TgtdInstance>{} : std::span(tgtd, 1));
+}
+
+// CPU time process `pid` has used so far, all its threads, user + system (fields 14 and 15 of /proc/PID/stat,
+// counted after the ')' that ends the command name, which may hold spaces), in seconds; < 0 when unreadable.
+double cpu_seconds(pid_t pid) {
+  const std::string stat = read_text_file("/proc/" + std::to_string(pid) + "/stat");
+  const std::size_t name_end = stat.rfind(')');
+  if (name_end == std::string::npos) return -1;
+  std::istringstream fields(stat.substr(name_end + 1));
+  std::string skip;
+  for (int field = 3; field <= 13; ++field) fields >> skip;  // state .. cmajflt
+  unsigned long long utime = 0, stime = 0;
+  if (!(fields >> utime >> stime)) return -1;
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// "0.42" or "n/a" (tgtd's /proc entry was unreadable, or nothing was pushed).
+std::string cpu_per_gb_text(double cpu_s, double gb) {
+  if (cpu_s < 0 || gb <= 0) return "n/a";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", cpu_s / gb);
+  return text;
 }
 
 }  // namespace
@@ -87,7 +114,10 @@ int main(int argc, char** argv) {
     if (Status s = luns[i].connect(tgtd.url(iqn, 1), kInitiator); !s.ok()) return fail(s.message(), &tgtd);
   }
   const std::vector<std::byte> grads = bench::finite_f32_gradients(64ull << 20, 12345);
-  const auto run = [&](IscsiLun& lun, IoDirection d, double secs, std::uint64_t requests, double& mbps) {
+  // cpu_s and gb: what the run added to tgtd's CPU-seconds and to the GB moved (cpu_s < 0 once unreadable).
+  const auto run = [&](IscsiLun& lun, IoDirection d, double secs, std::uint64_t requests, double& mbps,
+                       double* cpu_s = nullptr, double* gb = nullptr) {
+    const double cpu_before = cpu_seconds(tgtd.pid());
     PipelineSpec spec;
     spec.direction = d;
     spec.request_bytes = static_cast<std::uint32_t>(request);
@@ -96,7 +126,11 @@ int main(int argc, char** argv) {
     spec.requests = requests;
     if (d == IoDirection::write) spec.write_source = grads;
     const PipelineResult r = run_pipeline(lun, spec);
+    const double cpu_after = cpu_seconds(tgtd.pid());
     mbps = r.megabytes_per_second();
+    if (cpu_s != nullptr)
+      *cpu_s = (cpu_before < 0 || cpu_after < 0 || *cpu_s < 0) ? -1 : *cpu_s + cpu_after - cpu_before;
+    if (gb != nullptr) *gb += static_cast<double>(r.bytes) / 1e9;
     return r.ok() ? std::string() : r.error.describe();
   };
   std::printf("tgtd control %d, one session per LU, QD16, %s requests, opt=%s, 256M f32 shards; MB/s = 10^6 B/s\n",
@@ -106,13 +140,15 @@ int main(int argc, char** argv) {
       double ignored = 0;
       if (std::string e = run(lun, d, 0, kLuBytes / request, ignored); !e.empty()) return fail("warm-up: " + e, &tgtd);
     }
-  std::vector<double> mb[2][2], ratio[2];  // [direction][device], [direction]
+  std::vector<double> mb[2][2], ratio[2];              // [direction][device], [direction]
+  double push_cpu_s[2] = {0, 0}, push_gb[2] = {0, 0};  // [device], over all rounds' push phases
   for (int round = 0; round < rounds; ++round) {
     for (int d = 0; d < 2; ++d) {
       double got[2] = {0, 0};
       for (int k = 0; k < 2; ++k) {
         const int dev = (round + k) % 2;  // alternate which device goes first
-        if (std::string e = run(luns[dev], d ? IoDirection::read : IoDirection::write, seconds, 0, got[dev]);
+        if (std::string e = run(luns[dev], d ? IoDirection::read : IoDirection::write, seconds, 0, got[dev],
+                                d ? nullptr : &push_cpu_s[dev], d ? nullptr : &push_gb[dev]);
             !e.empty())
           return fail(std::string(devices[dev]) + ": " + e, &tgtd);
       }
@@ -122,9 +158,23 @@ int main(int argc, char** argv) {
     std::printf("  round %d: push cpu %.0f gpu %.0f, pull cpu %.0f gpu %.0f MB/s\n", round + 1, mb[0][0].back(),
                 mb[0][1].back(), mb[1][0].back(), mb[1][1].back());
   }
-  std::printf("\n%-6s %10s %12s %10s\n", "", "cpu MB/s", "gpu:0 MB/s", "gpu/cpu");
+  const std::string cpu_per_gb[2] = {cpu_per_gb_text(push_cpu_s[0], push_gb[0]),
+                                     cpu_per_gb_text(push_cpu_s[1], push_gb[1])};
+  std::string cpu_ratio = "n/a";
+  if (cpu_per_gb[0] != "n/a" && cpu_per_gb[1] != "n/a" && push_cpu_s[0] > 0) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.2f", (push_cpu_s[1] / push_gb[1]) / (push_cpu_s[0] / push_gb[0]));
+    cpu_ratio = text;
+  }
+  std::printf("\n%-6s %10s %12s %10s %14s %16s %10s\n", "", "cpu MB/s", "gpu:0 MB/s", "gpu/cpu", "cpu CPU-s/GB",
+              "gpu:0 CPU-s/GB", "gpu/cpu");
   for (int d = 0; d < 2; ++d)
-    std::printf("%-6s %10.0f %12.0f %10.2f\n", d ? "pull" : "push", bench::median(mb[d][0]), bench::median(mb[d][1]),
-                bench::median(ratio[d]));
+    std::printf("%-6s %10.0f %12.0f %10.2f %14s %16s %10s\n", d ? "pull" : "push", bench::median(mb[d][0]),
+                bench::median(mb[d][1]), bench::median(ratio[d]), d ? "-" : cpu_per_gb[0].c_str(),
+                d ? "-" : cpu_per_gb[1].c_str(), d ? "-" : cpu_ratio.c_str());
+  std::printf(
+      "CPU-s/GB: tgtd's CPU-seconds (user + system, all threads, /proc/%d/stat) per 10^9 bytes pushed, over the %d "
+      "push phases of each engine (%.1f GB cpu, %.1f GB gpu:0); lower burns fewer host cores\n",
+      static_cast<int>(tgtd.pid()), rounds, push_gb[0], push_gb[1]);
   return 0;
 }

@@ -28,7 +28,7 @@
 #include "client/cluster_file.h"
 #include "client/command_order.h"
 #include "client/layout.h"
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 

@@ -12,7 +12,7 @@
 #include "client/blockps.h"
 #include "client/trace.h"
 #include "client/transport.h"
-#include "ps_backend/contract/status_page.h"
+#include "contract/status_page.h"
 
 namespace blockps {
 namespace detail {

@@ -14,18 +14,6 @@
 
 namespace blockps {
 
-std::string_view to_string(PosixEngine engine) {
-  switch (engine) {
-    case PosixEngine::psync:
-      return "psync";
-    case PosixEngine::libaio:
-      return "libaio";
-    case PosixEngine::io_uring:
-      return "io_uring";
-  }
-  return "?";
-}
-
 const LuAddress& ShardSpec::lu(LuRole role) const {
   return role == LuRole::grad ? grad : role == LuRole::weights ? weights : status;
 }

@@ -30,24 +30,14 @@
 #include <vector>
 
 #include "client/layout.h"
-#include "ps_backend/contract/status.h"
-#include "ps_backend/contract/byte_size.h"
-#include "ps_backend/contract/limits.h"
-#include "ps_backend/contract/lu_role.h"
-#include "ps_backend/contract/wire_dtype.h"
+#include "client/lu_address.h"
+#include "contract/byte_size.h"
+#include "contract/limits.h"
+#include "contract/lu_role.h"
+#include "contract/status.h"
+#include "contract/wire_dtype.h"
 
 namespace blockps {
-
-// How the posix transport submits I/O.
-enum class PosixEngine { psync, libaio, io_uring };
-std::string_view to_string(PosixEngine engine);
-
-// How one LU is reached.
-struct LuAddress {
-  enum class Kind { iscsi_url, iser_url, device_path };
-  Kind kind = Kind::device_path;
-  std::string text;  // the URL or the absolute path, as written
-};
 
 struct ShardSpec {
   std::string name;

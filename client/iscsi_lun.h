@@ -17,8 +17,8 @@
 
 #include "client/command_order.h"
 #include "client/lu_command.h"
-#include "ps_backend/contract/scsi_codes.h"
-#include "ps_backend/contract/status.h"
+#include "contract/scsi_codes.h"
+#include "contract/status.h"
 
 struct iscsi_context;
 
@@ -108,7 +108,13 @@ inline constexpr std::uint64_t kLibiscsiImmediateWriteBytes = std::uint64_t{256}
 // reset. A target that answers every try so has a fault, and its answer is the command's failure.
 inline constexpr int kUnitAttentionResends = 8;
 
+namespace testing {
+struct IscsiLunSession;  // tests/support/scsi_commands.cpp: commands this class never sends, on its session
+}  // namespace testing
+
 class IscsiLun {
+  friend struct testing::IscsiLunSession;
+
  public:
   IscsiLun() = default;
   ~IscsiLun();  // logs out
@@ -136,9 +142,6 @@ class IscsiLun {
   // The most bytes one READ/WRITE may carry on this session, 0 = no limit of ours. iser:// sessions:
   // kLibiscsiIserMaxCommandBytes (see there); commands above it are refused before they reach libiscsi.
   std::uint64_t max_command_bytes() const { return max_command_bytes_; }
-  // The libiscsi session and this LU's number, for commands this class does not send (tests/support's TEST UNIT
-  // READY and LUN RESET); nullptr when not connected.
-  iscsi_context* libiscsi_context() const { return ctx_; }
   int lun() const { return lun_; }
 
   // Every command below is sent again while the target answers UNIT ATTENTION (kUnitAttentionResends).

@@ -151,9 +151,4 @@ Result<std::unique_ptr<LuTransport>> open_libiscsi_transport(const std::string& 
       std::make_unique<LibiscsiTransport>(std::move(lun), "libiscsi " + url, options.reconnect_for));
 }
 
-Result<std::unique_ptr<LuTransport>> open_lu_transport(const LuAddress& address, const TransportOptions& options) {
-  if (address.kind == LuAddress::Kind::device_path) return open_posix_transport(address.text, options);
-  return open_libiscsi_transport(address.text, options);
-}
-
 }  // namespace blockps

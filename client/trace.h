@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include "client/lu_command.h"
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 

@@ -14,10 +14,11 @@
 #include <string>
 #include <utility>
 
-#include "client/cluster_file.h"
 #include "client/command_order.h"
+#include "client/lu_address.h"
 #include "client/lu_command.h"
-#include "ps_backend/contract/status.h"
+#include "client/queue_counters.h"
+#include "contract/status.h"
 
 namespace blockps {
 

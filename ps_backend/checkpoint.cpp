@@ -12,6 +12,8 @@
 #include <optional>
 #include <vector>
 
+#include "ps_backend/lu_options.h"
+
 namespace blockps {
 namespace {
 

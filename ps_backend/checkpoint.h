@@ -9,8 +9,8 @@
 #include <string>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/contract/status.h"
-#include "ps_backend/lu_options.h"
+#include "contract/status.h"
+#include "ps_backend/shard_config.h"
 
 namespace blockps {
 

@@ -1,7 +1,7 @@
 #include "ps_backend/control_lines.h"
 
-#include "ps_backend/contract/blanks.h"
-#include "ps_backend/contract/control_lines.h"
+#include "contract/blanks.h"
+#include "contract/control_lines.h"
 #include "ps_backend/lu_options.h"
 
 namespace blockps {

@@ -6,7 +6,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 

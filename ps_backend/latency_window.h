@@ -6,17 +6,22 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <nlohmann/json.hpp>
 
 namespace blockps {
+
+/// A window's percentiles (the status page writes them as a latency object, contract/status_page.h).
+struct LatencySummary {
+  std::uint64_t count = 0;  // samples in the window
+  std::uint64_t p50_ns = 0, p90_ns = 0, p99_ns = 0, max_ns = 0;
+  std::uint64_t total_count = 0, total_ns = 0;  // since the start (a monitoring system's summary)
+};
 
 /// Latency samples (ns) over a sliding window. Lock-free: every push adds a sample from tgt's I/O threads.
 class LatencyWindow {
  public:
   void add(std::uint64_t ns);
-  /// {"count", "p50_ns", "p90_ns", "p99_ns", "max_ns"} over the last kSamples samples, and since the start
-  /// "total_count" and "total_ns" (what a monitoring system's summary needs: blockps exporter).
-  nlohmann::json percentiles() const;
+  /// Percentiles over the last kSamples samples, and the totals since the start.
+  LatencySummary summary() const;
 
  private:
   static constexpr std::size_t kSamples = 4096;

@@ -57,7 +57,7 @@ blockps_result guarded(const char* context, char* message, size_t size, Body&& b
 // Undoes attach: no subscription, no wake fd, no shard (the last LU of a shard writes its final checkpoint here).
 void release_shard(blockps_lu& lu) {
   if (lu.wake_fd >= 0) {
-    if (auto served = lu.served.load(); served && served->shard().rounds()) served->shard().rounds()->unsubscribe(&lu);
+    if (auto served = lu.served.load()) served->shard().unwatch_parked(&lu);
     ::close(lu.wake_fd);  // after unsubscribe: nothing writes it any more
     lu.wake_fd = -1;
   }
@@ -82,11 +82,11 @@ blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity
       std::make_shared<blockps::ServedLu>(lu.options.role, std::move(shard), lu.lu_block_bytes, lu.options.admins);
   capacity = served->capacity_bytes();
   lu.served.store(served);
-  if (lu.options.role == blockps::LuRole::grad && served->shard().rounds()) {
+  if (lu.options.role == blockps::LuRole::grad && served->shard().parks_commands()) {
     lu.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (lu.wake_fd < 0)
       return report(BLOCKPS_SYSTEM_ERROR, message, size, "eventfd for parked commands", std::strerror(errno));
-    served->shard().rounds()->subscribe(&lu, [fd = lu.wake_fd] { signal_wake(fd); });
+    served->shard().watch_parked(&lu, [fd = lu.wake_fd] { signal_wake(fd); });
   }
   std::string writers;
   if (lu.options.role == blockps::LuRole::status)
@@ -108,41 +108,22 @@ blockps_result admit(blockps_lu& lu, const void* handle, const uint8_t* cdb, uin
     served->admit_writer(handle, worker.iqn ? worker.iqn : "");
     return BLOCKPS_OK;
   }
-  if (lu.wake_fd < 0) return BLOCKPS_OK;
-  blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
+  if (lu.wake_fd < 0 || !served) return BLOCKPS_OK;
   const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
-  if (!rounds || (!push && !pull)) return BLOCKPS_OK;
+  if (!push && !pull) return BLOCKPS_OK;
   const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
-  const blockps::Admission a =
-      push ? rounds->admit_push(handle, who, offset, length) : rounds->admit_pull(who.itn, offset, length);
-  if (a == blockps::Admission::run) return BLOCKPS_OK;
-  std::string refusal;
-  if (a == blockps::Admission::not_ready) refusal = rounds->degraded_reason();
-  rounds->park(&lu, handle, push, who, offset, length, refusal);
-  admission = BLOCKPS_ADMIT_PARKED;
-  if (!refusal.empty()) signal_wake(lu.wake_fd);
+  switch (served->shard().admit(&lu, handle, push, who, offset, length)) {
+    case blockps::ServedShard::Admitted::run:
+      return BLOCKPS_OK;
+    case blockps::ServedShard::Admitted::parked:
+      admission = BLOCKPS_ADMIT_PARKED;
+      return BLOCKPS_OK;
+    case blockps::ServedShard::Admitted::refused:
+      admission = BLOCKPS_ADMIT_PARKED;
+      signal_wake(lu.wake_fd);  // the refusal is sent from the wake handler
+      return BLOCKPS_OK;
+  }
   return BLOCKPS_OK;
-}
-
-void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
-  std::uint64_t count = 0;
-  [[maybe_unused]] const auto n = ::read(lu.wake_fd, &count, sizeof count);
-  const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
-  blockps::Rounds* rounds = served ? served->shard().rounds() : nullptr;
-  if (!rounds) return;
-  rounds->process_parked(
-      &lu, [&ops](int tid, std::uint64_t itn) { return ops.alive(tid, itn) != 0; },
-      [&ops](const void* handle) { return ops.aborted(handle) != 0; },
-      [&ops](const blockps::ParkedCommand& p) { ops.resubmit(p.handle); },
-      [&ops, &served](const blockps::ParkedCommand& p, bool aborted, const std::string& why) {
-        blockps_outcome o{};
-        o.status = blockps::scsi::kCheckCondition;
-        o.sense_key = aborted ? blockps::scsi::kAbortedCommand : blockps::scsi::kNotReady;
-        o.asc = aborted ? blockps::scsi::kAscNone : blockps::scsi::kAscNotReadyManualIntervention;
-        blockps::log_line(served->shard().path() + ": rounds: " + (p.is_push ? "push" : "pull") + " of " +
-                          p.worker.iqn + " at byte " + std::to_string(p.offset) + " failed: " + why);
-        ops.fail(p.handle, &o);
-      });
 }
 
 void set_outcome(blockps_outcome& to, const blockps::LuOutcome& from) {
@@ -151,6 +132,22 @@ void set_outcome(blockps_outcome& to, const blockps::LuOutcome& from) {
   to.asc = from.asc;
   to.has_info = from.has_info;
   to.info = from.info;
+}
+
+void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
+  std::uint64_t count = 0;
+  [[maybe_unused]] const auto n = ::read(lu.wake_fd, &count, sizeof count);
+  const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
+  if (!served) return;
+  served->shard().hand_back_parked(
+      &lu, [&ops](int tid, std::uint64_t itn) { return ops.alive(tid, itn) != 0; },
+      [&ops](const void* handle) { return ops.aborted(handle) != 0; },
+      [&ops](const void* handle) { ops.resubmit(handle); },
+      [&ops](const void* handle, const blockps::LuOutcome& outcome) {
+        blockps_outcome o{};
+        set_outcome(o, outcome);
+        ops.fail(handle, &o);
+      });
 }
 
 }  // namespace
@@ -248,8 +245,8 @@ blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* 
   if (lu->wake_fd < 0) return BLOCKPS_OK;
   return guarded("parked commands at close", message, message_size, [&] {
     const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
-    if (!served || !served->shard().rounds()) return BLOCKPS_OK;
-    served->shard().rounds()->refuse_parked(lu, "its LU is closing");
+    if (!served) return BLOCKPS_OK;
+    served->shard().refuse_parked(lu, "its LU is closing");
     hand_back_parked(*lu, *ops);
     return BLOCKPS_OK;
   });
@@ -258,8 +255,7 @@ blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* 
 blockps_result blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome, char* message,
                                   size_t message_size) {
   if (!outcome) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command", "no outcome to set");
-  set_outcome(*outcome, blockps::LuOutcome{blockps::scsi::kCheckCondition, blockps::scsi::kHardwareError,
-                                           blockps::scsi::kAscInternalTargetFailure});
+  set_outcome(*outcome, blockps::target_failure());
   if (!lu || !cmd || !cmd->cdb)
     return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command", "no LU, command or CDB");
   return guarded("command", message, message_size, [&] {

@@ -6,7 +6,7 @@
 #include <cmath>
 #include <functional>
 
-#include "ps_backend/contract/blanks.h"
+#include "contract/blanks.h"
 
 namespace blockps {
 namespace {
@@ -339,22 +339,6 @@ std::string known_keys() {
 }
 
 }  // namespace
-
-std::string_view to_string(RoundPolicy::Mode m) {
-  switch (m) {
-    case RoundPolicy::Mode::async:
-      return "async";
-    case RoundPolicy::Mode::sync:
-      return "sync";
-    case RoundPolicy::Mode::ssp:
-      return "ssp";
-  }
-  return "?";
-}
-
-std::string to_string(const RoundPolicy& p) {
-  return p.mode == RoundPolicy::Mode::ssp ? "ssp:" + std::to_string(p.staleness) : std::string(to_string(p.mode));
-}
 
 std::string to_string(const InitSpec& s) {
   switch (s.kind) {

@@ -14,9 +14,6 @@ namespace {
 
 using namespace scsi;
 
-LuOutcome good() { return {}; }
-LuOutcome check(std::uint8_t key, std::uint16_t asc) { return {kCheckCondition, key, asc, false, 0}; }
-
 bool is_verify(std::uint8_t op) { return op == kVerify10 || op == kVerify12 || op == kVerify16; }
 
 // What an LU of each role serves: the one place that says it (indexed by LuRole).
@@ -31,10 +28,11 @@ struct RoleBehaviour {
 };
 const RoleBehaviour kRoleBehaviour[] = {
     /* grad */ {RoleBehaviour::Reads::weights, RoleBehaviour::Writes::push, false,
-                check(kIllegalRequest, kAscInvalidOpcode)},
+                check_condition(kIllegalRequest, kAscInvalidOpcode)},
     /* weights */ {RoleBehaviour::Reads::weights, RoleBehaviour::Writes::assign, true, good()},
     /* status */
-    {RoleBehaviour::Reads::status_page, RoleBehaviour::Writes::control, true, check(kDataProtect, kAscWriteProtect)},
+    {RoleBehaviour::Reads::status_page, RoleBehaviour::Writes::control, true,
+     check_condition(kDataProtect, kAscWriteProtect)},
 };
 const RoleBehaviour& behaviour_of(LuRole role) { return kRoleBehaviour[static_cast<std::size_t>(role)]; }
 
@@ -93,7 +91,8 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       return read(cmd.offset, cmd.in.first(len));
     }
     if (writes_data(op)) {
-      if (is_write_verify(op) && !behaviour_of(role_).verifies_writes) return check(kIllegalRequest, kAscInvalidOpcode);
+      if (is_write_verify(op) && !behaviour_of(role_).verifies_writes)
+        return check_condition(kIllegalRequest, kAscInvalidOpcode);
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
       // FUA is byte 1 bit 3 (WRITE(6) has none).
       const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
@@ -107,7 +106,8 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       const std::uint8_t bytchk = (cmd.cdb[1] >> 1) & 0x03;
       if (bytchk == 0 || cmd.out.empty()) return good();
       if (bytchk == 0x01) return verify(cmd.offset, cmd.out);
-      if (bytchk != 0x03 || cmd.out.size() < lu_block_bytes_) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+      if (bytchk != 0x03 || cmd.out.size() < lu_block_bytes_)
+        return check_condition(kIllegalRequest, kAscInvalidFieldInCdb);
       const std::uint64_t blocks = op == kVerify10   ? get_be(cmd.cdb + 7, 2)
                                    : op == kVerify12 ? get_be(cmd.cdb + 6, 4)
                                                      : get_be(cmd.cdb + 10, 4);
@@ -129,7 +129,7 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       case kSynchronizeCache16:
         return synchronize_cache(cmd);
       default:
-        return check(kIllegalRequest, kAscInvalidOpcode);
+        return check_condition(kIllegalRequest, kAscInvalidOpcode);
     }
   } catch (...) {
     shard_->counters().io_errors.fetch_add(1, std::memory_order_relaxed);
@@ -140,13 +140,13 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
     } catch (...) {
       log_line_noexcept("command failed: ", "unknown exception");
     }
-    return check(kHardwareError, kAscInternalTargetFailure);
+    return target_failure();
   }
 }
 
 LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
   if (offset > capacity_bytes() || out.size() > capacity_bytes() - offset)
-    return check(kIllegalRequest, kAscLbaOutOfRange);
+    return check_condition(kIllegalRequest, kAscLbaOutOfRange);
   if (behaviour_of(role_).reads == RoleBehaviour::Reads::status_page) {
     // The page is made afresh for each READ; read it in one command (it is far smaller than the LU).
     const std::string page = render_status_page(*shard_);
@@ -158,62 +158,29 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
     return good();
   }
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
-  if (offset % esize || out.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
-  shard_->model().read_weights(offset, out);
-  auto& k = shard_->counters();
-  k.pulls.fetch_add(1, std::memory_order_relaxed);
-  k.pull_bytes.fetch_add(out.size(), std::memory_order_relaxed);
-  return good();
+  if (offset % esize || out.size() % esize) return check_condition(kIllegalRequest, kAscInvalidFieldInCdb);
+  return shard_->pull(offset, out);
 }
 
 LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle) {
   const RoleBehaviour::Writes meaning = behaviour_of(role_).writes;
   if (meaning == RoleBehaviour::Writes::control) return control(data, handle);
   if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
-    return check(kIllegalRequest, kAscLbaOutOfRange);
+    return check_condition(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
-  if (offset % esize || data.size() % esize) return check(kIllegalRequest, kAscInvalidFieldInCdb);
+  if (offset % esize || data.size() % esize) return check_condition(kIllegalRequest, kAscInvalidFieldInCdb);
   if (data.empty()) return good();  // a WRITE of 0 blocks is no push
-  auto& k = shard_->counters();
-  if (meaning == RoleBehaviour::Writes::push && shard_->rounds()) {
-    // mode=sync or ssp:K: the gradient joins its blocks' rounds, which apply it (Rounds).
-    if (!shard_->rounds()->land_push(handle, data)) {
-      log_line("rounds: a grad WRITE reached the I/O threads without being admitted");
-      return check(kHardwareError, kAscInternalTargetFailure);
-    }
-    k.pushes.fetch_add(1, std::memory_order_relaxed);
-    k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
-    if (fua && !shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
-    return good();
-  }
-  if (meaning == RoleBehaviour::Writes::push) {
-    const auto t0 = std::chrono::steady_clock::now();
-    // Only a GPU engine fails (a device fault; it stays failed): the push is not applied.
-    if (blockps::Status pushed = shard_->model().push_gradient(offset, data); !pushed.ok()) {
-      log_line(shard_->path() + ": " + pushed.message());
-      return check(kHardwareError, kAscInternalTargetFailure);
-    }
-    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
-    shard_->note_aggregation(static_cast<std::uint64_t>(ns.count()));
-    k.pushes.fetch_add(1, std::memory_order_relaxed);
-    k.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
-  } else {
-    if (blockps::Status assigned = shard_->model().assign_weights(offset, data); !assigned.ok()) {
-      log_line(shard_->path() + ": " + assigned.message());
-      return check(kHardwareError, kAscInternalTargetFailure);
-    }
-    k.weight_writes.fetch_add(1, std::memory_order_relaxed);
-    k.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
-  }
-  shard_->note_mutation();
-  if (fua && !shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
+  const LuOutcome done =
+      meaning == RoleBehaviour::Writes::push ? shard_->push(offset, data, handle) : shard_->assign(offset, data);
+  if (done.status != kGood) return done;
+  if (fua && !shard_->checkpoint().ok()) return check_condition(kMediumError, kAscWriteError);
   return good();
 }
 
 LuOutcome ServedLu::control(std::span<const std::byte> data, const void* handle) {
   if (checks_writers()) {
     std::lock_guard lock(admitted_mutex_);
-    if (admitted_writes_.erase(handle) == 0) return check(kIllegalRequest, kAscAccessDeniedNoAccessRights);
+    if (admitted_writes_.erase(handle) == 0) return check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
   }
   const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
   if (blockps::Status obeyed = shard_->control(text); !obeyed.ok()) {
@@ -221,10 +188,10 @@ LuOutcome ServedLu::control(std::span<const std::byte> data, const void* handle)
     // medium's, as for SYNCHRONIZE CACHE.
     if (obeyed.code() != StatusCode::invalid_argument) {
       log_line(shard_->path() + ": control failed: " + obeyed.message());
-      return check(kMediumError, kAscWriteError);
+      return check_condition(kMediumError, kAscWriteError);
     }
     log_line(shard_->path() + ": refused " + obeyed.message());
-    return check(kIllegalRequest, kAscInvalidFieldInParameterList);
+    return check_condition(kIllegalRequest, kAscInvalidFieldInParameterList);
   }
   return good();
 }
@@ -234,19 +201,19 @@ LuOutcome ServedLu::verify(std::uint64_t offset, std::span<const std::byte> expe
   if (LuOutcome r = read(offset, actual); r.status != kGood) return r;
   // VERIFY of no blocks has no buffers (null data): memcmp must not see them (UBSan, tests/integration conformance).
   if (!expected.empty() && std::memcmp(actual.data(), expected.data(), expected.size()) != 0)
-    return check(kMiscompare, kAscMiscompareDuringVerify);
+    return check_condition(kMiscompare, kAscMiscompareDuringVerify);
   return good();
 }
 
 LuOutcome ServedLu::write_same(const TargetCommand& cmd) {
   if (const LuOutcome& refusal = behaviour_of(role_).rewrite_refusal; refusal.status != kGood) return refusal;
   const std::uint64_t cap = capacity_bytes();
-  if (cmd.offset > cap) return check(kIllegalRequest, kAscLbaOutOfRange);
+  if (cmd.offset > cap) return check_condition(kIllegalRequest, kAscLbaOutOfRange);
   // The length comes from the CDB: tgt's transfer length is 32 bits and wraps for WRITE SAME(16) of 4 GiB or
   // more. NUMBER OF LOGICAL BLOCKS 0 means "to the end of the LU".
   const std::uint64_t blocks = cmd.cdb[0] == kWriteSame10 ? get_be(cmd.cdb + 7, 2) : get_be(cmd.cdb + 10, 4);
   const std::uint64_t total = blocks ? blocks * lu_block_bytes_ : cap - cmd.offset;
-  if (total > cap - cmd.offset) return check(kIllegalRequest, kAscLbaOutOfRange);
+  if (total > cap - cmd.offset) return check_condition(kIllegalRequest, kAscLbaOutOfRange);
   const bool unmap = cmd.cdb[1] & 0x08;
   const std::uint8_t lbdata = cmd.cdb[1] & 0x06;  // 0x02 LBDATA, 0x04 PBDATA: stamp each block's LBA
   std::vector<std::byte> pattern(lu_block_bytes_, std::byte{0});
@@ -281,8 +248,8 @@ LuOutcome ServedLu::or_write(const TargetCommand& cmd) {
 LuOutcome ServedLu::synchronize_cache(const TargetCommand& cmd) {
   // IMMED (byte 1 bit 1) asks for completion before the data is durable; a checkpoint cannot promise that
   // afterwards, so it is refused as tgt's rdwr does.
-  if (cmd.cdb[1] & 0x02) return check(kIllegalRequest, kAscInvalidFieldInCdb);
-  if (!shard_->checkpoint().ok()) return check(kMediumError, kAscWriteError);
+  if (cmd.cdb[1] & 0x02) return check_condition(kIllegalRequest, kAscInvalidFieldInCdb);
+  if (!shard_->checkpoint().ok()) return check_condition(kMediumError, kAscWriteError);
   return good();
 }
 

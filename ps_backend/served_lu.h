@@ -1,5 +1,7 @@
-// One LU of a shard: what each SCSI command that reaches the backing store means for its role. The tgt glue
-// hands commands here as plain buffers (ps_backend/lu_abi.h); nothing here knows tgt.
+// One LU of a shard: what each SCSI command that reaches the backing store means for its role (which commands it
+// serves, the checks of ranges and alignment, durability on FUA); what a push, a pull and a weights write do to
+// the shard is ServedShard's. The tgt glue hands commands here as plain buffers (ps_backend/lu_abi.h); nothing
+// here knows tgt.
 #pragma once
 
 #include <cstdint>
@@ -11,8 +13,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "contract/scsi_codes.h"
 #include "ps_backend/lu_options.h"
-#include "ps_backend/contract/scsi_codes.h"
+#include "ps_backend/lu_outcome.h"
 #include "ps_backend/served_shard.h"
 
 namespace blockps {
@@ -28,14 +31,6 @@ struct TargetCommand {
   std::span<std::byte> in;         // data for the initiator (READ)
   std::span<const std::byte> out;  // data from the initiator (WRITE); may be empty
   const void* handle = nullptr;    // the glue's command, as admitted to Rounds (mode=sync grad LUs)
-};
-
-struct LuOutcome {
-  std::uint8_t status = scsi::kGood;
-  std::uint8_t sense_key = scsi::kNoSense;
-  std::uint16_t asc = scsi::kAscNone;
-  bool has_info = false;  // sense INFORMATION field (e.g. miscompare offset)
-  std::uint64_t info = 0;
 };
 
 class ServedLu {

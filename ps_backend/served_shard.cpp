@@ -6,12 +6,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "aggregator/faulty_store.h"
 #include "ps_backend/checkpoint.h"
 #include "ps_backend/control_lines.h"
 #include "ps_backend/log.h"
@@ -94,12 +97,24 @@ Status initialise(ModelShard& model, const ShardConfig& c) {
 
 std::uint64_t now_unix() { return static_cast<std::uint64_t>(std::time(nullptr)); }
 
+// The fault-injection hook of the failure tests (docs/OPTIONS.md, BLOCKPS_FAULT_INJECTION_FILE): with the
+// variable set in tgtd's environment, the shard's store fails every optimizer update while that file exists.
+ModelShard::StoreWrapper fault_injection(const std::string& path) {
+  const char* trigger = std::getenv("BLOCKPS_FAULT_INJECTION_FILE");
+  if (trigger == nullptr || *trigger == '\0') return {};
+  log_line(path + ": BLOCKPS_FAULT_INJECTION_FILE=" + trigger +
+           ": TEST HOOK: every optimizer update of this shard fails while that file exists");
+  return [file = std::string(trigger)](std::unique_ptr<ShardStore> store) {
+    return make_faulty_store(std::move(store), file);
+  };
+}
+
 }  // namespace
 
 ServedShard::ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device)
     : path_(std::move(path)),
       config_(config),
-      model_(config.geometry, config.optimizer, std::move(engine), device),
+      model_(config.geometry, config.optimizer, std::move(engine), device, fault_injection(path_)),
       started_unix_(now_unix()) {}
 
 Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path, const LuOptions& opts) {
@@ -201,6 +216,95 @@ bool ServedShard::dirty() {
 ShardConfig ServedShard::config() const {
   std::lock_guard lk(config_mutex_);
   return config_;
+}
+
+LuOutcome ServedShard::push(std::uint64_t offset, std::span<const std::byte> data, const void* handle) {
+  if (rounds_) {
+    // mode=sync or ssp:K: the gradient joins its blocks' rounds, which apply it (and note the aggregation).
+    if (Status landed = rounds_->land_push(handle, data); !landed.ok()) {
+      counters_.io_errors.fetch_add(1, std::memory_order_relaxed);  // logged where it happened (rounds/)
+      return target_failure();
+    }
+  } else {
+    const auto t0 = std::chrono::steady_clock::now();
+    // Only a GPU engine fails (a device fault; it stays failed): the push is not applied.
+    if (Status pushed = model_.push_gradient(offset, data); !pushed.ok()) {
+      log_line(path_ + ": " + pushed.message());
+      counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
+      return target_failure();
+    }
+    const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0);
+    note_aggregation(static_cast<std::uint64_t>(ns.count()));
+    note_mutation();
+  }
+  counters_.pushes.fetch_add(1, std::memory_order_relaxed);
+  counters_.push_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  return good();
+}
+
+LuOutcome ServedShard::pull(std::uint64_t offset, std::span<std::byte> out) {
+  model_.read_weights(offset, out);
+  counters_.pulls.fetch_add(1, std::memory_order_relaxed);
+  counters_.pull_bytes.fetch_add(out.size(), std::memory_order_relaxed);
+  return good();
+}
+
+LuOutcome ServedShard::assign(std::uint64_t offset, std::span<const std::byte> data) {
+  if (Status assigned = model_.assign_weights(offset, data); !assigned.ok()) {
+    log_line(path_ + ": " + assigned.message());
+    counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
+    return target_failure();
+  }
+  counters_.weight_writes.fetch_add(1, std::memory_order_relaxed);
+  counters_.weight_write_bytes.fetch_add(data.size(), std::memory_order_relaxed);
+  note_mutation();
+  return good();
+}
+
+ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, bool is_push, const WorkerRef& worker,
+                                         std::uint64_t offset, std::uint64_t len) {
+  if (!rounds_) return Admitted::run;
+  const Admission a =
+      is_push ? rounds_->admit_push(handle, worker, offset, len) : rounds_->admit_pull(worker.itn, offset, len);
+  switch (a) {
+    case Admission::run:
+      return Admitted::run;
+    case Admission::park:
+      rounds_->park(owner, handle, is_push, worker, offset, len);
+      return Admitted::parked;
+    case Admission::not_ready:
+    case Admission::failed:
+      break;
+  }
+  rounds_->park(owner, handle, is_push, worker, offset, len, rounds_->degraded_reason(),
+                a == Admission::failed ? Refusal::failed : Refusal::not_ready);
+  return Admitted::refused;
+}
+
+void ServedShard::hand_back_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
+                                   const std::function<bool(const void*)>& aborted,
+                                   const std::function<void(const void*)>& resubmit,
+                                   const std::function<void(const void*, const LuOutcome&)>& fail) {
+  if (!rounds_) return;
+  rounds_->process_parked(
+      owner, alive, aborted, [&resubmit](const ParkedCommand& p) { resubmit(p.handle); },
+      [this, &fail](const ParkedCommand& p, Refusal as, const std::string& why) {
+        log_line(path_ + ": rounds: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn + " at byte " +
+                 std::to_string(p.offset) + " failed: " + why);
+        fail(p.handle, refused(as));
+      });
+}
+
+void ServedShard::refuse_parked(const void* owner, const std::string& why) {
+  if (rounds_) rounds_->refuse_parked(owner, why);
+}
+
+void ServedShard::watch_parked(const void* owner, std::function<void()> wake) {
+  if (rounds_) rounds_->subscribe(owner, std::move(wake));
+}
+
+void ServedShard::unwatch_parked(const void* owner) {
+  if (rounds_) rounds_->unsubscribe(owner);
 }
 
 void ServedShard::note_aggregation(std::uint64_t ns) {

@@ -1,5 +1,9 @@
 // A shard as the PS serves it: the model in memory, its config, counters, and its checkpoint file (created or
-// loaded, locked against a second process, written on demand, periodically and at the end). All LUs whose
+// loaded, locked against a second process, written on demand, periodically and at the end). It is the one owner
+// of a push and a pull: whether a grad-LU command may run now or waits for a round (admit, hand_back_parked),
+// whether a push is applied at once (async) or joins its rounds (sync, ssp:K), the counters, and the SCSI answer
+// when it fails (lu_outcome.h). ServedLu checks a command against its LU's role and calls it; the glue
+// (lu_abi.cpp) only translates tgt's types and threads. All LUs whose
 // --backing-store paths name the same file share one ServedShard (shard_registry.h). Its status page is
 // status_page.h; the control lines it obeys are parsed in control_lines.h.
 #pragma once
@@ -7,15 +11,18 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 #include "ps_backend/latency_window.h"
 #include "ps_backend/lu_options.h"
+#include "ps_backend/lu_outcome.h"
 #include "ps_backend/rounds/rounds.h"
 
 namespace blockps {
@@ -59,6 +66,38 @@ class ServedShard {
   /// The rounds of a mode=sync or ssp:K shard; null for async.
   Rounds* rounds() { return rounds_.get(); }
   const Rounds* rounds() const { return rounds_.get(); }
+
+  // A push and a pull. Offsets and lengths are the LU's bytes, already checked against its capacity and the
+  // wire dtype (ServedLu).
+  /// A grad-LU WRITE's gradient (an I/O thread): applied now (async), or landed into its rounds (sync, ssp:K),
+  /// which `handle` was admitted to. GOOD, or target_failure() when the update was not applied.
+  LuOutcome push(std::uint64_t offset, std::span<const std::byte> data, const void* handle);
+  /// A READ of the grad or weights LU (an I/O thread): the weights in the wire dtype.
+  LuOutcome pull(std::uint64_t offset, std::span<std::byte> out);
+  /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay.
+  LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data);
+
+  // Commands that wait for a round (sync, ssp:K), on tgt's main thread. `owner` is the LU that holds them; it
+  // watches for wake-ups and hands its parked commands back when woken.
+  /// Whether grad-LU commands of this shard may wait (it has rounds).
+  bool parks_commands() const { return rounds_ != nullptr; }
+  /// What becomes of a grad-LU READ or WRITE before it is queued. run: queue it; parked: held for `owner`, it
+  /// comes back through hand_back_parked(); refused: held too, and failed at the next hand_back_parked(),
+  /// which the caller triggers now (a store answers a command with its own sense only asynchronously).
+  enum class Admitted { run, parked, refused };
+  Admitted admit(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
+                 std::uint64_t len);
+  /// Drop workers whose session is gone (`alive` false), then give back each command of `owner` that may go on
+  /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
+  void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,
+                        const std::function<bool(const void* handle)>& aborted,
+                        const std::function<void(const void* handle)>& resubmit,
+                        const std::function<void(const void* handle, const LuOutcome& outcome)>& fail);
+  /// Every command parked for `owner` fails (NOT READY, with `why`) at its next hand_back_parked().
+  void refuse_parked(const void* owner, const std::string& why);
+  /// `wake` is called (from any thread; it must only signal) when commands of `owner` may go on.
+  void watch_parked(const void* owner, std::function<void()> wake);
+  void unwatch_parked(const void* owner);
 
   /// When the shard was created or loaded (Unix time).
   std::uint64_t started_unix() const { return started_unix_; }

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <string>
 
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 #include "ps_backend/lu_options.h"
 #include "ps_backend/served_shard.h"
 

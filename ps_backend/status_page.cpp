@@ -2,9 +2,52 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ps_backend/contract/status_page.h"
+#include "contract/status_page.h"
 
 namespace blockps {
+
+nlohmann::json latency_object(const LatencySummary& s) {
+  namespace latency = status_page::latency;
+  return {{latency::kCount, s.count},     {latency::kP50Ns, s.p50_ns}, {latency::kP90Ns, s.p90_ns},
+          {latency::kP99Ns, s.p99_ns},    {latency::kMaxNs, s.max_ns}, {latency::kTotalCount, s.total_count},
+          {latency::kTotalNs, s.total_ns}};
+}
+
+nlohmann::json rounds_section(const RoundsStatus& s) {
+  namespace page = blockps::status_page;
+  nlohmann::json workers = nlohmann::json::array();
+  for (const RoundsStatus::LiveWorker& w : s.live_workers) {
+    namespace worker = page::live_worker;
+    workers.push_back({{worker::kIqn, w.iqn},
+                       {worker::kSession, w.session},
+                       {worker::kPushes, w.pushes},
+                       {worker::kLastPushMsAgo, w.last_push_ms_ago},
+                       {worker::kJoinedMsAgo, w.joined_ms_ago},
+                       {worker::kRoundsBehind, w.rounds_behind}});
+  }
+  // Written at the contract's pointers into a page of its own, of which the rounds section is returned.
+  nlohmann::json j;
+  const auto set = [&j](const char* pointer, nlohmann::json value) { set_field(j, pointer, std::move(value)); };
+  set(page::kRoundsMode, to_string(s.policy));
+  set(page::kRoundsWorkers, s.policy.workers);
+  set(page::kRoundsMinWorkers, s.policy.min_workers);
+  set(page::kRoundsStragglerMs, s.policy.straggler_ms);
+  set(page::kRoundsWorkerTimeoutMs, s.policy.worker_timeout_ms);
+  set(page::kRoundsMin, s.progress.rounds_min);
+  set(page::kRoundsMax, s.progress.rounds_max);
+  set(page::kRoundsClosed, s.rounds_closed);
+  set(page::kRoundsOpen, s.progress.open_rounds);
+  set(page::kRoundsLiveWorkers, std::move(workers));
+  set(page::kRoundsStragglersDropped, s.stragglers_dropped);
+  set(page::kRoundsWorkersDropped, s.workers_dropped);
+  set(page::kRoundsRecentDrops, s.recent_drops);
+  set(page::kRoundsParkedCommands, s.parked_commands);
+  set(page::kRoundsDegraded, s.degraded);
+  set(page::kRoundsDegradedReason, s.degraded_reason);
+  set(page::kRoundsApplyFailures, s.apply_failures);
+  set(page::kRoundsRoundLatency, latency_object(s.round_latency));
+  return std::move(j[nlohmann::json::json_pointer(page::kRounds)]);
+}
 
 std::string render_status_page(const ServedShard& shard) {
   namespace page = blockps::status_page;
@@ -43,11 +86,11 @@ std::string render_status_page(const ServedShard& shard) {
   set(page::kAggregationTotalNs, rd(k.aggregation_ns));
   set(page::kAggregationMeanNs, pushes ? rd(k.aggregation_ns) / pushes : 0);
   set(page::kAggregationMaxNs, rd(k.aggregation_max_ns));
-  const nlohmann::json aggregation_latency = shard.aggregation_latency().percentiles();
+  const nlohmann::json aggregation_latency = latency_object(shard.aggregation_latency().summary());
   set(page::kAggregationLatency, aggregation_latency);
 
   if (const Rounds* rounds = shard.rounds()) {
-    set(page::kRounds, rounds->status());
+    set(page::kRounds, rounds_section(rounds->status()));
     // A round's sum + optimizer step is what the shard's aggregation time records for sync shards.
     set(page::kRoundsApplyLatency, aggregation_latency);
   } else {

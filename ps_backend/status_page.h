@@ -17,4 +17,9 @@ inline void set_field(nlohmann::json& page, const char* pointer, nlohmann::json 
 /// The page as of now: the shard's config, counters, aggregation latency, rounds and checkpoints.
 std::string render_status_page(const ServedShard& shard);
 
+/// A latency object (contract/status_page.h, namespace latency).
+nlohmann::json latency_object(const LatencySummary& s);
+/// The page's "rounds" section for what the rounds report.
+nlohmann::json rounds_section(const RoundsStatus& s);
+
 }  // namespace blockps

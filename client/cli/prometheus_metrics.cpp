@@ -4,7 +4,7 @@
 #include <functional>
 #include <optional>
 
-#include "ps_backend/contract/status_page.h"
+#include "contract/status_page.h"
 
 namespace blockps::cli {
 namespace {
@@ -170,12 +170,25 @@ std::string render_prometheus(const std::vector<ShardReport>& shards, double scr
              status_page::kRoundsWorkersDropped, 1, true);
   {
     Family degraded(out, "blockps_degraded", "gauge",
-                    "1 when the shard fails its grad LU's commands (fewer live workers than min_workers) (sync)");
+                    "1 when the shard fails its grad LU's commands (fewer live workers than min_workers, or an "
+                    "update it failed to apply) (sync/ssp)");
+    // The same with the reason as a label, so that an alert can say why without reading the status page.
+    Family shard_degraded(out, "blockps_shard_degraded", "gauge",
+                          "1 with the reason while the shard fails its grad LU's commands (sync/ssp)");
+    const json::json_pointer reason(status_page::kRoundsDegradedReason);
     for (const ShardReport& r : shards)
       if (const json::json_pointer p(status_page::kRoundsDegraded);
-          r.page && r.page->contains(p) && (*r.page)[p].is_boolean())
-        degraded.sample(r.name, (*r.page)[p].get<bool>() ? 1 : 0);
+          r.page && r.page->contains(p) && (*r.page)[p].is_boolean()) {
+        const bool is_degraded = (*r.page)[p].get<bool>();
+        degraded.sample(r.name, is_degraded ? 1 : 0);
+        const std::string why =
+            r.page->contains(reason) && (*r.page)[reason].is_string() ? (*r.page)[reason].get<std::string>() : "";
+        shard_degraded.sample(r.name, is_degraded ? 1 : 0, "reason=\"" + escape_label_value(why) + "\"");
+      }
   }
+  from_pages(out, shards, "blockps_apply_failures_total", "counter",
+             "updates the shard failed to apply (a GPU fault...): its grad LU fails commands until reset-rounds",
+             status_page::kRoundsApplyFailures, 1, true);
   summary(out, shards, "blockps_round_seconds", "time from a round's first push to its close (sync)",
           status_page::kRoundsRoundLatency);
   out +=

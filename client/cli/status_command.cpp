@@ -1,4 +1,4 @@
-// `blockps status`: every shard's status page (its fields: ps_backend/contract/status_page.h) as a table or JSON.
+// `blockps status`: every shard's status page (its fields: contract/status_page.h) as a table or JSON.
 // The pages are read as client/cli/status_reports.h says; when a shard's cannot be, the others are still shown
 // and the run exits kExitFailed.
 #include <iostream>
@@ -10,7 +10,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/status_reports.h"
 #include "client/cli/table.h"
-#include "ps_backend/contract/status_page.h"
+#include "contract/status_page.h"
 
 namespace blockps::cli {
 namespace {
@@ -96,7 +96,7 @@ void print_table(const std::vector<ShardReport>& reports) {
   print_rounds(reports);
 }
 
-// mode=sync shards: their rounds, and one line per live worker (the status page's "rounds" object).
+// mode=sync and ssp:K shards: their rounds, and one line per live worker (the status page's "rounds" object).
 void print_rounds(const std::vector<ShardReport>& reports) {
   using A = TextTable::Align;
   TextTable rounds({{"shard", A::left},
@@ -114,7 +114,9 @@ void print_rounds(const std::vector<ShardReport>& reports) {
   bool any = false, any_worker = false;
   const auto ms = [](std::uint64_t ns) { return format_fixed(static_cast<double>(ns) / 1e6, 1); };
   for (const ShardReport& r : reports) {
-    if (!r.page || text_at(*r.page, status_page::kRoundsMode) != "sync") continue;
+    if (!r.page) continue;
+    const std::string mode = text_at(*r.page, status_page::kRoundsMode);
+    if (mode != "sync" && !mode.starts_with("ssp")) continue;
     any = true;
     const nlohmann::json& p = *r.page;
     const std::string reason = text_at(p, status_page::kRoundsDegradedReason);

@@ -1,4 +1,4 @@
-// Every shard's status page (its fields: ps_backend/contract/status_page.h), as `blockps status` and `blockps
+// Every shard's status page (its fields: contract/status_page.h), as `blockps status` and `blockps
 // exporter` read them: the cluster opened as a whole first (which also checks that the shards agree with the
 // file); when that fails, e.g. one shard is down, each shard opened alone (as a one-shard cluster holding the bytes
 // the layout gives it), so that the pages of the others are still read.

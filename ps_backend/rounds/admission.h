@@ -1,24 +1,23 @@
-// The vocabulary of the rounds (rounds.h) shared with the glue: who sent a grad-LU command, and what the glue
-// does with it now.
+// What becomes of a grad-LU command the rounds (rounds.h) see: run now, wait, or fail, and why it failed.
 #pragma once
 
-#include <cstdint>
-#include <string>
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 
-/// A worker is one I_T nexus (session): tid + itn locate it in tgt, iqn names it.
-struct WorkerRef {
-  int tid = 0;
-  std::uint64_t itn = 0;
-  std::string iqn;
-};
-
 /// What the glue does with a command now.
 enum class Admission {
-  run,       // queue it to the I/O threads
-  park,      // hold it (tgt's asynchronous completion); it comes back through process_parked
-  not_ready  // fail it: CHECK CONDITION, NOT READY, ASC/ASCQ 0x04/0x03 (see degraded_reason())
+  run,        // queue it to the I/O threads
+  park,       // hold it (tgt's asynchronous completion); it comes back through process_parked
+  not_ready,  // fail it as Refusal::not_ready (see degraded_reason())
+  failed      // fail it as Refusal::failed: a round's update was not applied (see degraded_reason())
+};
+
+/// Why a held command fails; ServedLu::refusal_outcome() gives each its SCSI answer.
+enum class Refusal {
+  aborted,    // the initiator aborted it (ABORT TASK, LUN RESET, its session ended)
+  not_ready,  // live workers are below min_workers, it waited worker_timeout_ms, or its LU is closing
+  failed      // the shard failed to apply a round: the weights a READ would return are not the round's
 };
 
 }  // namespace blockps

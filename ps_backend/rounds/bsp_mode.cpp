@@ -69,21 +69,22 @@ Admission BspMode::admit_pull(std::uint64_t itn, std::uint64_t first_block, std:
   return Admission::run;
 }
 
-void BspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+Status BspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
   // A contribution dropped meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and
   // is freed with it; one a round closed without is not decoded.
   for (const TicketPiece& p : ticket)
     if (!p.contribution->discarded) p.contribution->decode(ctx_.geometry.dtype, p.span, data);
+  return Status::Ok();
 }
 
 void BspMode::landed(const Ticket& ticket) {
   for (const TicketPiece& p : ticket) p.contribution->landed_n += static_cast<std::uint32_t>(p.span.sectors);
 }
 
-void BspMode::after_landing(const Ticket& ticket) {
+Status BspMode::after_landing(const Ticket& ticket) {
   std::vector<std::uint64_t> touched;
   for (const TicketPiece& p : ticket) touched.push_back(p.contribution->block);
-  close_ready(std::move(touched));
+  return close_ready(std::move(touched));
 }
 
 void BspMode::tick() {
@@ -98,7 +99,7 @@ void BspMode::tick() {
     });
     open_blocks = open_blocks_;
   }
-  close_ready(std::move(open_blocks));
+  (void)close_ready(std::move(open_blocks));  // a failure is recorded in the context; nobody to answer here
 }
 
 bool BspMode::closable(const Block& b, Clock::time_point now, bool& by_straggler) const {
@@ -123,14 +124,16 @@ bool BspMode::closable(const Block& b, Clock::time_point now, bool& by_straggler
          complete >= ctx_.policy.min_workers;
 }
 
-void BspMode::close_ready(std::vector<std::uint64_t> candidates) {
+Status BspMode::close_ready(std::vector<std::uint64_t> candidates) {
   std::sort(candidates.begin(), candidates.end());
   candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
   bool closed_any = false;
+  Status first_failure = Status::Ok();
   for (std::uint64_t b : candidates) {
     for (;;) {  // the next round of a block may be complete by the time this one is applied
       std::vector<std::shared_ptr<Contribution>> complete;
       Clock::time_point first_push;
+      std::uint64_t round = 0;
       {
         std::lock_guard lock(ctx_.lock);
         Block& block = blocks_[b];
@@ -154,8 +157,10 @@ void BspMode::close_ready(std::vector<std::uint64_t> candidates) {
         block.open.clear();
         block.closing = true;
         first_push = block.first_push;
+        round = block.applied + 1;
       }
-      apply(b, complete);
+      if (Status applied = apply(b, round, complete); !applied.ok() && first_failure.ok())
+        first_failure = std::move(applied);
       ctx_.round_latency.add(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - first_push).count()));
       std::lock_guard lock(ctx_.lock);
       Block& block = blocks_[b];
@@ -166,9 +171,10 @@ void BspMode::close_ready(std::vector<std::uint64_t> candidates) {
     }
   }
   if (closed_any) ctx_.parking.wake_if_parked();
+  return first_failure;
 }
 
-void BspMode::apply(std::uint64_t block, std::vector<std::shared_ptr<Contribution>>& complete) {
+Status BspMode::apply(std::uint64_t block, std::uint64_t round, std::vector<std::shared_ptr<Contribution>>& complete) {
   // A fixed order (IQN, then session) makes the f32 sum the same whatever order the pushes arrived in.
   std::sort(complete.begin(), complete.end(),
             [](const auto& x, const auto& y) { return std::tie(x->iqn, x->itn) < std::tie(y->iqn, y->itn); });
@@ -178,9 +184,15 @@ void BspMode::apply(std::uint64_t block, std::vector<std::shared_ptr<Contributio
   for (const auto& c : complete) grads.push_back(c->grad.data());
   std::vector<float>& average = complete.front()->grad;  // the closed round's: summed in place
   average_gradients(grads, average);
-  if (Status applied = ctx_.model.apply_gradient_f32(block * ctx_.geometry.block_bytes, average); !applied.ok())
-    log_line("sync: round of block " + std::to_string(block) + " not applied: " + applied.message());
+  Status applied = ctx_.model.apply_gradient_f32(block * ctx_.geometry.block_bytes, average);
+  if (!applied.ok()) {
+    const std::string why = "sync: round " + std::to_string(round) + " of block " + std::to_string(block) +
+                            " not applied: " + applied.message();
+    ctx_.failed_to_apply(why);
+    return Status::Error(applied.code(), why);
+  }
   if (ctx_.on_applied) ctx_.on_applied(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+  return Status::Ok();
 }
 
 bool BspMode::leads_too_far(std::uint64_t itn) const {

@@ -27,8 +27,8 @@ class BspMode final : public RoundMode {
   RoundProgress progress() const override;
   std::uint64_t rounds_pushed(std::uint64_t itn) const override;
 
-  void land(const Ticket& ticket, std::span<const std::byte> data) override;
-  void after_landing(const Ticket& ticket) override;
+  Status land(const Ticket& ticket, std::span<const std::byte> data) override;
+  Status after_landing(const Ticket& ticket) override;
   void tick() override;
 
  private:
@@ -49,9 +49,10 @@ class BspMode final : public RoundMode {
   // Under the lock: whether block `b`'s open round may close at `now`, and whether without some members.
   bool closable(const Block& b, Clock::time_point now, bool& by_straggler) const;
   // Without the lock: close and apply the rounds of `candidates` that may close, then wake the parked commands.
-  void close_ready(std::vector<std::uint64_t> candidates);
-  // Without the lock: the average of a closed round's gradients, applied to `block`.
-  void apply(std::uint64_t block, std::vector<std::shared_ptr<Contribution>>& complete);
+  // The first failed apply's error, if any.
+  Status close_ready(std::vector<std::uint64_t> candidates);
+  // Without the lock: the average of a closed round's gradients, applied to `block` as its round `round`.
+  Status apply(std::uint64_t block, std::uint64_t round, std::vector<std::shared_ptr<Contribution>>& complete);
   // Under the lock: whether worker `itn` already has push_lead more blocks in open rounds than the member with
   // the fewest among those pushing since `itn` got ahead, so that its push that would open another block's round
   // must wait.

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ps_backend/lu_options.h"
 #include "ps_backend/rounds/admission.h"
+#include "ps_backend/rounds/round_policy.h"
 
 namespace blockps {
 

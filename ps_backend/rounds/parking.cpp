@@ -6,16 +6,19 @@
 namespace blockps {
 
 void ParkingLot::park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker,
-                      std::uint64_t offset, std::uint64_t len, std::string refusal) {
+                      std::uint64_t offset, std::uint64_t len, std::string refusal, Refusal refused_as) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
   std::lock_guard lock(mutex_);
-  parked_.emplace(owner, ParkedCommand{handle, is_push, worker, offset, len, deadline, std::move(refusal)});
+  parked_.emplace(owner, ParkedCommand{handle, is_push, worker, offset, len, deadline, std::move(refusal), refused_as});
 }
 
 void ParkingLot::refuse(const void* owner, const std::string& why) {
   std::lock_guard lock(mutex_);
   auto [first, last] = parked_.equal_range(owner);
-  for (auto it = first; it != last; ++it) it->second.refusal = why;
+  for (auto it = first; it != last; ++it) {
+    it->second.refusal = why;
+    it->second.refused_as = Refusal::not_ready;
+  }
 }
 
 void ParkingLot::process(const void* owner, const std::function<bool(const void*)>& aborted, const Readmit& readmit,
@@ -31,16 +34,16 @@ void ParkingLot::process(const void* owner, const std::function<bool(const void*
   const auto now = std::chrono::steady_clock::now();
   for (const ParkedCommand& p : mine) {
     if (aborted(p.handle)) {
-      fail(p, true, "aborted by the initiator");
+      fail(p, Refusal::aborted, "aborted by the initiator");
       continue;
     }
     if (!p.refusal.empty()) {
-      fail(p, false, p.refusal);
+      fail(p, p.refused_as, p.refusal);
       continue;
     }
     if (now >= p.deadline) {
       const std::string degraded = degraded_reason();
-      fail(p, false,
+      fail(p, Refusal::not_ready,
            "parked for worker_timeout_ms=" + std::to_string(timeout_ms_) + " without its round closing" +
                (degraded.empty() ? "" : " (" + degraded + ")"));
       continue;
@@ -50,7 +53,10 @@ void ParkingLot::process(const void* owner, const std::function<bool(const void*
         resubmit(p);
         break;
       case Admission::not_ready:
-        fail(p, false, degraded_reason());
+        fail(p, Refusal::not_ready, degraded_reason());
+        break;
+      case Admission::failed:
+        fail(p, Refusal::failed, degraded_reason());
         break;
       case Admission::park: {
         std::lock_guard lock(mutex_);

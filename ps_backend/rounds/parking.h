@@ -23,6 +23,7 @@ struct ParkedCommand {
   std::uint64_t offset, len;
   std::chrono::steady_clock::time_point deadline;
   std::string refusal;  // set: fail it with this reason at the next wake
+  Refusal refused_as = Refusal::not_ready;
 };
 
 class ParkingLot {
@@ -34,16 +35,16 @@ class ParkingLot {
   /// only held until the glue's next wake, which fails it with that reason (a store can complete a command
   /// with its own sense only asynchronously).
   void park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
-            std::uint64_t len, std::string refusal = {});
-  /// Every command parked for `owner` fails with `why` at its next process(): its LU is closing.
+            std::uint64_t len, std::string refusal = {}, Refusal refused_as = Refusal::not_ready);
+  /// Every command parked for `owner` fails with `why` (not_ready) at its next process(): its LU is closing.
   void refuse(const void* owner, const std::string& why);
 
   using Readmit = std::function<Admission(const ParkedCommand&)>;
   using Resubmit = std::function<void(const ParkedCommand&)>;
-  using Fail = std::function<void(const ParkedCommand&, bool aborted, const std::string& why)>;
+  using Fail = std::function<void(const ParkedCommand&, Refusal, const std::string& why)>;
   /// Give back every command of `owner`: `fail` those aborted (`aborted(handle)`), refused or past their
-  /// deadline; the others go where `readmit` says: run to `resubmit`, not_ready to `fail` with
-  /// `degraded_reason()`, park back here with their first deadline. Deadline failures name
+  /// deadline (not_ready); the others go where `readmit` says: run to `resubmit`, not_ready or failed to `fail`
+  /// with `degraded_reason()`, park back here with their first deadline. Deadline failures name
   /// `degraded_reason()` too when it is not "".
   void process(const void* owner, const std::function<bool(const void* handle)>& aborted, const Readmit& readmit,
                const Resubmit& resubmit, const Fail& fail, const std::function<std::string()>& degraded_reason);

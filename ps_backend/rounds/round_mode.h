@@ -13,11 +13,11 @@
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/latency_window.h"
-#include "ps_backend/lu_options.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/contribution.h"
 #include "ps_backend/rounds/membership.h"
 #include "ps_backend/rounds/parking.h"
+#include "ps_backend/rounds/round_policy.h"
 
 namespace blockps {
 
@@ -43,6 +43,14 @@ struct RoundContext {
   ParkingLot parking;
   std::uint64_t rounds_closed = 0, stragglers_dropped = 0;
   LatencyWindow round_latency;  // first push of a round -> applied
+  // The first update the shard failed to apply since it opened or its rounds were reset ("" while none), and
+  // how many failed. While set, every grad-LU command the rounds see fails (Refusal::failed): a READ would
+  // return weights without that update, and later rounds would build on them.
+  std::string apply_failure;
+  std::uint64_t apply_failures = 0;
+
+  /// Without the lock: an update was not applied (`why` names the block); logged, and the shard fails commands.
+  void failed_to_apply(const std::string& why);
 };
 
 /// The shard's round numbers for the status page.
@@ -74,11 +82,12 @@ class RoundMode {
   virtual std::uint64_t rounds_pushed(std::uint64_t itn) const = 0;
 
   // Without the context's lock (they take it where they need it).
-  /// The data of an admitted push, on an I/O thread: the ticket's sectors are this push's alone.
-  virtual void land(const Ticket& ticket, std::span<const std::byte> data) = 0;
-  /// After landed(): apply what is due and wake the parked commands that may go on.
-  virtual void after_landing(const Ticket& ticket) = 0;
-  /// The keeper's tick: rounds due by the straggler deadline close.
+  /// The data of an admitted push, on an I/O thread: the ticket's sectors are this push's alone. An error: an
+  /// update this push made due was not applied (RoundContext::failed_to_apply was called).
+  virtual Status land(const Ticket& ticket, std::span<const std::byte> data) = 0;
+  /// After landed(): apply what is due and wake the parked commands that may go on. An error as for land().
+  virtual Status after_landing(const Ticket& ticket) = 0;
+  /// The keeper's tick: rounds due by the straggler deadline close (a failed apply is recorded, as above).
   virtual void tick() = 0;
 };
 

@@ -1,10 +1,8 @@
 #include "ps_backend/rounds/rounds.h"
 
-#include "ps_backend/contract/status_page.h"
 #include "ps_backend/log.h"
 #include "ps_backend/rounds/bsp_mode.h"
 #include "ps_backend/rounds/ssp_mode.h"
-#include "ps_backend/status_page.h"
 
 namespace blockps {
 namespace {
@@ -27,6 +25,16 @@ std::unique_ptr<RoundMode> make_mode(RoundContext& ctx) {
 
 }  // namespace
 
+void RoundContext::failed_to_apply(const std::string& why) {
+  log_line(why);
+  {
+    std::lock_guard held(lock);
+    if (apply_failure.empty()) apply_failure = why;
+    ++apply_failures;
+  }
+  parking.wake_all();  // the parked READs and pushes waiting for the round fail now (Refusal::failed)
+}
+
 Rounds::Rounds(ModelShard& model, const RoundPolicy& policy, std::function<void(std::uint64_t ns)> on_applied)
     : ctx_(model, policy, std::move(on_applied)), mode_(make_mode(ctx_)) {
   keeper_ = std::jthread([this](const std::stop_token& stop) { keep(stop); });
@@ -43,6 +51,7 @@ Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::u
   if (spans.empty()) return Admission::run;
   const auto now = Clock::now();
   std::lock_guard lock(ctx_.lock);
+  if (!ctx_.apply_failure.empty()) return Admission::failed;
   ctx_.members.admitted_push(worker, now);
   Ticket ticket;
   const Admission a = mode_->admit_push(worker, spans, now, ticket);
@@ -50,25 +59,29 @@ Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::u
   return a;
 }
 
-bool Rounds::land_push(const void* handle, std::span<const std::byte> data) {
+Status Rounds::land_push(const void* handle, std::span<const std::byte> data) {
   Ticket ticket;
   {
     std::lock_guard lock(ctx_.lock);
     auto it = tickets_.find(handle);
-    if (it == tickets_.end()) return false;
+    if (it == tickets_.end()) {
+      const std::string why = "rounds: a grad WRITE reached the I/O threads without being admitted";
+      log_line(why);
+      return Status::Error(why);
+    }
     ticket = std::move(it->second);
     tickets_.erase(it);
   }
-  if (ticket.empty()) return true;
+  if (ticket.empty()) return Status::Ok();
   // The claimed sectors belong to this push alone, so the data needs no lock.
-  mode_->land(ticket, data);
+  Status landed = mode_->land(ticket, data);
   {
     std::lock_guard lock(ctx_.lock);
     mode_->landed(ticket);
     ctx_.members.landed_push(ticket.front().contribution->itn, Clock::now());
   }
-  mode_->after_landing(ticket);
-  return true;
+  Status applied = mode_->after_landing(ticket);
+  return landed.ok() ? applied : landed;
 }
 
 Admission Rounds::admit_pull(std::uint64_t itn, std::uint64_t offset, std::uint64_t len) {
@@ -76,13 +89,14 @@ Admission Rounds::admit_pull(std::uint64_t itn, std::uint64_t offset, std::uint6
   if (len == 0 || offset >= g.bytes) return Admission::run;
   const std::uint64_t end = std::min(offset + len, g.bytes);
   std::lock_guard lock(ctx_.lock);
+  if (!ctx_.apply_failure.empty()) return Admission::failed;
   if (!ctx_.members.contains(itn)) return Admission::run;
   return mode_->admit_pull(itn, offset / g.block_bytes, (end - 1) / g.block_bytes);
 }
 
 void Rounds::park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
-                  std::uint64_t len, std::string refusal) {
-  ctx_.parking.park(owner, handle, is_push, worker, offset, len, std::move(refusal));
+                  std::uint64_t len, std::string refusal, Refusal refused_as) {
+  ctx_.parking.park(owner, handle, is_push, worker, offset, len, std::move(refusal), refused_as);
 }
 
 void Rounds::process_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
@@ -122,6 +136,9 @@ void Rounds::reset() {
     std::lock_guard lock(ctx_.lock);
     mode_->reset();
     ctx_.members.reform();
+    if (!ctx_.apply_failure.empty())
+      log_line("rounds: reset clears the failed update (" + ctx_.apply_failure + "): commands are served again");
+    ctx_.apply_failure.clear();
     log_line("rounds: reset (open rounds dropped, counters at 0)");
   }
   ctx_.parking.wake_all();
@@ -129,6 +146,12 @@ void Rounds::reset() {
 
 std::string Rounds::degraded_reason() const {
   std::lock_guard lock(ctx_.lock);
+  return degraded_reason_locked();
+}
+
+std::string Rounds::degraded_reason_locked() const {
+  if (!ctx_.apply_failure.empty())
+    return ctx_.apply_failure + " (every grad-LU command fails until the control line reset-rounds)";
   return ctx_.members.degraded_reason();
 }
 
@@ -158,43 +181,27 @@ void Rounds::keep(const std::stop_token& stop) {
   }
 }
 
-nlohmann::json Rounds::status() const {
+RoundsStatus Rounds::status() const {
   std::lock_guard lock(ctx_.lock);
   const auto now = Clock::now();
-  const RoundProgress progress = mode_->progress();
-  nlohmann::json workers = nlohmann::json::array();
+  RoundsStatus out;
+  out.policy = ctx_.policy;
+  out.progress = mode_->progress();
   for (const auto& [itn, m] : ctx_.members.members()) {
     const std::uint64_t pushed = mode_->rounds_pushed(itn);
-    namespace worker = status_page::live_worker;
-    workers.push_back({{worker::kIqn, m.ref.iqn},
-                       {worker::kSession, itn},
-                       {worker::kPushes, m.pushes},
-                       {worker::kLastPushMsAgo, ms_between(m.last_push, now)},
-                       {worker::kJoinedMsAgo, ms_between(m.joined, now)},
-                       {worker::kRoundsBehind, progress.rounds_max > pushed ? progress.rounds_max - pushed : 0}});
+    out.live_workers.push_back({m.ref.iqn, itn, m.pushes, ms_between(m.last_push, now), ms_between(m.joined, now),
+                                out.progress.rounds_max > pushed ? out.progress.rounds_max - pushed : 0});
   }
-  // Written at the contract's pointers into a page of its own, of which the rounds section is returned.
-  nlohmann::json page;
-  const auto set = [&page](const char* pointer, nlohmann::json value) { set_field(page, pointer, std::move(value)); };
-  const RoundPolicy& policy = ctx_.policy;
-  set(status_page::kRoundsMode, to_string(policy));
-  set(status_page::kRoundsWorkers, policy.workers);
-  set(status_page::kRoundsMinWorkers, policy.min_workers);
-  set(status_page::kRoundsStragglerMs, policy.straggler_ms);
-  set(status_page::kRoundsWorkerTimeoutMs, policy.worker_timeout_ms);
-  set(status_page::kRoundsMin, progress.rounds_min);
-  set(status_page::kRoundsMax, progress.rounds_max);
-  set(status_page::kRoundsClosed, ctx_.rounds_closed);
-  set(status_page::kRoundsOpen, progress.open_rounds);
-  set(status_page::kRoundsLiveWorkers, std::move(workers));
-  set(status_page::kRoundsStragglersDropped, ctx_.stragglers_dropped);
-  set(status_page::kRoundsWorkersDropped, ctx_.members.dropped());
-  set(status_page::kRoundsRecentDrops, ctx_.members.recent_drops());
-  set(status_page::kRoundsParkedCommands, ctx_.parking.size());
-  set(status_page::kRoundsDegraded, ctx_.members.degraded());
-  set(status_page::kRoundsDegradedReason, ctx_.members.degraded_reason());
-  set(status_page::kRoundsRoundLatency, ctx_.round_latency.percentiles());
-  return std::move(page[nlohmann::json::json_pointer(status_page::kRounds)]);
+  out.rounds_closed = ctx_.rounds_closed;
+  out.stragglers_dropped = ctx_.stragglers_dropped;
+  out.workers_dropped = ctx_.members.dropped();
+  out.recent_drops = ctx_.members.recent_drops();
+  out.parked_commands = ctx_.parking.size();
+  out.degraded = ctx_.members.degraded() || !ctx_.apply_failure.empty();
+  out.degraded_reason = degraded_reason_locked();
+  out.apply_failures = ctx_.apply_failures;
+  out.round_latency = ctx_.round_latency.summary();
+  return out;
 }
 
 }  // namespace blockps

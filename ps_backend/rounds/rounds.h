@@ -15,19 +15,36 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <nlohmann/json.hpp>
 #include <span>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/lu_options.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/parking.h"
 #include "ps_backend/rounds/round_mode.h"
+#include "ps_backend/rounds/round_policy.h"
 
 namespace blockps {
+
+/// What the rounds report for the status page's "rounds" section (ps_backend/status_page.cpp writes it as JSON).
+struct RoundsStatus {
+  RoundPolicy policy;
+  RoundProgress progress;
+  struct LiveWorker {
+    std::string iqn;
+    std::uint64_t session = 0, pushes = 0, last_push_ms_ago = 0, joined_ms_ago = 0, rounds_behind = 0;
+  };
+  std::vector<LiveWorker> live_workers;
+  std::uint64_t rounds_closed = 0, stragglers_dropped = 0, workers_dropped = 0, parked_commands = 0;
+  std::vector<std::string> recent_drops;  // "IQN (session N): why", oldest first
+  bool degraded = false;
+  std::string degraded_reason;  // "" when not degraded
+  std::uint64_t apply_failures = 0;
+  LatencySummary round_latency;  // first push of a round -> applied
+};
 
 class Rounds {
  public:
@@ -44,15 +61,17 @@ class Rounds {
   /// overlaps what the worker already pushed in an open round; ssp: the worker is too far ahead); not_ready:
   /// it would wait while live workers are below min_workers.
   Admission admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len);
-  /// The data of an admitted push (I/O thread). False when `handle` was not admitted (nothing is changed).
-  bool land_push(const void* handle, std::span<const std::byte> data);
+  /// The data of an admitted push (I/O thread). An error when `handle` was not admitted (nothing is changed),
+  /// or when an update this push made due (its own in ssp, its round's in sync) was not applied: from then on
+  /// every grad-LU command fails (Admission::failed) until reset().
+  Status land_push(const void* handle, std::span<const std::byte> data);
   /// A grad-LU READ: park while `itn` pushed one of the blocks in a round not applied yet (sync); not_ready
   /// instead of parking when live workers are below min_workers.
   Admission admit_pull(std::uint64_t itn, std::uint64_t offset, std::uint64_t len);
 
   /// Hold a command the glue parked (ParkingLot::park).
   void park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
-            std::uint64_t len, std::string refusal = {});
+            std::uint64_t len, std::string refusal = {}, Refusal refused_as = Refusal::not_ready);
   /// Main thread, when woken: drop workers whose session is gone (`alive(tid, itn)` false), then give back every
   /// command of `owner` that may go on (`resubmit`), is refused, past its deadline or aborted (`fail`),
   /// keeping the rest parked.
@@ -65,15 +84,17 @@ class Rounds {
   void subscribe(const void* owner, std::function<void()> wake);
   void unsubscribe(const void* owner);
 
-  /// Control: drop every open round (nothing of them is applied) and restart the round counters at 0.
+  /// Control: drop every open round (nothing of them is applied), restart the round counters at 0 and forget a
+  /// failed update (commands are served again; a device that still fails fails the next round the same way).
   void reset();
-  /// Why commands are refused now ("" when they are not).
+  /// Why commands are refused now ("" when they are not): a failed update, or live workers below min_workers.
   std::string degraded_reason() const;
-  nlohmann::json status() const;
+  RoundsStatus status() const;
 
  private:
   using Clock = std::chrono::steady_clock;
   void drop_member_locked(std::uint64_t itn, const std::string& why);
+  std::string degraded_reason_locked() const;
   void keep(const std::stop_token& stop);
 
   RoundContext ctx_;

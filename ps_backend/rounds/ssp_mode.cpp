@@ -44,8 +44,8 @@ Admission SspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
 
 Admission SspMode::admit_pull(std::uint64_t, std::uint64_t, std::uint64_t) { return Admission::run; }
 
-void SspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
-  if (ticket.empty()) return;
+Status SspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+  if (ticket.empty()) return Status::Ok();
   // One optimizer step over the whole contiguous request: the engine runs its blocks in parallel.
   const std::size_t esize = wire_size(ctx_.geometry.dtype);
   const TicketPiece& first = ticket.front();
@@ -55,8 +55,14 @@ void SspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
   const Status pushed = ctx_.model.push_gradient(
       first.contribution->block * ctx_.geometry.block_bytes + first.span.element_in_block * esize,
       data.first(static_cast<std::size_t>(std::min<std::uint64_t>(bytes, data.size()))));
-  if (!pushed.ok()) log_line("ssp: push not applied: " + pushed.message());
+  if (!pushed.ok()) {
+    const std::string why = "ssp: push of " + ticket.front().contribution->iqn + " to block " +
+                            std::to_string(first.contribution->block) + " not applied: " + pushed.message();
+    ctx_.failed_to_apply(why);
+    return Status::Error(pushed.code(), why);
+  }
   if (ctx_.on_applied) ctx_.on_applied(static_cast<std::uint64_t>(std::chrono::nanoseconds(Clock::now() - t0).count()));
+  return Status::Ok();
 }
 
 void SspMode::landed(const Ticket& ticket) {
@@ -74,8 +80,9 @@ void SspMode::landed(const Ticket& ticket) {
   }
 }
 
-void SspMode::after_landing(const Ticket&) {
+Status SspMode::after_landing(const Ticket&) {
   ctx_.parking.wake_if_parked();  // a push waiting on this worker's clock may go on
+  return Status::Ok();
 }
 
 void SspMode::drop_worker(std::uint64_t itn) {

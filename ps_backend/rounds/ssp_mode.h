@@ -25,8 +25,8 @@ class SspMode final : public RoundMode {
   RoundProgress progress() const override;
   std::uint64_t rounds_pushed(std::uint64_t itn) const override;
 
-  void land(const Ticket& ticket, std::span<const std::byte> data) override;
-  void after_landing(const Ticket& ticket) override;
+  Status land(const Ticket& ticket, std::span<const std::byte> data) override;
+  Status after_landing(const Ticket& ticket) override;
   void tick() override {}  // nothing closes by a deadline: every push is applied as it lands
 
  private:

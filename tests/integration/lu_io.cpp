@@ -31,7 +31,7 @@
 #include <vector>
 
 #include "client/iscsi_lun.h"
-#include "ps_backend/contract/scsi_codes.h"
+#include "contract/scsi_codes.h"
 #include "tests/support/lu_pipeline.h"
 
 namespace {

@@ -13,7 +13,7 @@
 
 #include "aggregator/model_shard.h"
 #include "client/iscsi_lun.h"
-#include "ps_backend/contract/scsi_codes.h"
+#include "contract/scsi_codes.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "client/iscsi_lun.h"
-#include "ps_backend/contract/scsi_codes.h"
+#include "contract/scsi_codes.h"
 #include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"
 #include "tests/support/scsi_commands.h"

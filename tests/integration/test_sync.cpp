@@ -20,7 +20,7 @@
 #include "aggregator/model_shard.h"
 #include "client/blockps.h"
 #include "client/iscsi_lun.h"
-#include "ps_backend/contract/scsi_codes.h"
+#include "contract/scsi_codes.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/scsi_commands.h"
@@ -525,6 +525,96 @@ TEST_F(SyncModeTest, AfterEveryWorkerLeftTheNextWorkersFormAnew) {
     ASSERT_TRUE(w->read(0, back).ok());
     EXPECT_EQ(floats_of(back), expected) << "a round closed without both new workers";
   }
+}
+
+// Errors flow to the commands owed them, through a real tgtd: the shard's store (the test double of
+// aggregator/faulty_store.h, behind the module's BLOCKPS_FAULT_INJECTION_FILE hook) fails every update while a
+// file exists. The push that closes the failing round, the READ parked for it and every later grad-LU command
+// fail with HARDWARE ERROR, INTERNAL TARGET FAILURE; the status page says why; reset-rounds serves again. Runs
+// on the engine BLOCKPS_TEST_DEVICE names (cpu here; gpu:0 on a GPU host, tests/gpu/run.sh).
+class FailingStoreTest : public SyncModeTest {
+ protected:
+  void start_with_fault_hook(const std::string& options) {
+    TgtdOptions o;
+    o.environment = {"BLOCKPS_FAULT_INJECTION_FILE=" + fault()};
+    const Status started = tgtd_.start(o);
+    ASSERT_TRUE(started.ok()) << started.message();
+    const Status s = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"), options);
+    ASSERT_TRUE(s.ok()) << s.message();
+  }
+  std::string fault() const { return dir_.path("fault"); }
+  void fail_updates() { std::ofstream(fault()) << "fail\n"; }
+  static void expect_hardware_error(const ScsiResult& r, const char* what) {
+    EXPECT_TRUE(r.check_condition(scsi::kHardwareError, scsi::kAscInternalTargetFailure))
+        << what << ": " << r.describe();
+  }
+};
+
+TEST_F(FailingStoreTest, SyncARoundWhoseUpdateFailsIsNeverAnsweredGoodOverOldWeights) {
+  ASSERT_NO_FATAL_FAILURE(
+      start_with_fault_hook("size=256K;block=64K;opt=sgd;lr=0.5;mode=sync;workers=2;"
+                            "straggler_ms=60000;worker_timeout_ms=60000"));
+  IscsiLun a, b, status;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_NO_FATAL_FAILURE(connect(b, "b"));
+  ASSERT_NO_FATAL_FAILURE(connect(status, "admin", 3));
+  std::vector<float> expected(kBytes / 4, 0.0f);
+  reference_round(expected, {values(1), values(2)}, 0.5f);
+  for (const Pulled& p : round({&a, &b}, {values(1), values(2)})) ASSERT_TRUE(p.result.ok()) << p.result.describe();
+
+  fail_updates();
+  ASSERT_TRUE(a.write(0, bytes_of(values(3))).ok());
+  auto a_pull = std::async(std::launch::async, [&a] {
+    std::vector<std::byte> back(kBytes);
+    return a.read(0, back);  // parked until round 2 closes
+  });
+  std::this_thread::sleep_for(200ms);
+  expect_hardware_error(b.write(0, bytes_of(values(4))), "the push that closed the failing round");
+  ASSERT_EQ(a_pull.wait_for(10s), std::future_status::ready) << "the parked READ was not answered";
+  expect_hardware_error(a_pull.get(), "the READ parked for the failing round");
+  std::vector<std::byte> back(kBytes);
+  expect_hardware_error(b.read(0, back), "a later READ");
+  expect_hardware_error(a.write(0, bytes_of(values(5))), "a later push");
+  const auto s = status_page();
+  EXPECT_TRUE(s["rounds"]["degraded"].get<bool>()) << s["rounds"].dump();
+  EXPECT_GE(s["rounds"]["apply_failures"].get<int>(), 1);
+  EXPECT_NE(
+      s["rounds"]["degraded_reason"].get<std::string>().find("sync: round 2 of block 0 not applied: injected fault"),
+      std::string::npos)
+      << s["rounds"].dump();
+  EXPECT_NE(tgtd_.log_text().find("not applied: injected fault"), std::string::npos);
+
+  // Fixed (the file is gone) and reset: the rounds go on from the last weights that were applied.
+  std::remove(fault().c_str());
+  std::vector<std::byte> line(512);
+  const std::string reset = "reset-rounds\n";
+  std::memcpy(line.data(), reset.data(), reset.size());
+  ASSERT_TRUE(status.write(0, line).ok());
+  reference_round(expected, {values(6), values(7)}, 0.5f);
+  for (const Pulled& p : round({&a, &b}, {values(6), values(7)})) {
+    ASSERT_TRUE(p.result.ok()) << p.result.describe();
+    EXPECT_EQ(p.weights, expected);
+  }
+  EXPECT_FALSE(status_page()["rounds"]["degraded"].get<bool>());
+}
+
+TEST_F(FailingStoreTest, SspAPushWhoseUpdateFailsIsAnsweredHardwareErrorAndSoAreLaterCommands) {
+  ASSERT_NO_FATAL_FAILURE(
+      start_with_fault_hook("size=256K;block=64K;opt=sgd;lr=0.5;mode=ssp:1;workers=2;"
+                            "worker_timeout_ms=60000"));
+  IscsiLun a;
+  ASSERT_NO_FATAL_FAILURE(connect(a, "a"));
+  ASSERT_TRUE(a.write(0, bytes_of(values(1))).ok());
+  std::vector<std::byte> before(kBytes);
+  ASSERT_TRUE(a.read(0, before).ok());
+  fail_updates();
+  expect_hardware_error(a.write(0, bytes_of(values(2))), "the push whose update failed");
+  std::vector<std::byte> back(kBytes);
+  expect_hardware_error(a.read(0, back), "a later READ");
+  const auto s = status_page();
+  EXPECT_TRUE(s["rounds"]["degraded"].get<bool>()) << s["rounds"].dump();
+  EXPECT_NE(s["rounds"]["degraded_reason"].get<std::string>().find("ssp: push of"), std::string::npos)
+      << s["rounds"].dump();
 }
 
 TEST_F(SyncModeTest, AKilledTgtdRestartsFromTheLastCheckpointAndRoundsResume) {

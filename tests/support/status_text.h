@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "ps_backend/contract/status.h"
+#include "contract/status.h"
 
 namespace blockps {
 

@@ -3,12 +3,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "ps_backend/contract/scsi_codes.h"
+#include "contract/scsi_codes.h"
 #include "tests/unit/ps_backend/glue/allocation_failure.h"
 #include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 #include "tests/unit/ps_backend/test_support.h"
@@ -207,6 +209,79 @@ TEST_F(Glue, AnAdmissionThatFailsRefusesTheCommandInsteadOfRunningIt) {
   ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(next).queued == 1; })) << last_log();
   EXPECT_EQ(ut_run_pool(), 1);
   expect_completed_good(next);
+}
+
+// The shard's store fails every optimizer update while a file exists (aggregator/faulty_store.h, through the
+// shard's fault-injection hook, BLOCKPS_FAULT_INJECTION_FILE): the test double of the store, the real glue and core.
+class GlueWithAFailingStore : public Glue {
+ protected:
+  void SetUp() override { ::setenv("BLOCKPS_FAULT_INJECTION_FILE", fault_.c_str(), 1); }
+  void TearDown() override {
+    Glue::TearDown();
+    ::unsetenv("BLOCKPS_FAULT_INJECTION_FILE");
+  }
+  void fail_updates() { std::ofstream(fault_) << "fail\n"; }
+
+  // Run by the pool and answered with HARDWARE ERROR, INTERNAL TARGET FAILURE.
+  static void expect_executed_hardware_error(const ut_cmd* c) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_EQ(f.executed, 1);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kCheckCondition);
+    EXPECT_EQ(f.sense_key, scsi::kHardwareError);
+    EXPECT_EQ(f.asc, scsi::kAscInternalTargetFailure);
+  }
+
+  std::string fault_ = dir_.file("fault");
+};
+
+TEST_F(GlueWithAFailingStore, ARoundWhoseUpdateFailsFailsItsParkedCommandsAndEveryLaterOne) {
+  open(kSync);
+  push(kWorkerA, 0);
+  push(kWorkerB, 0);  // round 1 of block 0 is applied
+  fail_updates();
+  push(kWorkerA, 0);
+  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* again = command(kWorkerA, true, 0);  // A's next push of block 0 waits for round 2
+  ASSERT_EQ(ut_submit(again), 0);
+  expect_parked(again);
+
+  ut_cmd* last = command(kWorkerB, true, 0);  // closes round 2, whose update fails
+  ASSERT_EQ(ut_submit(last), 0);
+  ASSERT_EQ(ut_run_pool(), 1);
+  expect_executed_hardware_error(last);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(pull).completed == 1 && ut_cmd_fate(again).completed == 1; }))
+      << last_log();
+  expect_failed(pull, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
+  expect_failed(again, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
+  EXPECT_GE(ut_log_count("sync: round 2 of block 0 not applied: injected fault"), 1) << last_log();
+  EXPECT_GE(ut_log_count("pull of iqn.2024-01.test:worker-1 at byte 0 failed: sync: round 2 of block 0"), 1)
+      << last_log();
+
+  // Never GOOD over old weights: a later READ, even of another block, and a later push fail the same way.
+  ut_cmd* later_pull = command(kWorkerB, false, kBlock);
+  ut_cmd* later_push = command(kWorkerB, true, kBlock);
+  ASSERT_EQ(ut_submit(later_pull), 0);
+  ASSERT_EQ(ut_submit(later_push), 0);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(later_push).completed == 1; })) << last_log();
+  expect_failed(later_pull, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
+  expect_failed(later_push, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
+}
+
+TEST_F(GlueWithAFailingStore, AnSspPushWhoseUpdateFailsIsAnsweredHardwareErrorAndLaterCommandsFail) {
+  open("role=grad;size=8k;block=4k;mode=ssp:1;workers=2;straggler_ms=600000;worker_timeout_ms=600000");
+  push(kWorkerA, 0);
+  fail_updates();
+  ut_cmd* failing = command(kWorkerB, true, 0);
+  ASSERT_EQ(ut_submit(failing), 0);
+  ASSERT_EQ(ut_run_pool(), 1);
+  expect_executed_hardware_error(failing);
+  EXPECT_GE(ut_log_count("ssp: push of iqn.2024-01.test:worker-2 to block 0 not applied: injected fault"), 1)
+      << last_log();
+  ut_cmd* pull = command(kWorkerA, false, 0);
+  ASSERT_EQ(ut_submit(pull), 0);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(pull).completed == 1; })) << last_log();
+  expect_failed(pull, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
 }
 
 TEST_F(Glue, BsoptsRefusalsTellTgtadmUnknownKeyFromBadValue) {

@@ -7,10 +7,13 @@
 #include <chrono>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
+#include "aggregator/faulty_store.h"
 #include "ps_backend/rounds/round_mode.h"
 #include "ps_backend/rounds/rounds.h"
+#include "ps_backend/status_page.h"
 
 namespace blockps::unit {
 
@@ -69,12 +72,21 @@ inline const WorkerRef kA{1, 11, "iqn.w:a"}, kB{1, 12, "iqn.w:b"}, kC{1, 13, "iq
 struct Fixture {
   ModelShard model;
   Rounds rounds;
-  explicit Fixture(RoundPolicy p, float lr = 1.0f)
-      : model({kShardBytes, WireDtype::f32, kBlockBytes}, sgd(lr), nullptr), rounds(model, p, nullptr) {}
+  /// `fault_trigger`: the shard's store fails every update while that file exists (aggregator/faulty_store.h).
+  explicit Fixture(RoundPolicy p, float lr = 1.0f, const std::string& fault_trigger = "")
+      : model(
+            {kShardBytes, WireDtype::f32, kBlockBytes}, sgd(lr), nullptr, Device::cpu(),
+            fault_trigger.empty()
+                ? ModelShard::StoreWrapper{}
+                : [fault_trigger](
+                      std::unique_ptr<ShardStore> s) { return make_faulty_store(std::move(s), fault_trigger); }),
+        rounds(model, p, nullptr) {}
+  /// The rounds' report as the status page writes it (its "rounds" section).
+  nlohmann::json status() const { return rounds_section(rounds.status()); }
   Admission push(const WorkerRef& w, const std::vector<std::byte>& g, std::uint64_t offset = 0) {
     const Admission a = rounds.admit_push(&g, w, offset, g.size());
     if (a == Admission::run) {
-      EXPECT_TRUE(rounds.land_push(&g, g));
+      EXPECT_TRUE(rounds.land_push(&g, g).ok());
     }
     return a;
   }
@@ -103,13 +115,13 @@ struct ModeBench {
     return mode.admit_push(w, spans, now, ticket);
   }
   void land(RoundMode& mode, const Ticket& ticket, const std::vector<std::byte>& g) {
-    mode.land(ticket, g);
+    EXPECT_TRUE(mode.land(ticket, g).ok());
     {
       std::lock_guard lock(ctx.lock);
       mode.landed(ticket);
       ctx.members.landed_push(ticket.front().contribution->itn, std::chrono::steady_clock::now());
     }
-    mode.after_landing(ticket);
+    EXPECT_TRUE(mode.after_landing(ticket).ok());
   }
   /// A member leaves, as the coordinator drops it.
   void drop(RoundMode& mode, const WorkerRef& w) {

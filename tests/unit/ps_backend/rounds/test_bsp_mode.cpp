@@ -29,7 +29,7 @@ TEST(BspRounds, ThreeWorkersGiveTheAverageWhateverTheArrivalOrder) {
       ASSERT_EQ(f.push(*who[order[k]], *what[order[k]]), Admission::run);
     }
     results.push_back(weights(f.model));
-    EXPECT_EQ(f.rounds.status()["rounds_min"], 1);
+    EXPECT_EQ(f.status()["rounds_min"], 1);
   }
   EXPECT_EQ(results[0], expected);
   EXPECT_EQ(results[1], expected);
@@ -56,10 +56,10 @@ TEST(BspRounds, ASecondPushOfABlockWaitsButTwoHalvesMakeOnePush) {
   ASSERT_EQ(f.push(kA, half, kBlockBytes / 2), Admission::run) << "the other half of block 0 is the same push";
   EXPECT_EQ(f.rounds.admit_push(&half, kA, 0, half.size()), Admission::park) << "block 0 again in the same round";
   EXPECT_EQ(f.rounds.admit_push(&half, kA, 2 * kBlockBytes, half.size()), Admission::run) << "another block";
-  EXPECT_TRUE(f.rounds.land_push(&half, half));
+  EXPECT_TRUE(f.rounds.land_push(&half, half).ok());
   const auto whole = gradient(kBlockBytes, 1);
   ASSERT_EQ(f.push(kB, whole, 0), Admission::run);
-  EXPECT_EQ(f.rounds.status()["rounds_max"], 1) << "block 0 closed with A's two halves and B's whole block";
+  EXPECT_EQ(f.status()["rounds_max"], 1) << "block 0 closed with A's two halves and B's whole block";
   EXPECT_EQ(f.rounds.admit_push(&half, kA, 0, half.size()), Admission::run) << "the next round of block 0";
 }
 
@@ -75,7 +75,7 @@ TEST(BspRounds, AStragglerRoundClosesAfterStragglerMsWithMinWorkers) {
     std::this_thread::sleep_for(5ms);
   }
   EXPECT_GE(std::chrono::steady_clock::now() - t0, 150ms);
-  const auto s = f.rounds.status();
+  const auto s = f.status();
   EXPECT_EQ(s["rounds_min"], 1);
   EXPECT_EQ(s["stragglers_dropped"], 0) << "C never joined, so it is no straggler";
   // The next round of the same blocks, after the keeper has seen them closed: C joins with block 0 only, so
@@ -85,9 +85,9 @@ TEST(BspRounds, AStragglerRoundClosesAfterStragglerMsWithMinWorkers) {
   ASSERT_EQ(f.push(kC, block0), Admission::run);
   ASSERT_EQ(f.push(kA, g), Admission::run);
   ASSERT_EQ(f.push(kB, g), Admission::run);
-  EXPECT_EQ(f.rounds.status()["rounds_min"], 1) << "blocks 1-3 wait for C until straggler_ms";
+  EXPECT_EQ(f.status()["rounds_min"], 1) << "blocks 1-3 wait for C until straggler_ms";
   const auto t1 = std::chrono::steady_clock::now();
-  while (f.rounds.status()["rounds_min"] != 2) {
+  while (f.status()["rounds_min"] != 2) {
     ASSERT_LT(std::chrono::steady_clock::now() - t1, 5s) << "the second straggler round never closed";
     std::this_thread::sleep_for(5ms);
   }
@@ -101,7 +101,7 @@ TEST(BspRounds, TheLateRestOfAStragglersHalfPushIsDroppedNotTakenForTheNextRound
   ASSERT_EQ(f.push(kA, a0), Admission::run);
   ASSERT_EQ(f.push(kB, b0_head), Admission::run);  // B's round 0 of block 0, first half only
   const auto t0 = std::chrono::steady_clock::now();
-  while (f.rounds.status()["rounds_max"] != 1) {
+  while (f.status()["rounds_max"] != 1) {
     ASSERT_LT(std::chrono::steady_clock::now() - t0, 5s) << "the straggler deadline never closed the round";
     std::this_thread::sleep_for(5ms);
   }
@@ -111,14 +111,14 @@ TEST(BspRounds, TheLateRestOfAStragglersHalfPushIsDroppedNotTakenForTheNextRound
   const auto a1 = gradient(kBlockBytes, 3), b1 = gradient(kBlockBytes, -5);
   ASSERT_EQ(f.push(kA, a1), Admission::run);
   ASSERT_EQ(f.push(kB, b1), Admission::run) << "B's round 1 must not collide with its late round-0 half";
-  EXPECT_EQ(f.rounds.status()["rounds_max"], 2);
+  EXPECT_EQ(f.status()["rounds_max"], 2);
   // Round 0: A alone; round 1: the average of A's and B's round-1 gradients (IQN order), nothing of b0.
   std::vector<float> expected(kBlockBytes / 4);
   for (std::size_t i = 0; i < expected.size(); ++i)
     expected[i] = -f32_at(a0, i) - (f32_at(a1, i) + f32_at(b1, i)) * 0.5f;
   const auto w = weights(f.model);
   EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + kBlockBytes / 4), expected);
-  EXPECT_EQ(f.rounds.status()["stragglers_dropped"], 1);
+  EXPECT_EQ(f.status()["stragglers_dropped"], 1);
 }
 
 // BspMode alone: no keeper, so a straggler deadline passes only when the test ticks.

@@ -22,19 +22,20 @@ TEST(Membership, BelowMinWorkersCommandsThatWouldWaitAreRefusedUntilAWorkerRetur
   int resubmitted = 0, failed = 0;
   f.rounds.process_parked(
       nullptr, [&](int, std::uint64_t itn) { return itn != kB.itn; }, [](const void*) { return false; },
-      [&](const ParkedCommand&) { ++resubmitted; }, [&](const ParkedCommand&, bool, const std::string&) { ++failed; });
-  EXPECT_EQ(f.rounds.status()["workers_dropped"], 1);
+      [&](const ParkedCommand&) { ++resubmitted; },
+      [&](const ParkedCommand&, Refusal, const std::string&) { ++failed; });
+  EXPECT_EQ(f.status()["workers_dropped"], 1);
   ASSERT_EQ(f.push(kA, g), Admission::run) << "pushes are still taken";
   EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::not_ready);
   EXPECT_NE(f.rounds.degraded_reason().find("live workers 1 < min_workers=2"), std::string::npos)
       << f.rounds.degraded_reason();
-  EXPECT_TRUE(f.rounds.status()["degraded"].get<bool>());
+  EXPECT_TRUE(f.status()["degraded"].get<bool>());
   // A worker comes back (a new session) and pushes: the round closes with both.
   const WorkerRef b2{1, 21, "iqn.w:b"};
   ASSERT_EQ(f.push(b2, g), Admission::run);
   EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::run);
   EXPECT_TRUE(f.rounds.degraded_reason().empty());
-  EXPECT_EQ(f.rounds.status()["rounds_min"], 2);
+  EXPECT_EQ(f.status()["rounds_min"], 2);
 }
 
 TEST(Membership, AWorkerSilentForWorkerTimeoutMsIsDroppedByTheKeeper) {
@@ -43,11 +44,11 @@ TEST(Membership, AWorkerSilentForWorkerTimeoutMsIsDroppedByTheKeeper) {
   Fixture f(p);
   ASSERT_EQ(f.push(kA, gradient(kBlockBytes, 1)), Admission::run);
   const auto t0 = Clock::now();
-  while (f.rounds.status()["workers_dropped"] != 1) {
+  while (f.status()["workers_dropped"] != 1) {
     ASSERT_LT(Clock::now() - t0, 5s) << "the keeper never dropped the silent worker";
     std::this_thread::sleep_for(5ms);
   }
-  const auto s = f.rounds.status();
+  const auto s = f.status();
   EXPECT_TRUE(s["live_workers"].empty());
   EXPECT_EQ(s["recent_drops"][0], "iqn.w:a (session 11): no push for worker_timeout_ms=100");
 }

@@ -28,7 +28,7 @@ TEST(Parking, ParkedCommandsComeBackWhenTheirRoundClosesOrFailAtTheirDeadline) {
     f.rounds.process_parked(
         &woken, [](int, std::uint64_t) { return true; }, [](const void*) { return false; },
         [&](const ParkedCommand& x) { resubmitted.push_back(x.handle); },
-        [&](const ParkedCommand&, bool, const std::string& why) { failures.push_back(why); });
+        [&](const ParkedCommand&, Refusal, const std::string& why) { failures.push_back(why); });
   };
   process();
   EXPECT_TRUE(resubmitted.empty());
@@ -49,7 +49,7 @@ TEST(Parking, ParkedCommandsComeBackWhenTheirRoundClosesOrFailAtTheirDeadline) {
 // ParkingLot alone: what process() does with each command, given what the rounds would say now.
 struct Outcomes {
   std::vector<const void*> resubmitted, readmitted;
-  std::vector<std::pair<bool, std::string>> failed;  // (aborted, why)
+  std::vector<std::pair<Refusal, std::string>> failed;  // (as what, why)
 };
 
 struct Lot {
@@ -67,9 +67,7 @@ struct Lot {
           return now;
         },
         [&](const ParkedCommand& p) { out.resubmitted.push_back(p.handle); },
-        [&](const ParkedCommand&, bool was_aborted, const std::string& why) {
-          out.failed.emplace_back(was_aborted, why);
-        },
+        [&](const ParkedCommand&, Refusal as, const std::string& why) { out.failed.emplace_back(as, why); },
         [&] { return degraded; });
   }
 };
@@ -109,7 +107,7 @@ TEST(ParkingLot, ACommandStillWaitingAtItsDeadlineFailsAndSaysWhy) {
   t.degraded = "live workers 1 < min_workers=2";
   t.process(&kOwner);
   ASSERT_EQ(t.out.failed.size(), 1u);
-  EXPECT_FALSE(t.out.failed[0].first);
+  EXPECT_EQ(t.out.failed[0].first, Refusal::not_ready);
   EXPECT_EQ(t.out.failed[0].second,
             "parked for worker_timeout_ms=50 without its round closing (live workers 1 < min_workers=2)");
   EXPECT_EQ(t.out.readmitted.size(), 1u) << "a command past its deadline is not admitted again";
@@ -123,7 +121,7 @@ TEST(ParkingLot, AnAbortedCommandFailsAsAborted) {
   t.aborted = &kFirst;
   t.process(&kOwner);
   ASSERT_EQ(t.out.failed.size(), 1u);
-  EXPECT_TRUE(t.out.failed[0].first);
+  EXPECT_EQ(t.out.failed[0].first, Refusal::aborted);
   EXPECT_EQ(t.out.failed[0].second, "aborted by the initiator");
   EXPECT_TRUE(t.out.resubmitted.empty());
 }
@@ -136,7 +134,7 @@ TEST(ParkingLot, CommandsOfAClosingLuAreRefusedAtTheNextProcess) {
   t.lot.refuse(&kOwner, "its LU is closing");
   t.process(&kOwner);
   ASSERT_EQ(t.out.failed.size(), 1u);
-  EXPECT_EQ(t.out.failed[0], std::make_pair(false, std::string("its LU is closing")));
+  EXPECT_EQ(t.out.failed[0], std::make_pair(Refusal::not_ready, std::string("its LU is closing")));
   EXPECT_TRUE(t.out.readmitted.empty());
   t.process(&kOtherOwner);
   EXPECT_EQ(t.out.resubmitted, std::vector<const void*>{&kSecond}) << "another LU's command is not refused";
@@ -157,7 +155,24 @@ TEST(ParkingLot, ACommandTheRoundsRefuseNowFailsWithTheDegradedReason) {
   t.lot.park(&kOwner, &kFirst, false, kA, 0, 512);
   t.process(&kOwner);
   ASSERT_EQ(t.out.failed.size(), 1u);
-  EXPECT_EQ(t.out.failed[0], std::make_pair(false, t.degraded));
+  EXPECT_EQ(t.out.failed[0], std::make_pair(Refusal::not_ready, t.degraded));
+  EXPECT_TRUE(t.lot.empty());
+}
+
+// A shard that failed to apply an update: the command fails as failed (HARDWARE ERROR), not as not ready,
+// whether the refusal came at its admission or when it came back.
+TEST(ParkingLot, ACommandTheRoundsFailFailsAsFailedWithTheReason) {
+  Lot t;
+  t.now = Admission::failed;
+  t.degraded = "sync: round 3 of block 1 not applied: device fault";
+  t.lot.park(&kOwner, &kFirst, false, kA, 0, 512);
+  t.lot.park(&kOwner, &kSecond, true, kA, 0, 512, "sync: round 3 of block 1 not applied", Refusal::failed);
+  t.process(&kOwner);
+  ASSERT_EQ(t.out.failed.size(), 2u);
+  for (const auto& [as, why] : t.out.failed) {
+    EXPECT_EQ(as, Refusal::failed) << why;
+    EXPECT_NE(why.find("block 1 not applied"), std::string::npos) << why;
+  }
   EXPECT_TRUE(t.lot.empty());
 }
 

@@ -1,6 +1,11 @@
 // The coordinator: reset, the status page's rounds object, pushes it does not claim. What each mode decides is
 // in test_bsp_mode.cpp and test_ssp_mode.cpp; membership and parking in their own files.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
 
 #include "ps_backend/rounds/rounds.h"
 #include "tests/unit/ps_backend/rounds/rounds_fixture.h"
@@ -17,7 +22,7 @@ TEST(Rounds, ResetDropsOpenRoundsAndRestartsTheCounters) {
   const auto before = weights(f.model);
   f.rounds.reset();
   EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::run);
-  EXPECT_EQ(f.rounds.status()["rounds_max"], 0);
+  EXPECT_EQ(f.status()["rounds_max"], 0);
   ASSERT_EQ(f.push(kB, g), Admission::run);
   EXPECT_EQ(weights(f.model), before) << "A's dropped push must not count in B's round";
 }
@@ -27,21 +32,21 @@ TEST(Rounds, APushTheDataPathRefusesRunsUnclaimed) {
   const auto g = gradient(kShardBytes, 1);
   EXPECT_EQ(f.rounds.admit_push(&g, kA, 4, 512), Admission::run) << "not sector-aligned";
   EXPECT_EQ(f.rounds.admit_push(&g, kA, kShardBytes, 512), Admission::run) << "beyond the shard";
-  EXPECT_FALSE(f.rounds.land_push(&g, g)) << "nothing was admitted for it";
-  EXPECT_TRUE(f.rounds.status()["live_workers"].empty()) << "and nobody joined";
+  EXPECT_FALSE(f.rounds.land_push(&g, g).ok()) << "nothing was admitted for it";
+  EXPECT_TRUE(f.status()["live_workers"].empty()) << "and nobody joined";
 }
 
 TEST(Rounds, TheStatusPageHasEveryFieldForEitherMode) {
   for (const RoundPolicy& p : {sync_policy(2, 1, 1500), ssp_policy(3, 2)}) {
     Fixture f(p);
     ASSERT_EQ(f.push(kA, gradient(kShardBytes, 1)), Admission::run);
-    const auto s = f.rounds.status();
+    const auto s = f.status();
     for (const char* key :
          {"mode", "workers", "min_workers", "straggler_ms", "worker_timeout_ms", "rounds_min", "rounds_max",
           "rounds_closed", "open_rounds", "live_workers", "stragglers_dropped", "workers_dropped", "recent_drops",
-          "parked_commands", "degraded", "degraded_reason", "round_latency"})
+          "parked_commands", "degraded", "degraded_reason", "apply_failures", "round_latency"})
       EXPECT_TRUE(s.contains(key)) << s["mode"] << " lacks " << key;
-    EXPECT_EQ(s.size(), 17u) << s.dump();
+    EXPECT_EQ(s.size(), 18u) << s.dump();
     EXPECT_EQ(s["workers"], 2);
     ASSERT_EQ(s["live_workers"].size(), 1u);
     const auto& a = s["live_workers"][0];
@@ -59,10 +64,55 @@ TEST(Rounds, AWorkerBehindTheFurthestBlockSaysByHowMuch) {
   ASSERT_EQ(f.push(kA, block), Admission::run);  // block 0, round 1 (one expected worker)
   ASSERT_EQ(f.push(kA, block), Admission::run);  // round 2
   ASSERT_EQ(f.push(a2, block, kBlockBytes), Admission::run);
-  const auto s = f.rounds.status();
+  const auto s = f.status();
   EXPECT_EQ(s["rounds_max"], 2);
   EXPECT_EQ(s["rounds_min"], 0);
   for (const auto& w : s["live_workers"]) EXPECT_EQ(w["rounds_behind"], 2) << w.dump();
+}
+
+}  // namespace
+}  // namespace blockps::unit
+
+namespace blockps::unit {
+namespace {
+
+// Errors flow to the commands owed them: a round whose update fails is never answered GOOD over old weights.
+// The store fails while a file exists (aggregator/faulty_store.h); reset() serves commands again.
+TEST(Rounds, ARoundWhoseUpdateFailsFailsEveryGradCommandUntilReset) {
+  const std::string trigger = ::testing::TempDir() + "rounds-fault-" + std::to_string(::getpid());
+  std::remove(trigger.c_str());
+  Fixture f(sync_policy(2, 1), 1.0f, trigger);
+  const auto g = gradient(kBlockBytes, 1);
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);  // round 1 of block 0 applied
+  const std::vector<float> after_round_1 = weights(f.model);
+
+  std::ofstream(trigger) << "fail\n";
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  const std::vector<std::byte> last = gradient(kBlockBytes, 2);
+  ASSERT_EQ(f.rounds.admit_push(&last, kB, 0, last.size()), Admission::run);
+  const Status closed = f.rounds.land_push(&last, last);
+  ASSERT_FALSE(closed.ok()) << "the push that closed the failing round is owed the error";
+  EXPECT_NE(closed.message().find("sync: round 2 of block 0 not applied: injected fault"), std::string::npos)
+      << closed.message();
+  EXPECT_EQ(weights(f.model), after_round_1) << "the failing store changed nothing";
+
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kBlockBytes), Admission::failed);
+  EXPECT_EQ(f.rounds.admit_pull(kB.itn, kBlockBytes, kBlockBytes), Admission::failed) << "another block too";
+  EXPECT_EQ(f.rounds.admit_push(&g, kA, kBlockBytes, kBlockBytes), Admission::failed);
+  const auto s = f.status();
+  EXPECT_TRUE(s["degraded"].get<bool>());
+  EXPECT_EQ(s["apply_failures"], 1);
+  EXPECT_NE(s["degraded_reason"].get<std::string>().find("round 2 of block 0 not applied"), std::string::npos);
+  EXPECT_NE(f.rounds.degraded_reason().find("until the control line reset-rounds"), std::string::npos);
+
+  std::remove(trigger.c_str());
+  f.rounds.reset();
+  EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kBlockBytes), Admission::run);
+  EXPECT_FALSE(f.status()["degraded"].get<bool>());
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_NE(weights(f.model), after_round_1) << "after the reset, rounds are applied again";
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ TEST(SspRounds, PushesApplyAtOnceAndAWorkerWaitsWhenMoreThanKAheadOfTheSlowest) 
   EXPECT_EQ(f.rounds.admit_pull(kA.itn, 0, kShardBytes), Admission::run) << "ssp reads never wait";
   ASSERT_EQ(f.push(kB, g), Admission::run);
   EXPECT_EQ(f.push(kA, g), Admission::run) << "B caught up one push";
-  const auto s = f.rounds.status();
+  const auto s = f.status();
   EXPECT_EQ(s["mode"], "ssp:1");
   EXPECT_EQ(s["rounds_min"], 2);
   EXPECT_EQ(s["rounds_max"], 4);

@@ -1,8 +1,8 @@
-#include "aggregator/optimizer.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
+
+#include "aggregator/optimizer.h"
 
 namespace blockps {
 namespace {

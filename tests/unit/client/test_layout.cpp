@@ -1,10 +1,10 @@
 // The block mapping: where every block of a model lives under stripe and range, the shards' sizes (with a
 // short last block), and the requests runs() makes.
-#include "client/layout.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
+
+#include "client/layout.h"
 
 namespace blockps {
 namespace {

@@ -1,11 +1,11 @@
 // The exporter's rendering (client/cli/prometheus_metrics.h): names with units and _total, HELP/TYPE per family,
 // label escaping, a shard that is down, sync-only families, summaries with _sum and _count.
-#include "client/cli/prometheus_metrics.h"
-
 #include <gtest/gtest.h>
 
 #include <regex>
 #include <sstream>
+
+#include "client/cli/prometheus_metrics.h"
 
 namespace blockps::cli {
 namespace {
@@ -31,7 +31,7 @@ ShardReport sync_shard() {
   (*r.page)["shard"]["mode"] = "sync";
   (*r.page)["rounds"] = nlohmann::json::parse(R"({"mode": "sync", "workers": 2, "rounds_min": 4, "rounds_max": 5,
     "rounds_closed": 40, "live_workers": [{"iqn": "a"}, {"iqn": "b"}], "stragglers_dropped": 1, "workers_dropped": 0,
-    "parked_commands": 3, "degraded": false, "degraded_reason": "",
+    "parked_commands": 3, "degraded": false, "degraded_reason": "", "apply_failures": 0,
     "round_latency": {"p50_ns": 2000000, "p90_ns": 3000000, "p99_ns": 4000000, "total_count": 40,
                       "total_ns": 90000000}})");
   return r;
@@ -78,6 +78,22 @@ TEST(PrometheusMetrics, SyncShardsHaveTheirRounds) {
   EXPECT_EQ(line_of(t, "blockps_round_seconds_count{"), "blockps_round_seconds_count{shard=\"shard1\"} 40");
   EXPECT_EQ(line_of(t, "blockps_round_seconds{shard=\"shard1\",quantile=\"0.5\"}"),
             "blockps_round_seconds{shard=\"shard1\",quantile=\"0.5\"} 0.002");
+}
+
+TEST(PrometheusMetrics, ADegradedShardSaysWhyAndCountsItsFailedUpdates) {
+  ShardReport failed = sync_shard();
+  failed.name = "shard2";
+  (*failed.page)["rounds"]["degraded"] = true;
+  (*failed.page)["rounds"]["degraded_reason"] = "sync: round 2 of block 0 not applied: \"device\" fault";
+  (*failed.page)["rounds"]["apply_failures"] = 3;
+  const std::string t = render_prometheus({sync_shard(), failed}, 0);
+  EXPECT_NE(t.find("blockps_degraded{shard=\"shard2\"} 1\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("blockps_shard_degraded{shard=\"shard2\",reason=\"sync: round 2 of block 0 not applied: "
+                   "\\\"device\\\" fault\"} 1\n"),
+            std::string::npos)
+      << t;
+  EXPECT_NE(t.find("blockps_shard_degraded{shard=\"shard1\",reason=\"\"} 0\n"), std::string::npos) << t;
+  EXPECT_NE(t.find("blockps_apply_failures_total{shard=\"shard2\"} 3\n"), std::string::npos) << t;
 }
 
 TEST(PrometheusMetrics, AShardThatIsDownIsUpZeroAndNothingElse) {

@@ -1,12 +1,12 @@
 // SigpipeSuppression: a write to a closed peer inside the scope fails with EPIPE instead of killing the process
 // (SIGPIPE's default action), and the thread's signal mask and pending set are as they were after the scope.
 // The death tests run in a child with SIGPIPE's default action, as a C program that never set it has.
-#include "client/sigpipe_suppression.h"
-
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "client/sigpipe_suppression.h"
 
 namespace blockps {
 namespace {

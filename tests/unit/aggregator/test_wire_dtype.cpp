@@ -1,5 +1,3 @@
-#include "aggregator/wire_dtype.h"
-
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -8,6 +6,7 @@
 #include <random>
 #include <vector>
 
+#include "aggregator/wire_dtype.h"
 #include "reference.h"
 
 namespace blockps {

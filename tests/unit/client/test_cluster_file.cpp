@@ -1,10 +1,10 @@
 // The cluster file: a valid file and its defaults, and every mistake refused with a message that names the
 // file, the key (and the shard), the value seen and what is allowed.
-#include "client/cluster_file.h"
-
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "client/cluster_file.h"
 
 namespace blockps {
 namespace {
@@ -78,7 +78,7 @@ TEST(ClusterFile, Defaults) {
   EXPECT_EQ(c->client.initiator.find_first_of("ABCDEFGHIJKLMNOPQRSTUVWXYZ_ "), std::string::npos);
 }
 
-// The one byte-size grammar (ps_backend/contract/byte_size.h), as cluster files and bsopts both read it: a
+// The one byte-size grammar (contract/byte_size.h), as cluster files and bsopts both read it: a
 // lower-case suffix, refused here before the grammar had one home, is now what bsopts always took.
 TEST(ClusterFile, ByteCounts) {
   std::uint64_t n = 0;

@@ -1,9 +1,9 @@
-#include "aggregator/gradient_average.h"
-
 #include <gtest/gtest.h>
 
 #include <random>
 #include <vector>
+
+#include "aggregator/gradient_average.h"
 
 namespace blockps {
 namespace {

@@ -1,5 +1,3 @@
-#include "aggregator/model_shard.h"
-
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -12,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/model_shard.h"
 #include "reference.h"
 #include "shard_snapshot.h"
 #include "tests/support/status_text.h"

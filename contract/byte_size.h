@@ -8,7 +8,7 @@
 #include <string_view>
 #include <system_error>
 
-#include "ps_backend/contract/blanks.h"
+#include "contract/blanks.h"
 
 namespace blockps {
 

@@ -1,5 +1,3 @@
-#include "aggregator/cpu_engine.h"
-
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -11,6 +9,9 @@
 #include <set>
 #include <thread>
 #include <vector>
+
+#include "aggregator/cpu_engine.h"
+#include "aggregator/update_dispatch.h"
 
 namespace blockps {
 namespace {
@@ -27,34 +28,10 @@ void scalar_update(const StepConstants& k, float* w, const void* g, float* s0, f
   }
 }
 
-template <OptimizerKind K>
-void scalar_update(WireDtype d, const StepConstants& k, float* w, const void* g, float* s0, float* s1, std::size_t n) {
-  switch (d) {
-    case WireDtype::f32:
-      return scalar_update<K, WireDtype::f32>(k, w, g, s0, s1, n);
-    case WireDtype::bf16:
-      return scalar_update<K, WireDtype::bf16>(k, w, g, s0, s1, n);
-    case WireDtype::f16:
-      return scalar_update<K, WireDtype::f16>(k, w, g, s0, s1, n);
-  }
-}
-
 void scalar_update(OptimizerKind kind, WireDtype d, const StepConstants& k, float* w, const void* g, float* s0,
                    float* s1, std::size_t n) {
-  switch (kind) {
-    case OptimizerKind::sgd:
-      return scalar_update<OptimizerKind::sgd>(d, k, w, g, s0, s1, n);
-    case OptimizerKind::momentum:
-      return scalar_update<OptimizerKind::momentum>(d, k, w, g, s0, s1, n);
-    case OptimizerKind::adam:
-      return scalar_update<OptimizerKind::adam>(d, k, w, g, s0, s1, n);
-    case OptimizerKind::adamw:
-      return scalar_update<OptimizerKind::adamw>(d, k, w, g, s0, s1, n);
-    case OptimizerKind::sum:
-      return scalar_update<OptimizerKind::sum>(d, k, w, g, s0, s1, n);
-    case OptimizerKind::average:
-      return scalar_update<OptimizerKind::average>(d, k, w, g, s0, s1, n);
-  }
+  dispatch_update(
+      kind, d, [&]<OptimizerKind K, WireDtype D>() { scalar_update<K, D>(k, w, g, s0, s1, n); }, [] {});
 }
 
 void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& want, const char* what) {

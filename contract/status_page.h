@@ -64,10 +64,13 @@ inline constexpr char kRoundsStragglersDropped[] = "/rounds/stragglers_dropped";
 inline constexpr char kRoundsWorkersDropped[] = "/rounds/workers_dropped";
 inline constexpr char kRoundsRecentDrops[] = "/rounds/recent_drops";
 inline constexpr char kRoundsParkedCommands[] = "/rounds/parked_commands";
+// Degraded: grad-LU commands fail instead of waiting or being served, and why (live workers below min_workers,
+// or an update the shard failed to apply).
 inline constexpr char kRoundsDegraded[] = "/rounds/degraded";
 inline constexpr char kRoundsDegradedReason[] = "/rounds/degraded_reason";
-inline constexpr char kRoundsRoundLatency[] = "/rounds/round_latency";  // first push of a round -> applied
-inline constexpr char kRoundsApplyLatency[] = "/rounds/apply_latency";  // the round's sum + optimizer step
+inline constexpr char kRoundsApplyFailures[] = "/rounds/apply_failures";  // updates not applied (GPU fault, ...)
+inline constexpr char kRoundsRoundLatency[] = "/rounds/round_latency";    // first push of a round -> applied
+inline constexpr char kRoundsApplyLatency[] = "/rounds/apply_latency";    // the round's sum + optimizer step
 
 /// The keys of a latency object: quantiles of recent samples and totals since the start.
 namespace latency {

@@ -1,0 +1,33 @@
+// What describes a shard: its geometry, optimizer, first weights, rounds policy and device. Shared by all LUs over
+// one checkpoint path and recorded in the checkpoint's header (as the options text, ps_backend/lu_options.h).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "aggregator/model_shard.h"
+#include "aggregator/optimizer.h"
+#include "ps_backend/rounds/round_policy.h"
+
+namespace blockps {
+
+/// How a new shard's weights start (ignored when a checkpoint is loaded).
+struct InitSpec {
+  enum class Kind { zeros, uniform, normal, file } kind = Kind::zeros;
+  double scale = 0;  // uniform: a (U(-a, a)); normal: standard deviation
+  std::string path;  // file: raw wire-dtype bytes, exactly `size` bytes
+  bool operator==(const InitSpec&) const = default;
+};
+
+/// Everything that describes a shard (shared by all LUs over one checkpoint path).
+struct ShardConfig {
+  ShardGeometry geometry;
+  OptimizerParams optimizer;
+  InitSpec init;
+  std::uint64_t seed = 1;
+  std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
+  RoundPolicy rounds;
+  std::string device = "cpu";  // cpu, auto or gpu:N as given (ServedShard resolves auto)
+};
+
+}  // namespace blockps
