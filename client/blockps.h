@@ -134,6 +134,10 @@ class Cluster {
   // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands
   // in flight), in cluster-file order: how much of the traffic used both directions at once.
   Result<std::vector<LuQueueCounters>> grad_queue_counters();
+  // Every shard's counters summed over its three LUs since the cluster opened, in cluster-file order: commands,
+  // sessions logged in again, pushes given up unanswered, commands sent again after UNIT ATTENTION (each kind
+  // is also logged on stderr, once per batch that needed it).
+  Result<std::vector<LuQueueCounters>> shard_counters();
   // The trace BLOCKPS_TRACE switched on (client/trace.h), or null.
   Trace* trace() const { return trace_.get(); }
 

@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 4
+#define BLOCKPS_API_VERSION 5
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -157,10 +157,10 @@ BLOCKPS_EXPORT blockps_result blockps_pull_blocks(blockps_cluster* cluster, uint
  * parks the READ until the round is applied). `weights` may be the same buffer as `grads`. Both buffers are
  * `bytes` long. One session per shard, so sync shards count this worker once. */
 BLOCKPS_EXPORT blockps_result blockps_exchange(blockps_cluster* cluster, const void* grads, void* weights,
-                                              size_t bytes);
+                                               size_t bytes);
 BLOCKPS_EXPORT blockps_result blockps_exchange_blocks(blockps_cluster* cluster, uint64_t first_block,
-                                                     uint64_t block_count, const void* grads, void* weights,
-                                                     size_t bytes);
+                                                      uint64_t block_count, const void* grads, void* weights,
+                                                      size_t bytes);
 /* The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them (snapshot).
  * No optimizer runs. */
 BLOCKPS_EXPORT blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weights, size_t bytes);
@@ -174,6 +174,22 @@ BLOCKPS_EXPORT blockps_result blockps_read_weights(blockps_cluster* cluster, voi
  * then nothing is written but *json_bytes), IO, NO_MEMORY. */
 BLOCKPS_EXPORT blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char* json,
                                                   size_t json_capacity, size_t* json_bytes);
+
+/* (API version 5) What one shard's sessions (its three LUs) have done and recovered from since the cluster
+ * opened. Each kind of recovery is also logged on stderr ("blockps: shard 'S' grad LU (URL): ..."), once per
+ * batch that needed it. */
+typedef struct blockps_shard_counters {
+  uint64_t commands;                  /* SCSI commands issued */
+  uint64_t reconnects;                /* sessions lost and logged in again ([client] reconnect_s) */
+  uint64_t unanswered_pushes_dropped; /* WRITEs given up: the session was lost before their answer (never sent
+                                         twice, so their gradients may be missing from the shard) */
+  uint64_t unit_attentions_resent;    /* commands sent again after a UNIT ATTENTION (LUs changed, tgtd restarted) */
+} blockps_shard_counters;
+
+/* Fills *out with shard `shard`'s counters (cluster-file order). Errors: INVALID_ARGUMENT (NULL cluster or out,
+ * shard out of range). */
+BLOCKPS_EXPORT blockps_result blockps_get_shard_counters(blockps_cluster* cluster, size_t shard,
+                                                         blockps_shard_counters* out);
 
 /* ---- Asynchronous transfers -------------------------------------------------------------------------- */
 /* Start the transfer and return at once with *out a handle to it; its I/O errors come from blockps_op_wait.
@@ -240,27 +256,27 @@ typedef enum blockps_pipeline_mode {
 
 /* Fill with blockps_double_buffer_options_init, then change fields. */
 typedef struct blockps_double_buffer_options {
-  blockps_pipeline_mode mode;   /* default BLOCKPS_PIPELINE_DOUBLE_BUFFER */
-  int adaptive_pull;            /* 0/1, default 1 */
-  int concurrent_push_pull;     /* ignored since API version 3 (kept for the ABI): where compute leaves no room
-                                   for a bubble, push and pull are always one pipelined exchange over the one
-                                   session per shard (blockps_exchange) */
-  double smoothing;             /* weight of the newest sample in the moving averages, (0, 1], default 0.2 */
-  double safety;                /* the pull aims to end this fraction of compute early, [0, 1), default 0.05 */
-  int warmup_steps;             /* steps measured before the first bubble, >= 1, default 3 */
+  blockps_pipeline_mode mode; /* default BLOCKPS_PIPELINE_DOUBLE_BUFFER */
+  int adaptive_pull;          /* 0/1, default 1 */
+  int concurrent_push_pull;   /* ignored since API version 3 (kept for the ABI): where compute leaves no room
+                                 for a bubble, push and pull are always one pipelined exchange over the one
+                                 session per shard (blockps_exchange) */
+  double smoothing;           /* weight of the newest sample in the moving averages, (0, 1], default 0.2 */
+  double safety;              /* the pull aims to end this fraction of compute early, [0, 1), default 0.05 */
+  int warmup_steps;           /* steps measured before the first bubble, >= 1, default 3 */
 } blockps_double_buffer_options;
 
 /* One step as compute saw it; times in seconds (StepMetrics in client/double_buffer.h). */
 typedef struct blockps_step_metrics {
-  uint64_t step;        /* 1 for the first step */
-  double compute_s;     /* previous step's return (or open) to this call */
-  double stall_s;       /* this call waiting for communication */
-  double bubble_s;      /* sleep before the pull of the buffer handed back */
-  double push_s;        /* its push latency */
-  double pull_s;        /* its pull latency */
-  double weight_age_s;  /* its pull's completion to this call's return */
-  int concurrent;       /* 1 when its push and pull were one pipelined exchange (blockps_exchange; push_s and
-                           pull_s are then both its duration) */
+  uint64_t step;       /* 1 for the first step */
+  double compute_s;    /* previous step's return (or open) to this call */
+  double stall_s;      /* this call waiting for communication */
+  double bubble_s;     /* sleep before the pull of the buffer handed back */
+  double push_s;       /* its push latency */
+  double pull_s;       /* its pull latency */
+  double weight_age_s; /* its pull's completion to this call's return */
+  int concurrent;      /* 1 when its push and pull were one pipelined exchange (blockps_exchange; push_s and
+                          pull_s are then both its duration) */
 } blockps_step_metrics;
 
 /* The defaults. NULL: no-op. */

@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -185,6 +186,15 @@ blockps_result asynchronous(const char* what, blockps_cluster* cluster, const vo
   });
 }
 
+// INVALID_ARGUMENT, set as the last error, when `shard` is no index of the cluster's shards.
+std::optional<blockps_result> shard_out_of_range(const char* what, const blockps_cluster& cluster, size_t shard) {
+  const size_t shards = cluster.cluster->config().shards.size();
+  if (shard < shards) return std::nullopt;
+  return fail(
+      BLOCKPS_ERR_INVALID_ARGUMENT, what,
+      "shard " + std::to_string(shard) + " is out of range: the cluster has " + std::to_string(shards) + " shards");
+}
+
 }  // namespace
 
 extern "C" {
@@ -336,12 +346,7 @@ blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char*
   return guarded(what, [&] {
     if (cluster == nullptr) return null_argument(what, "cluster");
     if (json == nullptr && json_capacity != 0) return null_argument(what, "json");
-    const size_t shards = cluster->cluster->config().shards.size();
-    if (shard >= shards) {
-      return fail(
-          BLOCKPS_ERR_INVALID_ARGUMENT, what,
-          "shard " + std::to_string(shard) + " is out of range: the cluster has " + std::to_string(shards) + " shards");
-    }
+    if (std::optional<blockps_result> refused = shard_out_of_range(what, *cluster, shard)) return *refused;
     auto pages = cluster->cluster->status_pages();
     if (!pages.ok()) return finish(pages.status());
     const std::string& text = pages.value()[shard].json;
@@ -352,6 +357,21 @@ blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char*
                       pages.value()[shard].shard + "' needs " + std::to_string(text.size() + 1) + " (with the NUL)");
     }
     std::memcpy(json, text.c_str(), text.size() + 1);
+    clear_error();
+    return BLOCKPS_OK;
+  });
+}
+
+blockps_result blockps_get_shard_counters(blockps_cluster* cluster, size_t shard, blockps_shard_counters* out) {
+  constexpr const char* what = "blockps_get_shard_counters";
+  return guarded(what, [&] {
+    if (cluster == nullptr) return null_argument(what, "cluster");
+    if (out == nullptr) return null_argument(what, "out");
+    if (std::optional<blockps_result> refused = shard_out_of_range(what, *cluster, shard)) return *refused;
+    auto counters = cluster->cluster->shard_counters();
+    if (!counters.ok()) return finish(counters.status());
+    const blockps::LuQueueCounters& c = counters.value()[shard];
+    *out = blockps_shard_counters{c.commands, c.reconnects, c.unanswered_writes_dropped, c.unit_attentions_resent};
     clear_error();
     return BLOCKPS_OK;
   });

@@ -1,6 +1,7 @@
 // libblockps's Cluster: one I/O thread per shard owns that shard's LU sessions (libiscsi contexts are not
 // thread-safe, and one thread per shard is what lets every shard's queue stay full at once).
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -87,7 +88,9 @@ class ShardWorker {
   // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
   // the model, for the message.
   Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets) {
+    const LuQueueCounters before = lu(role).queue_counters();
     const std::optional<LuFailure> f = lu(role).run(commands, limits_);
+    log_recovery(role, before, lu(role).queue_counters());
     if (!f) return Status::Ok();
     const LuCommand& c = commands[f->command];
     std::string where = lu_name(role) + ": " + (c.direction == IoDirection::write ? "write" : "read") + " of " +
@@ -95,6 +98,23 @@ class ShardWorker {
     if (f->command < model_offsets.size())
       where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
     return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + f->reason);
+  }
+
+  // One stderr line for each kind of recovery a batch needed (the counters say how often, over the cluster's
+  // life: Cluster::shard_counters). A recovery is not an error, but a worker that reconnects every step, or loses
+  // pushes, must be able to see it without a debugger.
+  void log_recovery(LuRole role, const LuQueueCounters& before, const LuQueueCounters& after) const {
+    const auto line = [&](std::uint64_t delta, const char* what) {
+      if (delta > 0)
+        std::fprintf(stderr, "blockps: %s: %s (%llu)\n", lu_name(role).c_str(), what,
+                     static_cast<unsigned long long>(delta));
+    };
+    line(after.reconnects - before.reconnects, "session lost and logged in again");
+    line(after.unanswered_writes_dropped - before.unanswered_writes_dropped,
+         "WRITEs (pushes) given up: the session was lost before their answer, so they are not sent again and "
+         "their gradients may be missing from the shard");
+    line(after.unit_attentions_resent - before.unit_attentions_resent,
+         "commands sent again after a UNIT ATTENTION (the shard's LUs changed or its tgtd restarted)");
   }
 
  private:
@@ -513,6 +533,24 @@ Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
   });
   if (!s.ok()) return s;
   return pages;
+}
+
+Result<std::vector<LuQueueCounters>> Cluster::shard_counters() {
+  std::vector<LuQueueCounters> counters(shards_.size());
+  const Status s = on_every_shard([&](ShardWorker& shard, std::size_t i) {
+    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
+      const LuQueueCounters c = shard.lu(role).queue_counters();
+      LuQueueCounters& sum = counters[i];
+      sum.commands += c.commands;
+      sum.issued_beside_other_direction += c.issued_beside_other_direction;
+      sum.reconnects += c.reconnects;
+      sum.unanswered_writes_dropped += c.unanswered_writes_dropped;
+      sum.unit_attentions_resent += c.unit_attentions_resent;
+    }
+    return Status::Ok();
+  });
+  if (!s.ok()) return s;
+  return counters;
 }
 
 Result<std::vector<LuQueueCounters>> Cluster::grad_queue_counters() {

@@ -7,7 +7,8 @@
 #                                     blockps-shard line made into its three <backing-store> blocks); starts nothing
 #
 # A conf file is a tgt targets.conf (tgt-admin's format) with top-level lines of ours:
-#   control-port N             the shard's tgtd control number (tgtd -C N, tgtadm -C N)
+#   blockps-control N          the shard's tgtd control number (tgtd -C N, tgtadm -C N; not a TCP port). The
+#                              old name `control-port N` (tgt-admin's) is accepted too
 #   blockps-portal IP:PORT     where the shard's tgtd listens (tgt-admin ignores this key)
 #   blockps-nop-in SECONDS N   optional: NOP-In every SECONDS, session dropped after N unanswered (tgtadm)
 #   blockps-iser yes|no|auto   optional (default no): also serve the shard over iSER (iSCSI over RDMA), as a
@@ -79,9 +80,12 @@ for conf in "$@"; do
     die "$conf: 'include' is not supported by ps-up (one self-contained file per shard)"
   fi
 
-  mapfile -t cps < <(conf_value "$conf" control-port)
-  [ "${#cps[@]}" -eq 1 ] || die "$conf: needs exactly one top-level 'control-port N' line (found ${#cps[@]})"
-  is_uint "${cps[0]}" || die "$conf: control-port '${cps[0]}' is not a number"
+  # blockps-control N; control-port N (tgt-admin's name, not a TCP port) is the same, still accepted.
+  mapfile -t cps < <(conf_value "$conf" blockps-control; conf_value "$conf" control-port)
+  [ "${#cps[@]}" -eq 1 ] ||
+    die "$conf: needs exactly one top-level 'blockps-control N' line, tgtd's control number (the old name" \
+      "'control-port N' is accepted too) (found ${#cps[@]})"
+  is_uint "${cps[0]}" || die "$conf: blockps-control '${cps[0]}' is not a number"
   control=$((cps[0] + BLOCKPS_CONTROL_OFFSET))
   if [ "$control" -lt 1 ] || [ "$control" -gt 32767 ]; then
     die "$conf: control number $control out of range 1..32767 (0 is the system tgtd's)"

@@ -1,19 +1,32 @@
 #!/usr/bin/env bash
 # The one place that installs what blockps needs (idempotent; run as root on Debian bookworm).
 #   scripts/setup.sh [BUILD_DIR]     BUILD_DIR defaults to ./build; tgt's source is unpacked into BUILD_DIR/tgt-src
+#   scripts/setup.sh -h | --help     this text (nothing is installed)
 # It installs the Debian packages, adds a deb-src entry so `apt-get source tgt` works, fetches tgt's source
 # (the module needs tgt's internal headers) and checks that it is the same version as the installed tgtd.
+# The package list and the deb-src suites are bookworm's: on another release it stops and says so, unless
+# BLOCKPS_SETUP_ANY_RELEASE=1 (then it tries, and the package names or tgt's version may not match).
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-build_dir=$(realpath -m "${1:-$repo/build}")
-tgt_src_dir="$build_dir/tgt-src"
 blockps_prog=setup
 # shellcheck source=scripts/lib/messages.sh
 . "$repo/scripts/lib/messages.sh"
+case ${1:-} in
+  -h | --help) usage 0 ;;
+  -*) blockps_die_status=2 die "unknown option '$1' (usage: scripts/setup.sh [BUILD_DIR]; --help)" ;;
+esac
+[ "$#" -le 1 ] || blockps_die_status=2 die "one BUILD_DIR at most (got $#: $*)"
+build_dir=$(realpath -m "${1:-$repo/build}")
+tgt_src_dir="$build_dir/tgt-src"
 
 [ "$(id -u)" = 0 ] || die "run as root (it installs Debian packages and creates /usr/lib/tgt/backing-store)"
-command -v apt-get >/dev/null || die "this needs Debian (apt-get not found)"
+command -v apt-get >/dev/null || die "this needs Debian bookworm (apt-get not found)"
+release=$(. /etc/os-release 2>/dev/null && echo "${ID:-?} ${VERSION_CODENAME:-?}") || release="unknown"
+if [ "$release" != "debian bookworm" ] && [ "${BLOCKPS_SETUP_ANY_RELEASE:-}" != 1 ]; then
+  die "this machine is '$release' (/etc/os-release), not Debian bookworm: the package list and tgt's source" \
+    "suites are bookworm's. Set BLOCKPS_SETUP_ANY_RELEASE=1 to try anyway"
+fi
 
 packages=(
   # build
@@ -23,10 +36,10 @@ packages=(
   # I/O engines and RDMA
   fio libaio-dev liburing-dev rdma-core libibverbs-dev librdmacm-dev
   # C++ libraries
-  libtomlplusplus-dev libcli11-dev libfmt-dev libspdlog-dev nlohmann-json3-dev zlib1g-dev
+  libtomlplusplus-dev libcli11-dev nlohmann-json3-dev zlib1g-dev
   # the exporter's HTTP server (blockps exporter), and the Prometheus server its test scrapes it with
   libcpp-httplib-dev prometheus
-  googletest libgtest-dev libgmock-dev libbenchmark-dev
+  googletest libgtest-dev
   # tests: network namespaces, process tools
   iproute2 procps psmisc
   # lint of the shell scripts (a test)

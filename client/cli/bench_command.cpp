@@ -199,6 +199,24 @@ void print_summary(const std::vector<PhaseResult>& results) {
   table.print(std::cout);
 }
 
+// What the run's sessions recovered from, per shard (Cluster::shard_counters; each kind was logged on stderr as
+// it happened): a long bench through restarts or a flaky link says how often it reconnected or lost a push.
+void print_recovery(Cluster& c) {
+  auto counters = c.shard_counters();
+  if (!counters.ok()) return;
+  TextTable table({{"shard", TextTable::Align::left},
+                   {"commands"},
+                   {"reconnects"},
+                   {"pushes given up"},
+                   {"UNIT ATTENTION resent"}});
+  for (std::size_t i = 0; i < counters.value().size(); ++i) {
+    const LuQueueCounters& k = counters.value()[i];
+    table.add_row({c.config().shards[i].name, std::to_string(k.commands), std::to_string(k.reconnects),
+                   std::to_string(k.unanswered_writes_dropped), std::to_string(k.unit_attentions_resent)});
+  }
+  table.print(std::cout);
+}
+
 }  // namespace
 
 int run_bench(const std::string& cluster_file, const BenchOptions& options) {
@@ -235,7 +253,10 @@ int run_bench(const std::string& cluster_file, const BenchOptions& options) {
     if (options.json) print_json(phase.value(), c.model_bytes(), options.warmup);
     results.push_back(std::move(phase.value()));
   }
-  if (!options.json) print_summary(results);
+  if (!options.json) {
+    print_summary(results);
+    print_recovery(c);
+  }
   return kExitOk;
 }
 

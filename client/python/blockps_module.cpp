@@ -18,6 +18,8 @@
 namespace py = pybind11;
 using blockps::Cluster;
 using blockps::DoubleBuffer;
+using blockps::LuQueueCounters;
+using blockps::Result;
 
 namespace {
 
@@ -229,13 +231,37 @@ PYBIND11_MODULE(_blockps, m) {
           },
           py::arg("lines"),
           "Send control lines ('lr=0.001', 'checkpoint', ...; docs/OPTIONS.md) to every shard's status LU.")
-      .def("status_pages", [](Cluster& c) {
-        auto pages = c.status_pages();
-        check(pages.status());
-        py::list out;
-        for (const auto& p : pages.value()) out.append(py::make_tuple(p.shard, p.json));
-        return out;
-      });
+      .def("status_pages",
+           [](Cluster& c) {
+             auto pages = c.status_pages();
+             check(pages.status());
+             py::list out;
+             for (const auto& p : pages.value()) out.append(py::make_tuple(p.shard, p.json));
+             return out;
+           })
+      .def(
+          "counters",
+          [](Cluster& c) {
+            Result<std::vector<LuQueueCounters>> counters = [&] {
+              py::gil_scoped_release release;
+              return c.shard_counters();
+            }();
+            check(counters.status());
+            py::list out;
+            for (std::size_t i = 0; i < counters.value().size(); ++i) {
+              const LuQueueCounters& k = counters.value()[i];
+              py::dict d;
+              d["shard"] = c.config().shards[i].name;
+              d["commands"] = k.commands;
+              d["reconnects"] = k.reconnects;
+              d["unanswered_pushes_dropped"] = k.unanswered_writes_dropped;
+              d["unit_attentions_resent"] = k.unit_attentions_resent;
+              out.append(d);
+            }
+            return out;
+          },
+          "Per shard (cluster-file order), since the cluster opened: {'shard', 'commands', 'reconnects', "
+          "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged on stderr).");
 
   py::class_<PyOperation>(m, "Operation")
       .def("wait", &PyOperation::wait, "Block until every shard finished its part; raises blockps.Error on failure.")

@@ -6,7 +6,7 @@
 #   BLOCKPS_STATE_DIR          where running shards are recorded (default /run/blockps): one directory per
 #                              shard, named after its conf file, holding pid, control, portal, conf, the
 #                              effective targets.conf given to tgt-admin, and tgtd.log
-#   BLOCKPS_CONTROL_OFFSET     added to each file's control-port (default 0): run the example configs on a
+#   BLOCKPS_CONTROL_OFFSET     added to each file's blockps-control (default 0): run the example configs on a
 #                              private range of control numbers
 #   BLOCKPS_PORT_OFFSET        added to each file's blockps-portal port (default 0)
 #   BLOCKPS_BACKING_STORE_DIR  where tgtd loads modules (default /usr/lib/tgt/backing-store, compiled into
@@ -83,7 +83,8 @@ tgtd_alive() { pid_running "$1" && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = tgtd
 
 # --- reading a conf file -------------------------------------------------------------------------------------
 # tgt-admin reads these files with Perl's Config::General; we read the few things we need with awk:
-#   control-port N            (top level; required)  tgtd -C N
+#   blockps-control N         (top level; required)  tgtd -C N: tgtd's control number, not a TCP port (the old
+#                             name control-port N, tgt-admin's own, is accepted too; tgt-admin ignores ours)
 #   blockps-portal IP:PORT    (top level; required)  tgtd --iscsi portal=IP:PORT. tgt-admin ignores unknown
 #                                                    top-level keys, so this one is ours.
 #   blockps-iser yes|no|auto  (top level; default no) also serve the shard over iSER (below)

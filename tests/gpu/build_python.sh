@@ -6,7 +6,8 @@
 #   PYTHON   the interpreter to build for (default: $PYTHON, else python3); pybind11 must be installed for it
 # Environment: CXX, the compiler (default g++). The host's libstdc++ is used, not the build machine's (torch
 # needs the host's own). Links the bundle's static libraries (python/static) and the shared ones of lib/ named
-# in python/link-libs.txt; the extensions find lib/ through their RUNPATH ($ORIGIN/../../lib).
+# in python/link-libs.txt; the extensions find lib/ through their RPATH ($ORIGIN/../../lib, DT_RPATH so that it
+# serves the libraries' own dependencies too).
 # pybind11: `PYTHON -m pybind11 --includes` (pip's), else Debian's pybind11-dev headers (/usr/include/pybind11)
 # with the interpreter's own Python.h.
 # Exit 0: built; 1: a failed compile or not a bundle; 3: nothing to build with (no interpreter, compiler, pybind11
@@ -48,7 +49,7 @@ mapfile -t checkpoint_libs < <(awk -v lib="$bundle/lib" '$1 == "checkpoint" { pr
 read -ra include_flags <<<"$includes"
 flags=(-O2 -std=c++20 -shared -fPIC -fvisibility=hidden "${include_flags[@]}" -I "$bundle/src")
 # shellcheck disable=SC2016  # $ORIGIN is the dynamic loader's, not the shell's
-rpath='-Wl,-rpath,$ORIGIN/../../lib'
+rpath='-Wl,--disable-new-dtags,-rpath,$ORIGIN/../../lib'
 start=$(date +%s)
 "$cxx" "${flags[@]}" "$bundle/src/client/python/blockps_module.cpp" -o "$here/blockps/_blockps$suffix" \
   "$here/static/libblockps.a" "$here/static/libblockps_iscsi.a" "${blockps_libs[@]}" "$rpath" &

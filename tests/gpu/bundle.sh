@@ -8,6 +8,7 @@
 #            blockps_gpu_pushpull, blockps_c, blockps_checkpoint and the integration tests to carry
 #   OUT      the folder to make; it must not exist or be empty
 #   --force  replace OUT when it is an earlier bundle (it holds manifest.txt)
+#   -h, --help  this text
 # OUT holds: bin/ (the GPU unit tests, every built GoogleTest integration test, the CLI `blockps` and
 # `blockps_lu_io` the tests spawn, bench gpu_aggregation and gpu_pushpull, /usr/sbin/tgtd and tgtadm),
 # tgt-modules/bs_blockps.so and blockps-preload/, lib/ (the ldd closure of all of them, less glibc's own
@@ -88,7 +89,8 @@ manifest=$out/manifest.txt
   fi
   echo "# run.sh recreates the ORIGINAL PATH of kinds unit, integration, spawned, bench, module, preload, script and"
   echo "# pythondir as symlinks to the bundle (the tests spawn them by those paths); tool, lib, src and static are"
-  echo "# informational; host names a program of the GPU host the tests expect there."
+  echo "# informational; host: a program the tests expect on the GPU host (in the second column, the compile"
+  echo "# definition that names it)."
 } >"$manifest"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$manifest"; }
 
@@ -146,7 +148,7 @@ declare -A seen=()
 for name in "${integration[@]}"; do
   flags=$build/tests/integration/CMakeFiles/$name.dir/flags.make
   [ -f "$flags" ] || continue
-  while IFS= read -r path; do
+  while read -r define path; do
     if [ -z "$path" ] || [ -n "${seen[$path]:-}" ]; then continue; fi
     seen[$path]=1
     if awk -F '\t' -v p="$path" '$3 == p { found = 1 } END { exit !found }' "$manifest"; then
@@ -161,9 +163,10 @@ for name in "${integration[@]}"; do
     elif [[ $path == "$build"/* ]]; then
       warn "$name names $path, a build path the bundle does not carry"
     else
-      record host - "$path"
+      record host "$define" "$path"
     fi
-  done < <(grep '^CXX_DEFINES' "$flags" | grep -o '=\\"/[^"\\]*\\"' | sed 's/^=\\"//; s/\\"$//')
+  done < <(grep '^CXX_DEFINES' "$flags" | grep -o -- '-D[A-Za-z0-9_]*=\\"/[^"\\]*\\"' |
+    sed 's/^-D\([A-Za-z0-9_]*\)=\\"\(.*\)\\"$/\1 \2/')
 done
 
 # The Python binding's sources: client/python/blockps_module.cpp, ps_backend/checkpoint_python_module.cpp, the

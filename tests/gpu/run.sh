@@ -25,7 +25,8 @@
 # point of BLOCKPS_BACKING_STORE_DIR) and /var/run/tgtd are created, and the build paths of manifest.txt the
 # tests spawn (the CLI, blockps_lu_io, the python/ directory, the check scripts) are made symlinks into the
 # bundle where nothing is there (listed in RESULTS/links.txt; an existing file is left alone).
-# Environment: PYTHON (default python3), CXX (python part), BLOCKPS_GPU_UNIT_FILTER, BLOCKPS_GPU_BENCH_SECONDS.
+# Environment: PYTHON (the python part's interpreter; default: the one compiled into the tests as BLOCKPS_PYTHON
+# when this host has it, else python3), CXX (python part), BLOCKPS_GPU_UNIT_FILTER, BLOCKPS_GPU_BENCH_SECONDS.
 # Exit 0: no part failed (NOT RUN is no failure); 1: a part failed; 2: a wrong argument or not a bundle.
 set -euo pipefail
 prog=run.sh
@@ -234,7 +235,9 @@ else
 fi
 
 if wants python; then
-  py=${PYTHON:-python3}
+  # The interpreter the tests spawn (BLOCKPS_PYTHON, compiled in) when this host has it, else python3.
+  py=$(awk -F '\t' '$1 == "host" && $2 == "BLOCKPS_PYTHON" { print $3; exit }' "$manifest")
+  if [ -n "${PYTHON:-}" ]; then py=$PYTHON; elif [ -z "$py" ] || [ ! -x "$py" ]; then py=python3; fi
   log=$results/python.log
   say "python: running ($log)"
   start=$(date +%s) rc=0

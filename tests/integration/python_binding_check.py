@@ -56,6 +56,11 @@ c.push(np.full(n, -1.0, np.float32))  # back to base + 3 for what follows
 raises(ValueError, lambda: c.push(np.ones(n + 1, np.float32)), "the model has")
 raises(ValueError, lambda: c.pull(np.empty((n, 2), np.float32)[:, 0]), "C-contiguous")
 raises(blockps.Error, lambda: blockps.Cluster("/nonexistent.toml"), "/nonexistent.toml")
+# What the sessions did and recovered from, per shard: commands sent, no recovery on a healthy run.
+counters = c.counters()
+check(len(counters) >= 1 and all(k["commands"] > 0 and k["reconnects"] == 0 and k["unanswered_pushes_dropped"] == 0
+                                 and k["unit_attentions_resent"] == 0 and k["shard"] for k in counters),
+      f"counters() per shard: {counters}")
 
 # DoubleBuffer: numpy views of its two buffers; step swaps them (two addresses, alternating) with no copy, and
 # hands back exactly the weights its pull read (one-step staleness: step k gives base + 3 + (k - 1)).

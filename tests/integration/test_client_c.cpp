@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/temp_dir.h"
 #include "tests/support/blockps_shard.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -193,6 +193,18 @@ TEST_F(ClientCTest, PushesSumAndPullsGiveExactValues) {
   ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
   EXPECT_EQ(json_bytes, std::strlen(json.data()));
   EXPECT_NE(std::string(json.data()).find("\"shard\""), std::string::npos) << json.data();
+
+  // What the shard's sessions did: commands, and no recovery on a healthy run.
+  blockps_shard_counters counters{};
+  r = blockps_get_shard_counters(cluster_, 1, &counters);
+  ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
+  EXPECT_GT(counters.commands, 0u);
+  EXPECT_EQ(counters.reconnects, 0u);
+  EXPECT_EQ(counters.unanswered_pushes_dropped, 0u);
+  r = blockps_get_shard_counters(cluster_, 7, &counters);
+  EXPECT_EQ(r, BLOCKPS_ERR_INVALID_ARGUMENT);
+  EXPECT_STREQ(blockps_last_error(), "blockps_get_shard_counters: shard 7 is out of range: the cluster has 2 shards");
+  EXPECT_EQ(blockps_get_shard_counters(cluster_, 0, nullptr), BLOCKPS_ERR_INVALID_ARGUMENT);
 }
 
 TEST_F(ClientCTest, MismatchesAndADeadShardAreResultCodesNamingTheShard) {

@@ -46,7 +46,7 @@ trap cleanup EXIT
 # The real example configs, with only the checkpoint directory moved into $tmp.
 confs=()
 example_confs_into "$tmp" shard0 shard1
-control_of() { awk -v off="$BLOCKPS_CONTROL_OFFSET" '$1 == "control-port" { print $2 + off }' "$1"; }
+control_of() { awk -v off="$BLOCKPS_CONTROL_OFFSET" '$1 == "blockps-control" || $1 == "control-port" { print $2 + off }' "$1"; }
 port_of() { awk -v off="$BLOCKPS_PORT_OFFSET" '$1 == "blockps-portal" { split($2, a, ":"); print a[2] + off }' "$1"; }
 c0=$(control_of "${confs[0]}") c1=$(control_of "${confs[1]}")
 p0=$(port_of "${confs[0]}") p1=$(port_of "${confs[1]}")
@@ -85,6 +85,12 @@ step "ps-up refuses a file without blockps-portal"
 grep -v '^blockps-portal' "${confs[0]}" >"$tmp/noportal.conf"
 if out=$("$up" "$tmp/noportal.conf" 2>&1); then fail "ps-up took a file without blockps-portal"; fi
 grep -q "blockps-portal" <<<"$out" || fail "unclear message: $out"
+no_shards_left
+
+step "ps-up refuses a file with both the control line's names (blockps-control and its old name control-port)"
+{ cat "${confs[0]}"; echo "control-port 77"; } >"$tmp/twocontrols.conf"
+if out=$("$up" "$tmp/twocontrols.conf" 2>&1); then fail "ps-up took two control numbers"; fi
+grep -q "exactly one top-level 'blockps-control N' line.*found 2" <<<"$out" || fail "unclear message: $out"
 no_shards_left
 
 step "ps-up refuses a port in use, and leaves nothing running"
@@ -160,6 +166,23 @@ step "LU capacities"
 [ "$("$lu_io" "$u0/2" info)" = "capacity=16777216 block=512" ] || fail "weights LU: $("$lu_io" "$u0/2" info)"
 [ "$("$lu_io" "$u0/3" info)" = "capacity=1048576 block=512" ] || fail "status LU: $("$lu_io" "$u0/3" info)"
 [ "$("$lu_io" "$u1/1" info)" = "capacity=16777216 block=512" ] || fail "shard1 grad LU"
+
+step "configs/cluster.toml names these shards: every URL opens its LU, the grad LUs add up to [model] size"
+sed -e "s#127.0.0.1:3261/#127.0.0.1:$p0/#" -e "s#127.0.0.1:3262/#127.0.0.1:$p1/#" "$repo/configs/cluster.toml" \
+  >"$tmp/cluster.toml"
+grad_total=0
+while read -r key url; do
+  info=$("$lu_io" "$url" info) || fail "configs/cluster.toml: $key $url does not open: $info"
+  if [ "$key" = grad ]; then
+    bytes=${info#capacity=}
+    grad_total=$((grad_total + ${bytes%% *}))
+  fi
+done < <(awk -F' = ' '$1 ~ /^(grad|weights|status)$/ { gsub(/"/, "", $2); print $1, $2 }' "$tmp/cluster.toml")
+[ "$(grep -c '^\[\[shard\]\]' "$tmp/cluster.toml")" = 2 ] || fail "configs/cluster.toml: not 2 shards"
+model=$(awk -F' = ' '$1 == "size" { gsub(/"/, "", $2); print $2 }' "$tmp/cluster.toml")
+if [ "$model" != 32M ] || [ "$grad_total" != $((32 << 20)) ]; then
+  fail "configs/cluster.toml: [model] size $model, the shards' grad LUs hold $grad_total bytes"
+fi
 
 step "one shard behind three path strings; pushes change the weights"
 "$lu_io" "$u0/2" write 0 1M 7 || fail "write to the weights LU"

@@ -168,11 +168,19 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   const Status restarted = local_.restart_shard(1);
   ASSERT_TRUE(restarted.ok()) << restarted.message();
 
+  ::testing::internal::CaptureStderr();
   const Status s = exchange_once();
+  const std::string logged = ::testing::internal::GetCapturedStderr();
   ASSERT_TRUE(s.ok()) << "the step after the restart: " << s.message();
   const LuQueueCounters c1 = cluster_->grad_queue_counters().value()[1];
   std::cout << "shard 1: " << recovery_of(c1) << "\n";
   EXPECT_EQ(c1.reconnects, 1u);
+  // The user sees it without a debugger: one stderr line naming the shard and the LU, and the shard's counters.
+  EXPECT_NE(logged.find("blockps: shard 'shard1' grad LU ("), std::string::npos) << logged;
+  EXPECT_NE(logged.find("session lost and logged in again (1)"), std::string::npos) << logged;
+  EXPECT_EQ(logged.find("shard 'shard0'"), std::string::npos) << "shard 0 needed no recovery: " << logged;
+  EXPECT_GE(cluster_->shard_counters().value()[1].reconnects, 1u);
+  EXPECT_EQ(cluster_->shard_counters().value()[0].reconnects, 0u);
   EXPECT_EQ(c1.unanswered_writes_dropped, 0u) << "a WRITE handed to a session the target had closed was given up";
   for (float w : weights_of(0)) ASSERT_EQ(w, kStepsBeforeKill + 1) << "shard 0 lost or doubled a push";
   for (float w : weights_of(1))

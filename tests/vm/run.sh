@@ -39,6 +39,8 @@ die() {
   echo "vm: ERROR: $*" >&2
   exit 1
 }
+# A command that fails under `set -e` says which before the run ends (a failure used to end it in silence).
+trap 'echo "vm: ERROR: line $LINENO: \`$BASH_COMMAND\` failed (exit $?)" >&2' ERR
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --build-dir) build=$(realpath "$2"); shift 2 ;;
@@ -111,14 +113,21 @@ chmod 755 "$share/guest-entry"
   echo "NUMPY_WORKLOAD=$numpy_workload"
 } >"$share/params"
 
-# The guest needs the shared libraries of our binaries: their Debian packages join the image's package list.
-runtime_pkgs=$(for f in "$module" "$cli" "$pay/bin/client_check" "$build"/client/libblockps.so; do
+# The guest needs the shared libraries of our binaries: their Debian packages join the image's package list. A
+# library no package owns (this project's libblockps.so installed in /usr/local/lib by `cmake --install`, or one
+# built by hand) is named, not fatal: the payload carries the build's own libraries.
+runtime_libs=$(for f in "$module" "$cli" "$pay/bin/client_check" "$build"/client/libblockps.so; do
   ldd "$f" | awk '/=> \// { print $3 }'
-done | sort -u | xargs -r realpath | while read -r lib; do
+done | sort -u | xargs -r realpath)
+runtime_pkgs='' unowned=''
+for lib in $runtime_libs; do
   # By file name: dpkg knows /lib/... or /usr/lib/... (usrmerge), ldd says either.
-  dpkg -S "*/$(basename "$lib")" 2>/dev/null |
-    awk -F': ' -v a="$lib" -v b="${lib#/usr}" '$2 == a || $2 == b { sub(/:.*/, "", $1); print $1 }'
-done | sort -u | grep -vxE 'libc6|libgcc-s1' | tr '\n' ' ')
+  pkg=$(dpkg -S "*/$(basename "$lib")" 2>/dev/null |
+    awk -F': ' -v a="$lib" -v b="${lib#/usr}" '$2 == a || $2 == b { sub(/:.*/, "", $1); print $1; exit }') || true
+  if [ -n "$pkg" ]; then runtime_pkgs+="$pkg"$'\n'; else unowned+=" $lib"; fi
+done
+runtime_pkgs=$(printf '%s' "$runtime_pkgs" | sort -u | grep -vxE 'libc6|libgcc-s1' | tr '\n' ' ') || true
+[ -z "$unowned" ] || say "libraries no Debian package owns (not installed in the guest; the payload has the build's):$unowned"
 say "runtime packages for the guest: $runtime_pkgs"
 
 # --- the image (cached) ----------------------------------------------------------------------------------------
