@@ -276,7 +276,9 @@ for i in "${!names[@]}"; do
     die "$name: tgtd's iSER driver is not ready (RDMA device? iSER port $port taken by another tgtd?): $(grep -i 'iser\|rdma' "$log" | tail -n 3 | tr '\n' ' ')"
   fi
   if [ -n "$needs_module" ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+blockps([[:space:]]|$)'; then
-    die "$name: tgtd did not load $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME (see the log: undefined symbol?)"
+    why=$(grep -o 'blockps: NOT LOADED:.*' "$log" | tail -n 1 || true)
+    die "$name: tgtd did not load $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME:" \
+      "${why:-see the log (undefined symbol?)} (log: $log)"
   fi
 
   echo "=== $(date '+%F %T') ps-up: $TGT_ADMIN -C $control -e -c $state/targets.conf" >>"$log"

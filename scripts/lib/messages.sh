@@ -17,3 +17,10 @@ usage() {
   sed -n '2,/^set -euo/p' "${BASH_SOURCE[-1]}" | sed '$d; s/^# \{0,1\}//'
   exit "${1:-0}"
 }
+# A command that fails under `set -e` says which before the script ends, instead of ending it in silence
+# (a failure deep in a pipeline or a command substitution otherwise leaves no line). Fires only where `set -e`
+# exits; die() and `exit` do not fire it.
+blockps_command_failed() {
+  echo "$blockps_prog: ERROR: line $2: \`$3\` failed (exit $1)" >&2
+}
+trap 'blockps_command_failed "$?" "$LINENO" "$BASH_COMMAND"' ERR

@@ -56,6 +56,13 @@ c.push(np.full(n, -1.0, np.float32))  # back to base + 3 for what follows
 raises(ValueError, lambda: c.push(np.ones(n + 1, np.float32)), "the model has")
 raises(ValueError, lambda: c.pull(np.empty((n, 2), np.float32)[:, 0]), "C-contiguous")
 raises(blockps.Error, lambda: blockps.Cluster("/nonexistent.toml"), "/nonexistent.toml")
+# What docs/OPTIONS.md ("Python") promises at the package's top level, without connecting.
+layout = blockps.cluster_layout(sys.argv[1])
+check(layout["model_bytes"] == c.model_bytes and sum(layout["shard_bytes"]) == c.model_bytes
+      and len(layout["shards"]) == len(layout["shard_bytes"]), f"blockps.cluster_layout: {layout}")
+check(blockps.worker_initiator("rank3").endswith("-rank3"), "blockps.worker_initiator('rank3')")
+check(set(blockps.__all__) >= {"Cluster", "DoubleBuffer", "Error", "ShardUnreachableError", "cluster_layout",
+                               "worker_initiator"}, f"blockps.__all__: {blockps.__all__}")
 # What the sessions did and recovered from, per shard: commands sent, no recovery on a healthy run.
 counters = c.counters()
 check(len(counters) >= 1 and all(k["commands"] > 0 and k["reconnects"] == 0 and k["unanswered_pushes_dropped"] == 0

@@ -6,13 +6,16 @@
 repo=''
 # shellcheck disable=SC2034
 lu_io=''
+# shellcheck disable=SC2034
+other_tgt_module=''
 # shellcheck disable=SC2034 # repo and lu_io are read by the scripts that source this file
 parse_test_args() {
   while [ "$#" -gt 0 ]; do
     case "$1" in
       --repo) repo=$2; shift 2 ;;
       --lu-io) lu_io=$2; shift 2 ;;
-      *) echo "usage: $0 --repo REPO [--lu-io BLOCKPS_LU_IO]" >&2; exit 2 ;;
+      --other-tgt-module) other_tgt_module=$2; shift 2 ;;
+      *) echo "usage: $0 --repo REPO [--lu-io BLOCKPS_LU_IO] [--other-tgt-module DIR]" >&2; exit 2 ;;
     esac
   done
 }

@@ -81,6 +81,16 @@ module_dir=${BLOCKPS_BACKING_STORE_DIR:-/usr/lib/tgt/backing-store}
 [ -f "$module_dir/bs_blockps.so" ] ||
   fail "$module_dir/bs_blockps.so is missing: build the project (ctest points BLOCKPS_BACKING_STORE_DIR at it)"
 
+step "ps-up refuses a module built for another tgt, in one line naming both versions"
+[ -f "$other_tgt_module/bs_blockps.so" ] || fail "--other-tgt-module $other_tgt_module has no bs_blockps.so"
+running=$(tgtd --version)
+if out=$(BLOCKPS_BACKING_STORE_DIR=$other_tgt_module "$up" "${confs[0]}" 2>&1); then
+  fail "ps-up started a tgtd with a module built for another tgt: $out"
+fi
+grep -q "NOT LOADED: this module is built for tgt 0.0.0-not-this-tgtd (its source's structs), the running tgtd is $running" \
+  <<<"$out" || fail "ps-up did not say why: $out"
+no_shards_left
+
 step "ps-up refuses a file without blockps-portal"
 grep -v '^blockps-portal' "${confs[0]}" >"$tmp/noportal.conf"
 if out=$("$up" "$tmp/noportal.conf" 2>&1); then fail "ps-up took a file without blockps-portal"; fi

@@ -46,4 +46,20 @@ for script in "${scripts[@]}"; do
     [ -z "$written" ] || fail "$script $flag wrote: $written"
   done
 done
-echo "PASS: ${#scripts[@]} scripts print their usage for --help and -h and do nothing else"
+
+step "a command that fails under set -e, in a script that sources scripts/lib/messages.sh, says which"
+cat >"$scratch/fails.sh" <<FAILS
+#!/usr/bin/env bash
+set -euo pipefail
+blockps_prog=fails
+. "$repo/scripts/lib/messages.sh"
+found=\$(printf 'a\n' | grep b)
+echo "never: \$found"
+FAILS
+status=0
+out=$(bash "$scratch/fails.sh" 2>&1) || status=$?
+[ "$status" = 1 ] || fail "the failing script exited $status: $out"
+[ "$out" = "fails: ERROR: line 5: \`found=\$(printf 'a\\n' | grep b)\` failed (exit 1)" ] ||
+  fail "the failing script did not say which command failed: $out"
+
+echo "PASS: ${#scripts[@]} scripts print their usage for --help and -h and do nothing else; a failing command is named"

@@ -13,6 +13,13 @@ blockps.Error) when a shard's session stayed lost for longer than the cluster fi
 blockps.torch gives a PyTorch model
 flat parameter/gradient views on the double buffer.
 """
-from ._blockps import Cluster, DoubleBuffer, Error, ShardUnreachableError  # noqa: F401
+from ._blockps import Cluster, DoubleBuffer, Error, ShardUnreachableError, cluster_layout, worker_initiator  # noqa: F401
 
-__all__ = ["Cluster", "DoubleBuffer", "Error", "ShardUnreachableError"]
+__all__ = [
+    "Cluster",
+    "DoubleBuffer",
+    "Error",
+    "ShardUnreachableError",
+    "cluster_layout",
+    "worker_initiator",
+]

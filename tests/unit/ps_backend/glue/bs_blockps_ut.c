@@ -3,6 +3,8 @@
  * so its parked-command life cycle runs without tgtd. The stubs record what the glue hands to tgt; the C++ core
  * behind lu_abi.h is the real one. Driven from test_bs_blockps.cpp through bs_blockps_ut.h.
  */
+/* Not tgtd: the glue's check of the running tgtd's version does not apply. */
+#define BLOCKPS_GLUE_UNIT_TEST 1
 #include "ps_backend/bs_blockps.c"
 
 #include <pthread.h>
