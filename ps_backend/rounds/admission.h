@@ -13,7 +13,7 @@ enum class Admission {
   failed      // fail it as Refusal::failed: a round's update was not applied (see degraded_reason())
 };
 
-/// Why a held command fails; ServedLu::refusal_outcome() gives each its SCSI answer.
+/// Why a held command fails; refused() (ps_backend/lu_outcome.h) gives each its SCSI answer.
 enum class Refusal {
   aborted,    // the initiator aborted it (ABORT TASK, LUN RESET, its session ended)
   not_ready,  // live workers are below min_workers, it waited worker_timeout_ms, or its LU is closing
