@@ -538,15 +538,7 @@ Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
 Result<std::vector<LuQueueCounters>> Cluster::shard_counters() {
   std::vector<LuQueueCounters> counters(shards_.size());
   const Status s = on_every_shard([&](ShardWorker& shard, std::size_t i) {
-    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
-      const LuQueueCounters c = shard.lu(role).queue_counters();
-      LuQueueCounters& sum = counters[i];
-      sum.commands += c.commands;
-      sum.issued_beside_other_direction += c.issued_beside_other_direction;
-      sum.reconnects += c.reconnects;
-      sum.unanswered_writes_dropped += c.unanswered_writes_dropped;
-      sum.unit_attentions_resent += c.unit_attentions_resent;
-    }
+    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) counters[i] += shard.lu(role).queue_counters();
     return Status::Ok();
   });
   if (!s.ok()) return s;

@@ -19,6 +19,15 @@ struct LuQueueCounters {
   // Commands sent again because the target answered UNIT ATTENTION (client/iscsi_lun.h, kUnitAttentionResends):
   // after a shard's LUs were added or its tgtd restarted while this session was logged in.
   std::uint64_t unit_attentions_resent = 0;
+
+  LuQueueCounters& operator+=(const LuQueueCounters& o) {
+    commands += o.commands;
+    issued_beside_other_direction += o.issued_beside_other_direction;
+    reconnects += o.reconnects;
+    unanswered_writes_dropped += o.unanswered_writes_dropped;
+    unit_attentions_resent += o.unit_attentions_resent;
+    return *this;
+  }
 };
 
 }  // namespace blockps
