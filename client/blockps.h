@@ -27,6 +27,7 @@
 
 #include "client/cluster_file.h"
 #include "client/command_order.h"
+#include "client/job_and_place.h"
 #include "client/layout.h"
 #include "contract/status.h"
 
@@ -66,20 +67,68 @@ struct ShardStatusPage {
   std::string json;
 };
 
+// How a worker opens a cluster: the job it belongs to and what it expects of the shards (docs/OPTIONS.md, "Jobs and
+// places"). The defaults are a worker of the cluster file's job (if it names one).
+struct OpenOptions {
+  // The job this worker belongs to; every session of every shard joins it, and a shard held by another job
+  // refuses. nullopt: the cluster file's [client] job, else $BLOCKPS_JOB, else none; "": none (no claim: a
+  // worker of no job may read the weights of a held shard, but its pushes are refused). A name is 1 to 128
+  // characters of A-Z a-z 0-9 . _ : @ / + -.
+  std::optional<std::string> job;
+  // Claim the shards even though another job holds them (needs a job): that job's sessions are dropped and its
+  // next command refused; a shard with rounds starts them afresh.
+  bool takeover = false;
+  // Set each shard's place to the one this file gives it even where it holds another (a deliberate re-layout, or
+  // a new model: `blockps init --relayout`); otherwise a shard in another place is refused.
+  bool replace_place = false;
+  // The kind of shard this worker needs (checked against every shard's opt before anything is written).
+  ShardKind expect = ShardKind::any;
+  // Only read status pages (`blockps status`, the exporter, `blockps release`): the shape checks, but no kind,
+  // place or job check, and nothing written to the shards.
+  bool status_only = false;
+
+  // The options of a worker of `job` (nullopt: the default chain above), and of a reader of status pages.
+  static OpenOptions of_job(std::optional<std::string> job) {
+    OpenOptions o;
+    o.job = std::move(job);
+    return o;
+  }
+  static OpenOptions reading_status() {
+    OpenOptions o;
+    o.status_only = true;
+    return o;
+  }
+};
+
 class Cluster {
  public:
   // Loads the cluster file, connects every LU of every shard (in parallel) and checks that each grad and
   // weights LU has the capacity the layout gives its shard and that each shard's status page agrees with the
-  // file on size, dtype and block. Errors: the file's mistakes (see cluster_file.h), an LU that cannot be
-  // reached, a mismatch (naming the shard, the field and both values).
-  static Result<std::unique_ptr<Cluster>> open(const std::string& cluster_file);
-  static Result<std::unique_ptr<Cluster>> open(const ClusterConfig& config);
+  // file on size, dtype and block. Then, unless options.status_only, in this order: every shard is of the kind
+  // options.expect; every shard holds the place the file gives it (the model: [model] name, else the one the
+  // shards hold, else a new identity; shard i of S in the file's layout), and a shard that holds none takes it;
+  // the job claims every shard (no shard held by another job, unless takeover), from every session (grad,
+  // weights and status LU: a session of no job is refused on a held shard). Errors: the file's mistakes (see
+  // cluster_file.h), an LU that cannot be reached, a mismatch (naming the shard, the field and both values; the
+  // kind; both places and the fix), a shard held by another job (StatusCode::io, naming the holder and how to
+  // take it over), an invalid job name (invalid_argument).
+  static Result<std::unique_ptr<Cluster>> open(const std::string& cluster_file, const OpenOptions& options = {});
+  static Result<std::unique_ptr<Cluster>> open(const ClusterConfig& config, const OpenOptions& options = {});
   // Waits for the operations in flight, then closes every session.
   ~Cluster();
   Cluster(const Cluster&) = delete;
   Cluster& operator=(const Cluster&) = delete;
 
   const ClusterConfig& config() const { return config_; }
+  // The job this cluster's sessions belong to ("" none), and the model whose place its shards hold ("" when
+  // opened status_only).
+  const std::string& job() const { return job_; }
+  const std::string& model() const { return model_; }
+  // Joins every session of every shard to `job` (with `takeover`, claiming shards another job holds), and sets
+  // the place of a shard that holds none (a cluster opened with no job could not, where another job held it).
+  // Errors as open's claim; `job` not a valid name: invalid_argument. Not for a cluster opened status_only, and
+  // not while another thread reads job() or model().
+  Status claim(const std::string& job, bool takeover = false);
   const Layout& layout() const { return *layout_; }
   std::uint64_t model_bytes() const { return layout_->model_bytes(); }
 
@@ -157,8 +206,21 @@ class Cluster {
                             CompletionCallback& on_done);
   // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
   Status on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+  // Runs job(shard, index) on the I/O threads of the shards `which` and waits for all.
+  Status on_shards(const std::vector<std::size_t>& which,
+                   const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+  // open()'s checks after the shape: the kind, the place, the claim (`pages`: each shard's status page, as read).
+  Status settle(const std::string& job, const OpenOptions& options, const std::vector<nlohmann::json>& pages);
+  // The job claim and the place of open() and claim(), with what each shard's status page said before.
+  Status claim_shards(const std::string& job, bool takeover, bool replace_place, std::vector<ShardClaim> claims);
+  // Where this cluster file puts shard `shard` of model_.
+  Place place_of(std::size_t shard) const;
 
   ClusterConfig config_;
+  std::string job_;
+  std::string model_;
+  bool model_generated_ = false;  // model_ is a new identity (no shard held one yet)
+  bool status_only_ = false;
   // The largest WRITE request: [client] max_request, or less where a transport's larger WRITEs are fragile
   // (LuTransport::max_safe_write_bytes); READs use max_request.
   std::uint64_t max_write_request_bytes_ = 0;

@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 5
+#define BLOCKPS_API_VERSION 6
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -108,6 +108,53 @@ BLOCKPS_EXPORT const char* blockps_last_error(void);
  * Errors: INVALID_ARGUMENT (cluster_file or out NULL), CONFIG (file unreadable or wrong), CONNECT, IO (reading
  * a status page), MISMATCH, NO_MEMORY. */
 BLOCKPS_EXPORT blockps_result blockps_cluster_open(const char* cluster_file, blockps_cluster** out);
+
+/* (API version 6) Which kind of shard a worker needs: checked against every shard's opt at open, before anything
+ * is written. */
+typedef enum blockps_shard_kind {
+  BLOCKPS_SHARD_ANY = 0,       /* no check */
+  BLOCKPS_SHARD_OPTIMIZER = 1, /* a shard that steps an optimizer on each push (every opt but average) */
+  BLOCKPS_SHARD_AVERAGING = 2  /* opt=average: a READ after a push returns the round's average gradient */
+} blockps_shard_kind;
+
+/* (API version 6) How a worker opens a cluster: the job it belongs to and what it expects of the shards
+ * (docs/OPTIONS.md, "Jobs and places"). Fill with blockps_open_options_init, then change fields: later versions
+ * add fields at the end, and struct_size tells the library which it was given. */
+typedef struct blockps_open_options {
+  size_t struct_size; /* sizeof(blockps_open_options), as blockps_open_options_init sets it */
+  /* The job this worker belongs to: every session of every shard joins it, and a shard another job holds refuses
+   * (BLOCKPS_ERR_IO, naming the holder and how to take it over). NULL (the default): the cluster file's
+   * [client] job, else the environment's BLOCKPS_JOB, else none; "": none (no claim: the weights of a held shard
+   * may be read, pushes are refused). 1 to 128 characters of A-Z a-z 0-9 . _ : @ / + -. Copied by the call. */
+  const char* job;
+  int takeover;              /* 0/1, default 0: claim the shards even though another job holds them (needs a job) */
+  int replace_place;         /* 0/1, default 0: give each shard the place this file gives it even where it holds another
+                                (a deliberate re-layout or a new model); otherwise such a shard is BLOCKPS_ERR_MISMATCH */
+  blockps_shard_kind expect; /* default BLOCKPS_SHARD_ANY; another kind of shard: BLOCKPS_ERR_MISMATCH */
+} blockps_open_options;
+
+/* The defaults (struct_size set). NULL: no-op. */
+BLOCKPS_EXPORT void blockps_open_options_init(blockps_open_options* options);
+
+/* (API version 6) blockps_cluster_open with options (NULL: the defaults, which blockps_cluster_open uses too).
+ * After the checks of blockps_cluster_open, in this order: every shard is of the kind `expect`; every shard holds
+ * the place the file gives it (shard i of S of the model, in the file's layout; a shard that holds none takes it);
+ * the job claims every shard from every session. Errors: as blockps_cluster_open; INVALID_ARGUMENT (a job name
+ * not allowed, takeover without a job, struct_size smaller than version 6's, an unknown expect); MISMATCH (a
+ * shard of another kind, or in another place: the message names the shard, both places and the fix); IO (a
+ * shard held by another job: the message names the holder and how to take it over). */
+BLOCKPS_EXPORT blockps_result blockps_cluster_open_with(const char* cluster_file, const blockps_open_options* options,
+                                                        blockps_cluster** out);
+
+/* (API version 6) The job the cluster's sessions belong to ("" none), and the model whose place its shards hold.
+ * "" for NULL. Valid until the cluster is closed or claimed again. */
+BLOCKPS_EXPORT const char* blockps_cluster_job(const blockps_cluster* cluster);
+BLOCKPS_EXPORT const char* blockps_cluster_model(const blockps_cluster* cluster);
+
+/* (API version 6) Joins every session of every shard to job `job` (takeover 1: also shards another job holds).
+ * Errors: INVALID_ARGUMENT (NULL cluster or job, a name not allowed), IO (a shard held by another job), CONNECT /
+ * UNREACHABLE. */
+BLOCKPS_EXPORT blockps_result blockps_cluster_claim(blockps_cluster* cluster, const char* job, int takeover);
 
 /* Waits for the operations in flight on the cluster, then closes every session and frees it. Handles of
  * operations started on it stay valid (they are finished) and still need blockps_op_free. NULL: no-op. */

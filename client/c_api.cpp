@@ -1,6 +1,7 @@
 // The C API (blockps_c.h) over the C++ Cluster. Every entry point catches everything (no exception unwinds
 // into C code); a Status becomes a result code through its StatusCode (result_of, the one mapping) and this
 // thread's last error message.
+#include <cstddef>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -195,6 +196,55 @@ std::optional<blockps_result> shard_out_of_range(const char* what, const blockps
       "shard " + std::to_string(shard) + " is out of range: the cluster has " + std::to_string(shards) + " shards");
 }
 
+// The fields of version 6's blockps_open_options: a caller built against it passes at least this many bytes.
+constexpr size_t kOpenOptionsV6Bytes = offsetof(blockps_open_options, expect) + sizeof(blockps_shard_kind);
+
+blockps_result open_cluster(const char* what, const char* cluster_file, const blockps_open_options* options,
+                            blockps_cluster** out_cluster) noexcept {
+  return guarded(what, [&] {
+    if (out_cluster == nullptr) return null_argument(what, "out");
+    *out_cluster = nullptr;
+    if (cluster_file == nullptr) return null_argument(what, "cluster_file");
+    blockps::OpenOptions open;
+    if (options != nullptr) {
+      if (options->struct_size < kOpenOptionsV6Bytes)
+        return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what,
+                    "options->struct_size = " + std::to_string(options->struct_size) + ": must be at least " +
+                        std::to_string(kOpenOptionsV6Bytes),
+                    " (fill the options with blockps_open_options_init)");
+      if (options->job != nullptr) open.job = std::string(options->job);
+      open.takeover = options->takeover != 0;
+      open.replace_place = options->replace_place != 0;
+      switch (options->expect) {
+        case BLOCKPS_SHARD_ANY:
+          open.expect = blockps::ShardKind::any;
+          break;
+        case BLOCKPS_SHARD_OPTIMIZER:
+          open.expect = blockps::ShardKind::optimizer;
+          break;
+        case BLOCKPS_SHARD_AVERAGING:
+          open.expect = blockps::ShardKind::averaging;
+          break;
+        default:
+          return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what,
+                      "options->expect = " + std::to_string(static_cast<int>(options->expect)),
+                      ": must be BLOCKPS_SHARD_ANY (0), BLOCKPS_SHARD_OPTIMIZER (1) or BLOCKPS_SHARD_AVERAGING (2)");
+      }
+    }
+    // Every refusal of the loader is the file's (unreadable, not TOML, a wrong key): CONFIG, whatever its code.
+    auto config = blockps::load_cluster_file(cluster_file);
+    if (!config.ok()) {
+      finish(config.status());
+      return BLOCKPS_ERR_CONFIG;
+    }
+    auto cluster = blockps::Cluster::open(config.value(), open);
+    if (!cluster.ok()) return finish(cluster.status());
+    *out_cluster = new blockps_cluster{std::move(cluster.value())};
+    clear_error();
+    return BLOCKPS_OK;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -227,23 +277,39 @@ const char* blockps_result_name(blockps_result result) {
 
 const char* blockps_last_error(void) { return t_fixed != nullptr ? t_fixed : t_message.c_str(); }
 
+void blockps_open_options_init(blockps_open_options* options) {
+  if (options == nullptr) return;
+  *options = blockps_open_options{};
+  options->struct_size = sizeof(blockps_open_options);
+  options->job = nullptr;
+  options->takeover = 0;
+  options->replace_place = 0;
+  options->expect = BLOCKPS_SHARD_ANY;
+}
+
 blockps_result blockps_cluster_open(const char* cluster_file, blockps_cluster** out_cluster) {
-  constexpr const char* what = "blockps_cluster_open";
+  return open_cluster("blockps_cluster_open", cluster_file, nullptr, out_cluster);
+}
+
+blockps_result blockps_cluster_open_with(const char* cluster_file, const blockps_open_options* options,
+                                         blockps_cluster** out_cluster) {
+  return open_cluster("blockps_cluster_open_with", cluster_file, options, out_cluster);
+}
+
+const char* blockps_cluster_job(const blockps_cluster* cluster) {
+  return cluster == nullptr ? "" : cluster->cluster->job().c_str();
+}
+
+const char* blockps_cluster_model(const blockps_cluster* cluster) {
+  return cluster == nullptr ? "" : cluster->cluster->model().c_str();
+}
+
+blockps_result blockps_cluster_claim(blockps_cluster* cluster, const char* job, int takeover) {
+  constexpr const char* what = "blockps_cluster_claim";
   return guarded(what, [&] {
-    if (out_cluster == nullptr) return null_argument(what, "out");
-    *out_cluster = nullptr;
-    if (cluster_file == nullptr) return null_argument(what, "cluster_file");
-    // Every refusal of the loader is the file's (unreadable, not TOML, a wrong key): CONFIG, whatever its code.
-    auto config = blockps::load_cluster_file(cluster_file);
-    if (!config.ok()) {
-      finish(config.status());
-      return BLOCKPS_ERR_CONFIG;
-    }
-    auto cluster = blockps::Cluster::open(config.value());
-    if (!cluster.ok()) return finish(cluster.status());
-    *out_cluster = new blockps_cluster{std::move(cluster.value())};
-    clear_error();
-    return BLOCKPS_OK;
+    if (cluster == nullptr) return null_argument(what, "cluster");
+    if (job == nullptr) return null_argument(what, "job");
+    return finish(cluster->cluster->claim(job, takeover != 0));
   });
 }
 

@@ -1,7 +1,10 @@
 // libblockps's Cluster: one I/O thread per shard owns that shard's LU sessions (libiscsi contexts are not
 // thread-safe, and one thread per shard is what lets every shard's queue stay full at once).
+#include <algorithm>
+#include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -13,6 +16,8 @@
 #include "client/blockps.h"
 #include "client/trace.h"
 #include "client/transport.h"
+#include "contract/control_lines.h"
+#include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 
 namespace blockps {
@@ -43,9 +48,37 @@ struct OperationState {
   }
 };
 
+// A refusal the shard recorded up to this long before a command was issued may be that command's: the shard's clock
+// and the worker's need not agree to the millisecond (refusals older than that are another command's).
+constexpr std::int64_t kRefusalClockSlackMs = 30'000;
+
+std::int64_t unix_ms_now() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// The answers of a shard that its status page explains (client/job_and_place.h), or none.
+std::optional<ShardAnswer> shard_answer(const LuFailure& f, LuRole role, IoDirection direction) {
+  if (f.job_refused) return ShardAnswer::job_refused;
+  if (f.scsi_status == scsi::kReservationConflict) return ShardAnswer::reservation_conflict;
+  if (f.scsi_status != scsi::kCheckCondition) return std::nullopt;
+  if (f.sense_key == scsi::kNotReady) return ShardAnswer::not_ready;
+  if (f.sense_key == scsi::kHardwareError) return ShardAnswer::hardware_error;
+  if (f.sense_key == scsi::kIllegalRequest && role == LuRole::status && direction == IoDirection::write)
+    return ShardAnswer::control_refused;
+  return std::nullopt;
+}
+
+class ShardWorker;
+Result<std::string> read_status_page(ShardWorker& shard);
+
 class ShardWorker {
  public:
-  ShardWorker(const ShardSpec& spec, QueueLimits limits) : spec_(spec), limits_(limits) {}
+  // `asking`: who this worker is, for the sentences of refusals (its `shard` is filled in here).
+  ShardWorker(const ShardSpec& spec, QueueLimits limits, AskingWorker asking)
+      : spec_(spec), limits_(limits), asking_(std::move(asking)) {
+    asking_.shard = "shard '" + spec_.name + "'";
+  }
   ~ShardWorker() {
     {
       std::lock_guard lock(mutex_);
@@ -86,8 +119,12 @@ class ShardWorker {
   }
 
   // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
-  // the model, for the message.
-  Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets) {
+  // the model, for the message. A refusal the shard gives for a reason of its own (RESERVATION CONFLICT, NOT READY,
+  // HARDWARE ERROR, a refused control write) is explained from its status page, read then (never before: not on
+  // the way of a push), unless `explain` is false (the status page's own read).
+  Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets,
+             bool explain = true) {
+    const std::int64_t issued_unix_ms = unix_ms_now();
     const LuQueueCounters before = lu(role).queue_counters();
     const std::optional<LuFailure> f = lu(role).run(commands, limits_);
     log_recovery(role, before, lu(role).queue_counters());
@@ -97,8 +134,39 @@ class ShardWorker {
                         std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
     if (f->command < model_offsets.size())
       where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
-    return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + f->reason);
+    std::string reason = f->reason;
+    if (const std::optional<ShardAnswer> answer = explain ? shard_answer(*f, role, c.direction) : std::nullopt) {
+      if (std::string why = explain_from_page(*answer, issued_unix_ms); !why.empty()) reason += ": " + why;
+    }
+    return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + reason);
   }
+
+  // The sentence the shard's status page gives for `answer` to a command issued at `issued_unix_ms`; "" when the
+  // page cannot be read or says nothing of it.
+  std::string explain_from_page(ShardAnswer answer, std::int64_t issued_unix_ms) {
+    auto text = read_status_page(*this);
+    if (!text.ok()) return {};
+    const nlohmann::json page = nlohmann::json::parse(text.value(), nullptr, false);
+    if (page.is_discarded() || !page.is_object()) return {};
+    AskingWorker who = asking_;
+    who.since_unix_ms = issued_unix_ms - kRefusalClockSlackMs;
+    return explain_answer(page, answer, who);
+  }
+
+  // One control write of `lines` to the status LU, NUL-padded to whole blocks; the transport's failure as it is.
+  std::optional<LuFailure> write_control(std::string_view lines) {
+    LuTransport& status = lu(LuRole::status);
+    const std::uint64_t block = status.block_size();
+    const std::uint64_t bytes = (lines.size() + block) / block * block;         // whole blocks, at least one NUL after
+    AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
+    if (!page) return LuFailure{0, "no memory for a control write"};
+    std::memcpy(page.get(), lines.data(), lines.size());
+    std::vector<LuCommand> write{{IoDirection::write, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
+    return status.run(write, limits_);
+  }
+
+  // The job this worker's sentences name; changed by Cluster::claim, on this I/O thread.
+  void set_job(const std::string& job) { asking_.job = job; }
 
   // One stderr line for each kind of recovery a batch needed (the counters say how often, over the cluster's
   // life: Cluster::shard_counters). A recovery is not an error, but a worker that reconnects every step, or loses
@@ -145,6 +213,7 @@ class ShardWorker {
 
   ShardSpec spec_;
   QueueLimits limits_;
+  AskingWorker asking_;
   std::unique_ptr<LuTransport> lus_[3];
   std::thread thread_;
   std::mutex mutex_;
@@ -156,7 +225,9 @@ class ShardWorker {
 }  // namespace detail
 
 using detail::OperationState;
+using detail::read_status_page;
 using detail::ShardWorker;
+using detail::unix_ms_now;
 
 Status Operation::wait() const {
   if (!state_) return Status::Ok();
@@ -181,8 +252,10 @@ Operation finished(const Status& s, const CompletionCallback& on_done) {
   return Operation(std::move(state));
 }
 
+}  // namespace
+
 // The status page: JSON, NUL padded to the LU's capacity. Called on the shard's I/O thread or before it runs.
-Result<std::string> read_status_page(ShardWorker& shard) {
+Result<std::string> detail::read_status_page(ShardWorker& shard) {
   LuTransport& lu = shard.lu(LuRole::status);
   std::uint64_t bytes = std::min(lu.capacity_bytes(), kStatusLuBytes);
   // The JSON is a few KiB: a transport with a per-command limit (libiscsi iSER) reads only what one command can.
@@ -193,13 +266,16 @@ Result<std::string> read_status_page(ShardWorker& shard) {
   AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // O_DIRECT (posix transport)
   if (!page) return Status::Error(StatusCode::unknown, "no memory for the status page");
   std::vector<LuCommand> read{{IoDirection::read, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
-  if (Status s = shard.run(LuRole::status, read, {}); !s.ok()) return s;
+  if (Status s = shard.run(LuRole::status, read, {}, /*explain=*/false); !s.ok()) return s;
   const char* text = reinterpret_cast<const char*>(page.get());
   return std::string(text, strnlen(text, bytes));
 }
 
-// Checks one shard's LUs and status page against what the file and the layout say.
-Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& config, const Layout& layout) {
+namespace {
+
+// Checks one shard's LUs and status page against what the file and the layout say; the page, as JSON.
+Result<nlohmann::json> check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& config,
+                                   const Layout& layout) {
   const std::uint64_t need = layout.shard_bytes(index);
   const std::string why = " (model " + std::to_string(config.model.size_bytes) + " bytes in blocks of " +
                           std::to_string(config.model.block_bytes) + ", " + std::string(to_string(config.layout)) +
@@ -244,7 +320,39 @@ Status check_shard(ShardWorker& shard, std::size_t index, const ClusterConfig& c
     return Status::Error(StatusCode::mismatch,
                          prefix + "says block = " + std::to_string(*block) +
                              " bytes, the cluster file says block = " + std::to_string(config.model.block_bytes));
-  return Status::Ok();
+  return j;
+}
+
+// The job a worker opening `config` with `options` belongs to ("" none): OpenOptions::job says which name wins.
+Result<std::string> job_of(const OpenOptions& options, const ClusterConfig& config) {
+  if (options.job) {
+    if (!options.job->empty() && !control::is_name(*options.job))
+      return Status::Error(StatusCode::invalid_argument,
+                           "job = \"" + *options.job + "\": must be " + std::string(control::kNameRule));
+    return *options.job;
+  }
+  if (!config.client.job.empty()) return config.client.job;
+  const char* env = std::getenv("BLOCKPS_JOB");
+  if (env == nullptr || *env == '\0') return std::string();
+  if (!control::is_name(env))
+    return Status::Error(StatusCode::config,
+                         "BLOCKPS_JOB = \"" + std::string(env) + "\": must be " + std::string(control::kNameRule));
+  return std::string(env);
+}
+
+// Control lines as one line of text: "job=A; place=m-.. 0/2 stripe".
+std::string lines_in_words(std::string_view lines) {
+  std::string words(lines);
+  while (!words.empty() && words.back() == '\n') words.pop_back();
+  for (std::size_t at = words.find('\n'); at != std::string::npos; at = words.find('\n', at))
+    words.replace(at, 1, "; ");
+  return words;
+}
+
+// "FILE: shard 'S' (STATUS LU ADDRESS)": how open's refusals name a shard.
+std::string shard_words(const ClusterConfig& config, std::size_t index) {
+  const ShardSpec& spec = config.shards[index];
+  return config.source + ": shard '" + spec.name + "' (" + spec.status.text + ")";
 }
 
 }  // namespace
@@ -254,27 +362,46 @@ Cluster::Cluster(ClusterConfig config, std::unique_ptr<Layout> layout)
 
 Cluster::~Cluster() { shards_.clear(); }  // each worker finishes its queue, then its sessions close
 
-Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file) {
+Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file, const OpenOptions& options) {
   auto config = load_cluster_file(cluster_file);
   if (!config.ok()) return config.status();
-  return open(config.value());
+  return open(config.value(), options);
 }
 
-Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
+Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config, const OpenOptions& options) {
   try {
     if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
+    // The job first: a wrong name is refused before anything is sent.
+    std::string job;
+    if (!options.status_only) {
+      auto named = job_of(options, config);
+      if (!named.ok()) return Status::Error(named.status().code(), config.source + ": " + named.message());
+      job = std::move(named.value());
+      if (options.takeover && job.empty())
+        return Status::Error(StatusCode::invalid_argument,
+                             config.source +
+                                 ": takeover needs a job to take the shards over for (job=, [client] job, "
+                                 "BLOCKPS_JOB or --job)");
+    }
     auto layout = make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
     std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(layout)));
-    const TransportOptions options{
+    cluster->status_only_ = options.status_only;
+    const TransportOptions transport{
         config.client.initiator, config.client.engine, config.client.queue_depth,
         std::chrono::milliseconds(static_cast<std::int64_t>(config.client.reconnect_s * 1000)),
         std::chrono::seconds(config.client.timeout_s)};
     std::vector<std::optional<Status>> outcome(config.shards.size());
+    std::vector<nlohmann::json> pages(config.shards.size());
     {
       // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
+      const AskingWorker asking{.shard = {},
+                                .initiator = config.client.initiator,
+                                .job = {},
+                                .cluster_file = config.source,
+                                .since_unix_ms = 0};
       for (std::size_t i = 0; i < config.shards.size(); ++i) {
         cluster->shards_.push_back(std::make_unique<ShardWorker>(
-            config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}));
+            config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}, asking));
       }
       // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
       // may escape a thread's function (that would terminate the process too).
@@ -284,8 +411,12 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
         openers.emplace_back([&, i] {
           try {
             ShardWorker& shard = *cluster->shards_[i];
-            Status s = shard.connect(options);
-            if (s.ok()) s = check_shard(shard, i, cluster->config_, *cluster->layout_);
+            Status s = shard.connect(transport);
+            if (s.ok()) {
+              auto page = check_shard(shard, i, cluster->config_, *cluster->layout_);
+              if (page.ok()) pages[i] = std::move(page.value());
+              s = page.status();
+            }
             outcome[i] = std::move(s);
           } catch (const std::exception& e) {
             outcome[i] = Status::Error(StatusCode::unknown,
@@ -335,10 +466,195 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config) {
       }
     }
     for (auto& shard : cluster->shards_) shard->start();
+    if (!options.status_only) {
+      if (Status s = cluster->settle(job, options, pages); !s.ok()) return s;
+    }
     return cluster;
   } catch (const std::exception& e) {
     return Status::Error(config.source + ": opening the cluster failed: " + e.what());
   }
+}
+
+Status Cluster::settle(const std::string& job, const OpenOptions& options, const std::vector<nlohmann::json>& pages) {
+  std::vector<ShardClaim> claims;
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    auto claim = read_shard_claim(pages[i]);
+    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config_, i) + ": " + claim.message());
+    if (std::string why = kind_refusal(options.expect, claim->opt); !why.empty())
+      return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
+    claims.push_back(std::move(claim.value()));
+  }
+  std::vector<Place> held;
+  held.reserve(claims.size());
+  for (const ShardClaim& c : claims) held.push_back(c.place);
+  const ModelChoice model = choose_model(config_.model.name, held);
+  model_ = model.model;
+  model_generated_ = model.generated;
+  if (!options.replace_place) {
+    for (std::size_t i = 0; i < claims.size(); ++i) {
+      if (std::string why = place_refusal(claims[i].place, place_of(i), !config_.model.name.empty()); !why.empty())
+        return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
+    }
+  }
+  return claim_shards(job, options.takeover, options.replace_place, std::move(claims));
+}
+
+Place Cluster::place_of(std::size_t shard) const {
+  return place_in(model_, shard, config_.shards.size(), config_.layout);
+}
+
+Status Cluster::claim(const std::string& job, bool takeover) {
+  if (status_only_)
+    return Status::Error(StatusCode::invalid_argument,
+                         config_.source + ": claim: this cluster was opened only to read status pages");
+  if (!control::is_name(job))
+    return Status::Error(StatusCode::invalid_argument,
+                         config_.source + ": claim: job = \"" + job + "\": must be " + std::string(control::kNameRule));
+  std::vector<ShardClaim> claims(shards_.size());
+  Status read = on_every_shard([&](ShardWorker& shard, std::size_t i) {
+    auto text = read_status_page(shard);
+    if (!text.ok()) return text.status();
+    const nlohmann::json page = nlohmann::json::parse(text.value(), nullptr, false);
+    auto claim = read_shard_claim(page.is_discarded() ? nlohmann::json::object() : page);
+    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config_, i) + ": " + claim.message());
+    claims[i] = std::move(claim.value());
+    return Status::Ok();
+  });
+  if (!read.ok()) return read;
+  return claim_shards(job, takeover, false, std::move(claims));
+}
+
+namespace {
+
+// How long until the claim of a holder none of whose sessions is left lapses (plus a little, for the shard's clock
+// and the page's age), or none when a session of it is left or its claim never lapses.
+std::optional<double> lapse_wait_s(const ShardClaim& held) {
+  if (held.sessions != 0 || !held.claim_idle_s || *held.claim_idle_s <= 0 || !held.last_active_s_ago)
+    return std::nullopt;
+  return std::max(0.0, *held.claim_idle_s - *held.last_active_s_ago) + 0.25;
+}
+
+}  // namespace
+
+Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace_place,
+                             std::vector<ShardClaim> claims) {
+  // Who asks, from what never changes (this may run beside the shards' I/O threads).
+  const auto who = [&](std::size_t i) {
+    return AskingWorker{.shard = "shard '" + config_.shards[i].name + "' (" + config_.shards[i].status.text + ")",
+                        .initiator = config_.client.initiator,
+                        .job = job,
+                        .cluster_file = config_.source,
+                        .since_unix_ms = 0};
+  };
+  // The status session's write: job (+ takeover) and the place. A shard another job holds takes no place= from a
+  // worker of no job: it would be refused, and that worker only reads.
+  const auto open_write = [&](ShardWorker& shard, std::size_t i) -> Status {
+    int waits_for_lapse = 0;
+    for (;;) {
+      const ShardClaim& held = claims[i];
+      const bool may_place = !job.empty() || !held.held_against(job);
+      const std::string lines =
+          open_control_lines(job, takeover, held.place, may_place ? place_of(i) : held.place, replace_place);
+      if (lines.empty()) return Status::Ok();
+      const std::int64_t issued = unix_ms_now();
+      const std::optional<LuFailure> f = shard.write_control(lines);
+      if (!f) return Status::Ok();
+      // Refused, or lost: what the shard holds now says why.
+      std::string why = f->reason;
+      auto text = read_status_page(shard);
+      nlohmann::json page = text.ok() ? nlohmann::json::parse(text.value(), nullptr, false) : nlohmann::json();
+      if (!page.is_object()) page = nlohmann::json::object();
+      if (auto now = read_shard_claim(page); now.ok()) {
+        if (!job.empty() && !takeover && now->held_against(job)) {
+          // A holder none of whose sessions is left (a job that ended or died: the page counts only the sessions
+          // tgt still has) loses the shard claim_idle_s after its last command: a relaunch waits that out
+          // instead of failing. A holder with a live session refuses at once.
+          if (const std::optional<double> wait = lapse_wait_s(*now); wait && waits_for_lapse++ < 2) {
+            std::fprintf(stderr,
+                         "blockps: shard '%s' is held by job '%s', none of whose sessions is left; its claim lapses "
+                         "%.1f s after its last command (claim_idle_s): waiting %.1f s\n",
+                         config_.shards[i].name.c_str(), now->holder.c_str(), *now->claim_idle_s, *wait);
+            std::this_thread::sleep_for(std::chrono::duration<double>(*wait));
+            continue;
+          }
+          return Status::Error(StatusCode::io, config_.source + ": " + held_by_another_job(*now, who(i)));
+        }
+        // Two workers of one job that made up a model identity each: the first to place shard 0 names the model.
+        const Place wanted = place_of(i);
+        if (i == 0 && model_generated_ && !replace_place && !now->place.model.empty() &&
+            now->place.index == wanted.index && now->place.count == wanted.count &&
+            now->place.layout == wanted.layout) {
+          model_ = now->place.model;
+          model_generated_ = false;
+          claims[0].place = now->place;
+          continue;
+        }
+        if (std::string refusal = place_refusal(now->place, wanted, !config_.model.name.empty());
+            !refusal.empty() && !replace_place)
+          return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + refusal);
+        AskingWorker w = who(i);
+        w.since_unix_ms = issued - detail::kRefusalClockSlackMs;
+        const ShardAnswer answer = job.empty() ? ShardAnswer::control_refused : ShardAnswer::job_refused;
+        if (std::string explained = explain_answer(page, answer, w); !explained.empty()) why += ": " + explained;
+      }
+      return Status::Error(
+          f->unreachable ? StatusCode::unreachable : StatusCode::io,
+          shard.lu_name(LuRole::status) + ": the control write \"" + lines_in_words(lines) + "\" failed: " + why);
+    }
+  };
+  // Every session of the shard joins the job through its own session (the status LU's too, after its write).
+  const auto join_sessions = [&](ShardWorker& shard, std::size_t i) -> Status {
+    shard.set_job(job);
+    if (job.empty()) return Status::Ok();
+    const ShardSpec& spec = config_.shards[i];
+    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
+      SessionJoin join{0, shard.lu(LuRole::status).block_size(), join_line(job)};
+      if (spec.lu(role).kind != LuAddress::Kind::device_path) {
+        const std::optional<int> lun = status_lun_on_target_of(spec.lu(role), spec.status);
+        if (!lun)
+          return Status::Error(StatusCode::config,
+                               shard_words(config_, i) + ": its " + std::string(to_string(role)) + " LU (" +
+                                   spec.lu(role).text +
+                                   ") and its status LU are not LUs of one target: a job claims a shard through every "
+                                   "session, and a session reaches only its own target's LUs; give the shard's three "
+                                   "LUs of one target");
+        join.status_lun = *lun;
+      }
+      const std::int64_t issued = unix_ms_now();
+      if (const std::optional<LuFailure> f = shard.lu(role).join_job(join)) {
+        std::string why = f->reason;
+        if (std::string explained = shard.explain_from_page(ShardAnswer::job_refused, issued); !explained.empty())
+          why += ": " + explained;
+        return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io,
+                             shard.lu_name(role) + ": " + why);
+      }
+    }
+    return Status::Ok();
+  };
+  const auto settle_shard = [&](ShardWorker& shard, std::size_t i) -> Status {
+    if (Status s = open_write(shard, i); !s.ok()) return s;
+    return join_sessions(shard, i);
+  };
+  // The order. First, one at a time, the shards whose page says another job holds them: the shard decides (its page
+  // may still count the sessions of a holder that is gone, whose claim has then lapsed), and a refusal there leaves
+  // no claim of this job on the other shards. Then shard 0, whose place names the model where workers made up an
+  // identity each (above); then the others at once.
+  std::vector<std::size_t> contested, rest;
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    const bool held = !job.empty() && !takeover && claims[i].held_against(job);
+    (held ? contested : rest).push_back(i);
+  }
+  for (std::size_t i : contested) {
+    if (Status s = on_shards({i}, settle_shard); !s.ok()) return s;
+  }
+  if (!rest.empty() && rest.front() == 0) {
+    if (Status s = on_shards({0}, settle_shard); !s.ok()) return s;
+    rest.erase(rest.begin());
+  }
+  if (Status s = on_shards(rest, settle_shard); !s.ok()) return s;
+  job_ = job;
+  model_generated_ = false;  // the shards hold it now: a later claim() keeps it
+  return Status::Ok();
 }
 
 Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
@@ -500,9 +816,17 @@ Status Cluster::read_weights_blocks(std::uint64_t first_block, std::uint64_t blo
 }
 
 Status Cluster::on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job) {
+  std::vector<std::size_t> all(shards_.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return on_shards(all, job);
+}
+
+Status Cluster::on_shards(const std::vector<std::size_t>& which,
+                          const std::function<Status(detail::ShardWorker&, std::size_t)>& job) {
+  if (which.empty()) return Status::Ok();
   auto state = std::make_shared<OperationState>();
-  state->parts_left = shards_.size();
-  for (std::size_t i = 0; i < shards_.size(); ++i) {
+  state->parts_left = which.size();
+  for (std::size_t i : which) {
     ShardWorker* shard = shards_[i].get();
     shard->post([shard, i, &job] { return job(*shard, i); }, state);
   }

@@ -12,6 +12,8 @@
 #include <set>
 #include <sstream>
 
+#include "contract/control_lines.h"
+
 namespace blockps {
 
 const LuAddress& ShardSpec::lu(LuRole role) const {
@@ -123,6 +125,18 @@ Status read_choice(const Where& w, const toml::table& t, std::string_view key,
   return w.bad(key, show(*node), allowed);
 }
 
+// A job or model name (control::is_name); absent: `out` stays as it is.
+Status read_job_name(const Where& w, const toml::table& t, std::string_view key, std::string_view what,
+                     std::string& out) {
+  const toml::node* node = t.get(key);
+  if (node == nullptr) return Status::Ok();
+  auto v = node->value_exact<std::string>();
+  if (!v || !control::is_name(*v))
+    return w.bad(key, show(*node), "must be " + std::string(what) + ": " + std::string(control::kNameRule));
+  out = *v;
+  return Status::Ok();
+}
+
 Status read_address(const Where& w, const toml::table& t, std::string_view key, LuAddress& out) {
   static constexpr std::string_view kAllowed =
       "must be an iscsi://HOST:PORT/IQN/LUN or iser://HOST:PORT/IQN/LUN URL, or an absolute device path";
@@ -180,7 +194,11 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
   if (!s.ok()) return s;
   if (model == nullptr) return Status::Error(source + ": [model] is required (size, dtype, block)");
   const Where mw{source, "model"};
-  if (s = refuse_unknown_keys(mw, *model, {"size", "dtype", "block"}); !s.ok()) return s;
+  if (s = refuse_unknown_keys(mw, *model, {"name", "size", "dtype", "block"}); !s.ok()) return s;
+  if (s = read_job_name(mw, *model, "name", "the model's name, the same in every cluster file of this model",
+                        c.model.name);
+      !s.ok())
+    return s;
   if (s = read_choice<WireDtype>(mw, *model, "dtype",
                                  {{to_string(WireDtype::f32), WireDtype::f32},
                                   {to_string(WireDtype::bf16), WireDtype::bf16},
@@ -217,9 +235,12 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
   if (!s.ok()) return s;
   if (client != nullptr) {
     const Where cw{source, "client"};
-    if (s = refuse_unknown_keys(
-            cw, *client,
-            {"initiator", "queue_depth", "exchange_writes", "engine", "max_request", "reconnect_s", "timeout_s"});
+    if (s = refuse_unknown_keys(cw, *client,
+                                {"job", "initiator", "queue_depth", "exchange_writes", "engine", "max_request",
+                                 "reconnect_s", "timeout_s"});
+        !s.ok())
+      return s;
+    if (s = read_job_name(cw, *client, "job", "the job's name, the same for every worker of the job", c.client.job);
         !s.ok())
       return s;
     if (const toml::node* n = client->get("initiator")) {

@@ -3,12 +3,14 @@
 // shard), the value seen and what is allowed. docs/OPTIONS.md lists every key.
 //
 //   [model]
+//   name = "resnet50-run7" # optional: the model's identity, recorded by the shards (their place)
 //   size = "32M"          # wire bytes of the whole model (K, M, G = 2^10, 2^20, 2^30), or an integer
 //   dtype = "f32"         # f32, bf16, f16
 //   block = "256K"        # aggregation block (wire bytes); the shards' block= must be the same
 //   [layout]
 //   kind = "stripe"       # stripe (default) or range
 //   [client]
+//   job = "run7"          # optional: the job this worker belongs to (a shard serves one job at a time)
 //   initiator = "iqn..."  # default iqn.2026-11.io.blockps:worker-<hostname>-<pid>
 //   queue_depth = 16      # commands in flight per shard
 //   exchange_writes = 2   # of those, WRITEs in flight during an exchange (1..queue_depth)
@@ -49,6 +51,9 @@ struct ModelSpec {
   std::uint64_t size_bytes = 0;
   WireDtype dtype = WireDtype::f32;  // what the shards' dtype= says
   std::uint64_t block_bytes = std::uint64_t{256} * 1024;
+  // The model's identity ([model] name, a name as contract/control_lines.h allows; "" when the file names none):
+  // the shards record it in their place, and a shard that holds another model is refused (client/job_and_place.h).
+  std::string name;
 };
 
 struct ClientSpec {
@@ -63,6 +68,9 @@ struct ClientSpec {
   // libiscsi: a login, or a session on which no command completed for this long, is given up (then
   // reconnect_s applies). The time to notice a shard whose host went silent rather than closed its connection.
   int timeout_s = 30;
+  // The job this worker belongs to ([client] job, a name as contract/control_lines.h allows; "" when the file names
+  // none): Cluster::open claims the shards for it (OpenOptions::job says which name wins).
+  std::string job;
 };
 
 struct ClusterConfig {

@@ -449,6 +449,22 @@ ScsiResult IscsiLun::write(std::uint64_t offset, std::span<const std::byte> data
   });
 }
 
+ScsiResult IscsiLun::write_to_lun(int lun, std::uint32_t block_bytes, std::uint64_t offset,
+                                  std::span<const std::byte> data) {
+  if (ctx_ == nullptr) return usage_error("not connected");
+  if (block_bytes == 0 || offset % block_bytes != 0 || data.empty() || data.size() % block_bytes != 0 ||
+      data.size() > 0xffffffffull)
+    return usage_error("a write of " + std::to_string(data.size()) + " bytes at byte offset " + std::to_string(offset) +
+                       " to LUN " + std::to_string(lun) + " is not whole blocks of " + std::to_string(block_bytes) +
+                       " bytes");
+  Completion c;
+  auto* bytes = reinterpret_cast<unsigned char*>(const_cast<std::byte*>(data.data()));  // only read (a WRITE)
+  return run_one(c, "WRITE 16", [&](Completion& done) {
+    return iscsi_write16_task(ctx_, lun, offset / block_bytes, bytes, static_cast<std::uint32_t>(data.size()),
+                              static_cast<int>(block_bytes), 0, 0, 0, 0, 0, &IscsiLun::on_command_done, &done);
+  });
+}
+
 ScsiResult IscsiLun::synchronize_cache() {
   Completion c;
   return run_one(c, "SYNCHRONIZE CACHE 10", [&](Completion& done) {

@@ -149,6 +149,10 @@ class IscsiLun {
   ScsiResult read(std::uint64_t offset, std::span<std::byte> out);
   // WRITE16 of data at byte offset `offset` (both multiples of block_size()).
   ScsiResult write(std::uint64_t offset, std::span<const std::byte> data);
+  // WRITE16 of data at byte offset `offset` of another LU of this session's target, LUN `lun` with blocks of
+  // `block_bytes` (offset and data.size() multiples of it): a job's control write to its shard's status LU through
+  // this LU's session (client/libiscsi_transport.cpp).
+  ScsiResult write_to_lun(int lun, std::uint32_t block_bytes, std::uint64_t offset, std::span<const std::byte> data);
   // SYNCHRONIZE CACHE 10 of the whole LU (what fsync on a block device sends).
   ScsiResult synchronize_cache();
   // Runs every command (READ16 / WRITE16 with the segments as the data buffer), within `limits`, in the order

@@ -12,10 +12,15 @@
 //     worker that died would be. A READ that waited for it no longer does.
 //   - a command the target answered (GOOD or a refusal) is never sent again.
 // The session comes back with the same initiator name and ISID, so the target treats the login as the same
-// worker's session reinstatement (RFC 7143 6.3.5) and closes what is left of the old one.
+// worker's session reinstatement (RFC 7143 6.3.5) and closes what is left of the old one. A session of a job
+// (join_job) writes its job= line again before anything is sent again: the shard counts a new login as a new
+// session, which is no member of the job until it says so (a restarted shard knows the job from its checkpoint,
+// not its sessions), and would refuse every command of it with RESERVATION CONFLICT.
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include "client/iscsi_lun.h"
 #include "client/transport.h"
@@ -65,13 +70,27 @@ class LibiscsiTransport final : public LuTransport {
                                " s ([client] reconnect_s); the last login: " + *why,
                            true};
         }
+        if (!join_.lines.empty()) {
+          const ScsiResult joined = write_join();
+          if (!joined.ok() && !lun_.connected()) {  // lost again: log in again, within the same time
+            lost_because = "the session was lost again while it joined its job: " + joined.describe();
+            continue;
+          }
+          if (!joined.ok()) {
+            LuFailure refused = failure_of(pending.front(), joined);
+            refused.reason = "logged in again, and the shard refused this session's " + join_words() + ": " +
+                             refused.reason + " (nothing was sent again)";
+            refused.job_refused = true;
+            return refused;
+          }
+        }
       }
       const std::vector<LuCommand> batch = renumbered(commands, pending);
       const CommandBatchResult r = lun_.run_commands(batch, limits, &counters_, observer_);
       if (r.ok()) return std::nullopt;
       const std::size_t failed = pending[r.failed_command];
       if (!r.session_lost || reconnect_for_.count() == 0 || r.outcomes.size() != batch.size())
-        return LuFailure{failed, r.error.describe(), false};
+        return failure_of(failed, r.error);
       lost_because = "the session was lost: " + r.error.describe();
       std::vector<std::size_t> again;
       for (std::size_t j = 0; j < batch.size(); ++j) {
@@ -79,7 +98,7 @@ class LibiscsiTransport final : public LuTransport {
           case CommandOutcome::succeeded:
             break;
           case CommandOutcome::refused:  // the target's answer stands: it is this batch's failure
-            return LuFailure{pending[j], r.error.describe(), false};
+            return failure_of(pending[j], r.error);
           case CommandOutcome::unanswered:
             if (batch[j].direction == IoDirection::write) {
               ++counters_.unanswered_writes_dropped;
@@ -97,7 +116,40 @@ class LibiscsiTransport final : public LuTransport {
     }
   }
 
+  std::optional<LuFailure> join_job(const SessionJoin& join) override {
+    join_ = join;
+    if (join_.lines.empty()) return std::nullopt;
+    const std::uint64_t block = join_.status_block_bytes;
+    const std::uint64_t bytes = (join_.lines.size() + block) / block * block;  // whole blocks, at least one NUL after
+    join_write_.assign(static_cast<std::size_t>(bytes), std::byte{0});
+    std::memcpy(join_write_.data(), join_.lines.data(), join_.lines.size());
+    const ScsiResult r = write_join();
+    if (r.ok()) return std::nullopt;
+    LuFailure f = failure_of(0, r);
+    f.reason = "the shard refused this session's " + join_words() + ": " + f.reason;
+    f.job_refused = true;
+    return f;
+  }
+
  private:
+  static LuFailure failure_of(std::size_t command, const ScsiResult& r) {
+    LuFailure f{command, r.describe(), false};
+    if (r.status < kScsiTransportCancelled) {  // the target's answer, not libiscsi's
+      f.scsi_status = r.status;
+      f.sense_key = r.sense_key;
+    }
+    return f;
+  }
+
+  ScsiResult write_join() { return lun_.write_to_lun(join_.status_lun, join_.status_block_bytes, 0, join_write_); }
+
+  // "job=NAME" (the lines without their newline), for messages.
+  std::string join_words() const {
+    std::string words = join_.lines;
+    while (!words.empty() && words.back() == '\n') words.pop_back();
+    return "`" + words + "`";
+  }
+
   // commands[pending[k]] for each k, each `after` pointing at its predecessor's new place, or at none where the
   // predecessor is no longer pending (it succeeded, or it was a WRITE given up above).
   static std::vector<LuCommand> renumbered(std::span<const LuCommand> commands,
@@ -138,6 +190,8 @@ class LibiscsiTransport final : public LuTransport {
   std::string name_;
   std::chrono::milliseconds reconnect_for_;
   LuQueueCounters counters_;
+  SessionJoin join_;                   // lines empty: this session belongs to no job
+  std::vector<std::byte> join_write_;  // join_.lines, NUL-padded to whole blocks of the status LU
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "client/aligned_buffer.h"
 #include "client/command_order.h"
 #include "client/transport.h"
+#include "contract/scsi_codes.h"
 
 namespace blockps {
 namespace {
@@ -27,6 +28,16 @@ constexpr std::uint32_t kFileBlockSize = 512;  // a regular file standing in for
 
 std::string errno_text(int err) { return errno_message(err) + " (errno " + std::to_string(err) + ")"; }
 
+// A command the kernel failed with `err`. Linux's block layer reports a SCSI RESERVATION CONFLICT as EBADE
+// (BLK_STS_RESV_CONFLICT, which sd fails at once without retries): the shard is held by another job.
+LuFailure errno_failure(std::size_t command, int err) {
+  LuFailure f{command, errno_text(err)};
+  if (err == EBADE) {
+    f.reason = "RESERVATION CONFLICT (" + f.reason + ")";
+    f.scsi_status = scsi::kReservationConflict;
+  }
+  return f;
+}
 
 // One command ready for the kernel: the iovecs it transfers, and a bounce buffer when the caller's memory
 // could not be used as it is.
@@ -96,6 +107,8 @@ class PosixTransport final : public LuTransport {
     return run_queued(commands, limits);
   }
   LuQueueCounters queue_counters() const override { return counters_; }
+  // The kernel's one session per target is joined through the status device's own control write.
+  std::optional<LuFailure> join_job(const SessionJoin&) override { return std::nullopt; }
 
  private:
   static bool aligned(const IoSegment& s, std::uint32_t block) {
@@ -140,7 +153,7 @@ class PosixTransport final : public LuTransport {
 
   // Checks a completion's result (bytes transferred or -errno).
   std::optional<LuFailure> check(const PreparedCommand& p, long long result) const {
-    if (result < 0) return LuFailure{p.index, errno_text(static_cast<int>(-result))};
+    if (result < 0) return errno_failure(p.index, static_cast<int>(-result));
     if (static_cast<std::uint64_t>(result) != p.bytes)
       return LuFailure{p.index, "short transfer of " + std::to_string(result) + " bytes (past the end of the device?)"};
     return std::nullopt;
@@ -159,7 +172,7 @@ class PosixTransport final : public LuTransport {
                                 ? ::pwrite(fd_, base, v.iov_len - done, static_cast<off_t>(offset + done))
                                 : ::pread(fd_, base, v.iov_len - done, static_cast<off_t>(offset + done));
           if (n < 0 && errno == EINTR) continue;
-          if (n < 0) return LuFailure{i, errno_text(errno)};
+          if (n < 0) return errno_failure(i, errno);
           if (n == 0) return LuFailure{i, "end of the device at byte " + std::to_string(offset + done)};
           done += static_cast<std::size_t>(n);
         }
@@ -250,9 +263,8 @@ class PosixTransport final : public LuTransport {
         } else {
           const int r = io_uring_submit(&uring_);
           if (r < 0) {
-            return LuFailure{
-                batch_first,
-                "io_uring_submit failed: " + errno_text(-r) + " (the ring is unusable; reopen the cluster)"};
+            return LuFailure{batch_first, "io_uring_submit failed: " + errno_text(-r) +
+                                              " (the ring is unusable; reopen the cluster)"};
           }
           in_flight += queued;
         }
@@ -275,7 +287,8 @@ class PosixTransport final : public LuTransport {
         const int n = io_getevents(aio_, 1, static_cast<long>(events.size()), events.data(), nullptr);
         if (n == -EINTR) continue;
         if (n < 0)
-          return LuFailure{first_unissued, "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
+          return LuFailure{first_unissued,
+                           "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
         for (int k = 0; k < n; ++k) {
           const io_event& e = events[static_cast<std::size_t>(k)];
           complete(slot_of(e.data), static_cast<long long>(static_cast<long>(e.res)));
@@ -285,7 +298,8 @@ class PosixTransport final : public LuTransport {
         const int r = io_uring_wait_cqe(&uring_, &cqe);
         if (r == -EINTR) continue;
         if (r < 0)
-          return LuFailure{first_unissued, "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};
+          return LuFailure{first_unissued,
+                           "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};
         do {
           complete(static_cast<std::size_t>(io_uring_cqe_get_data64(cqe)), cqe->res);
           io_uring_cqe_seen(&uring_, cqe);

@@ -22,12 +22,30 @@
 
 namespace blockps {
 
+// LuFailure::scsi_status when the target gave no SCSI status (an errno, a lost session, a refusal of ours).
+inline constexpr int kNoScsiStatus = -1;
+
 // Why a batch failed: which command, and the reason (SCSI status and sense, errno text, "disconnected").
 struct LuFailure {
   std::size_t command = 0;
   std::string reason;
   // The session was lost and could not be logged in again within TransportOptions::reconnect_for.
   bool unreachable = false;
+  // The target's answer, where it gave one (contract/scsi_codes.h): the status byte, and with CHECK CONDITION the
+  // sense key. Cluster reads the shard's status page for the answers a shard gives for reasons of its own.
+  int scsi_status = kNoScsiStatus;
+  int sense_key = 0;
+  // The session logged in again, and the shard refused its job= line (SessionJoin): nothing of the batch was sent
+  // again.
+  bool job_refused = false;
+};
+
+// A job's claim through one LU's own session (client/job_and_place.h): the control lines this session writes to its
+// target's status LU, at once and again after every later login, before anything else.
+struct SessionJoin {
+  int status_lun = 0;  // the status LU's LUN on this LU's target
+  std::uint32_t status_block_bytes = 512;
+  std::string lines;  // "job=NAME\n"
 };
 
 class LuTransport {
@@ -49,6 +67,12 @@ class LuTransport {
   // (0: no such size): libiscsi, kLibiscsiImmediateWriteBytes. Write requests are kept within it, or within
   // one model block where a block is larger (a block is never split).
   virtual std::uint64_t max_safe_write_bytes() const { return 0; }
+  // Joins this LU's session to a job: `join.lines` go at once as one control write (NUL-padded to whole blocks) to
+  // LUN join.status_lun through this LU's own session, and again after every later login, before any command is
+  // sent again (a refusal then fails that batch, LuFailure::job_refused). An empty join.lines: no more joins. The
+  // target's refusal comes back as the failure of command 0. libiscsi: as said; posix: nothing, ok (the kernel has
+  // one session per target, joined by the status device's own control write).
+  virtual std::optional<LuFailure> join_job(const SessionJoin& join) = 0;
   // From now on, `observer` (empty: none) is told of every command of a queued batch as it completes (the
   // libiscsi transport and the libaio / io_uring engines; psync runs one command at a time and tells nobody).
   void observe_commands(CommandObserver observer) { observer_ = std::move(observer); }

@@ -31,7 +31,9 @@ enum Opcode : std::uint8_t {
   kSynchronizeCache16 = 0x91,
 };
 
-enum Status : std::uint8_t { kGood = 0x00, kCheckCondition = 0x02 };
+// kReservationConflict: the LU is fenced to other initiators (SPC's persistent reservations; blockps: a shard another
+// job holds, docs/OPTIONS.md "Jobs and places"). It carries no sense data, and Linux's sd fails it at once.
+enum Status : std::uint8_t { kGood = 0x00, kCheckCondition = 0x02, kReservationConflict = 0x18 };
 
 enum SenseKey : std::uint8_t {
   kNoSense = 0x00,

@@ -72,6 +72,31 @@ inline constexpr char kRoundsApplyFailures[] = "/rounds/apply_failures";  // upd
 inline constexpr char kRoundsRoundLatency[] = "/rounds/round_latency";    // first push of a round -> applied
 inline constexpr char kRoundsApplyLatency[] = "/rounds/apply_latency";    // the round's sum + optimizer step
 
+// The job that holds the shard (docs/OPTIONS.md, "Jobs and places").
+inline constexpr char kJob[] = "/job";
+inline constexpr char kJobHolder[] = "/job/holder";                       // "" when unclaimed
+inline constexpr char kJobClaimedUnix[] = "/job/claimed_unix";            // 0 when unclaimed
+inline constexpr char kJobSessions[] = "/job/sessions";                   // member sessions joined (a count)
+inline constexpr char kJobLastActiveMsAgo[] = "/job/last_active_ms_ago";  // -1 when unclaimed
+inline constexpr char kJobClaimIdleS[] = "/job/claim_idle_s";             // 0: the claim never lapses
+inline constexpr char kJobLapsed[] = "/job/lapsed";    // held, but idle claim_idle_s: a job= may claim it
+inline constexpr char kJobRefused[] = "/job/refused";  // commands refused because of the claim
+inline constexpr char kJobTakeovers[] = "/job/takeovers";
+
+// Which part of which model the shard holds (contract/place.h); "" and 0 when it has no place.
+inline constexpr char kPlace[] = "/place";
+inline constexpr char kPlaceModel[] = "/place/model";
+inline constexpr char kPlaceIndex[] = "/place/index";
+inline constexpr char kPlaceCount[] = "/place/count";
+inline constexpr char kPlaceLayout[] = "/place/layout";  // stripe, range
+inline constexpr char kPlaceText[] = "/place/text";      // as `place=` writes it: "MODEL INDEX/COUNT LAYOUT"
+
+// The latest refusals the shard answered for a reason of its own (a job's claim, a control line, too few
+// workers, a degraded shard, a command parked past its deadline): an array of refusal objects (below), oldest
+// first, at most kRecentRefusals. A client whose command failed reads the newest with its own initiator name.
+inline constexpr char kRefusalsRecent[] = "/refusals/recent";
+inline constexpr int kRecentRefusals = 16;
+
 /// The keys of a latency object: quantiles of recent samples and totals since the start.
 namespace latency {
 inline constexpr char kCount[] = "count";
@@ -92,5 +117,15 @@ inline constexpr char kLastPushMsAgo[] = "last_push_ms_ago";
 inline constexpr char kJoinedMsAgo[] = "joined_ms_ago";
 inline constexpr char kRoundsBehind[] = "rounds_behind";
 }  // namespace live_worker
+
+/// The keys of one entry of /refusals/recent.
+namespace refusal {
+inline constexpr char kIqn[] = "iqn";          // the sender's initiator name
+inline constexpr char kSession[] = "session";  // its session (tgt's itn_id)
+inline constexpr char kLu[] = "lu";            // grad, weights, status
+inline constexpr char kReason[] = "reason";    // one sentence: what was refused, why, what to change
+inline constexpr char kUnixMs[] = "unix_ms";   // the latest time (ms since the epoch)
+inline constexpr char kCount[] = "count";      // times refused for this reason since the entry was made
+}  // namespace refusal
 
 }  // namespace blockps::status_page

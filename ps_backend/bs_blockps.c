@@ -4,7 +4,8 @@
  * Commands run on tgt's per-LU I/O thread pool (bs_thread), so tgtd's main thread never does the math.
  * mode=sync grad LUs first ask the core whether a READ/WRITE must wait for a round (it is then held with tgt's
  * asynchronous completion, never by blocking a pool thread) and watch an eventfd for when held ones may go on.
- * A status LU with admins= hands each WRITE's sender (its initiator name) to the core the same way first.
+ * Every command a job's claim fences (grad-LU READ/WRITE, weights-LU writes) and every status-LU WRITE (control
+ * lines) hands its sender (session and initiator name) to the core the same way first.
  */
 #include <sys/epoll.h>
 #include <sys/wait.h>
@@ -45,11 +46,12 @@ static void log_to_tgtd(const char *line)
 	eprintf("%s\n", line);
 }
 
-/* Sets the SCSI result the core chose; tgt completes the command afterwards (or the caller does). */
+/* Sets the SCSI result the core chose; tgt completes the command afterwards (or the caller does). Only CHECK
+ * CONDITION carries sense data (RESERVATION CONFLICT has none). */
 static void set_outcome(struct scsi_cmd *cmd, const struct blockps_outcome *o)
 {
 	scsi_set_result(cmd, o->status);
-	if (o->status == SAM_STAT_GOOD)
+	if (o->status != SAM_STAT_CHECK_CONDITION)
 		return;
 	if (o->has_info)
 		sense_data_build_with_info(cmd, o->sense_key, o->asc, o->info);
@@ -104,6 +106,8 @@ static const char *initiator_name(struct scsi_cmd *cmd, char *buf, int size)
 	return buf + 4;
 }
 
+static int parked_session_alive(int tid, uint64_t itn_id);
+
 static int blockps_cmd_submit(struct scsi_cmd *cmd)
 {
 	struct blockps_lu_private *priv = lu_private(cmd->dev);
@@ -117,6 +121,7 @@ static int blockps_cmd_submit(struct scsi_cmd *cmd)
 	worker.tid = cmd->c_target->tid;
 	worker.itn_id = cmd->cmd_itn_id;
 	worker.iqn = initiator_name(cmd, id, sizeof(id));
+	worker.alive = parked_session_alive;
 	if (blockps_lu_admit(priv->core, cmd, cmd->scb, cmd->offset, cmd->tl, &worker, &admission, message,
 			     sizeof(message)) != BLOCKPS_OK) {
 		/* Refused, never run unchecked: tgt answers HARDWARE ERROR, INTERNAL TARGET FAILURE. */

@@ -12,6 +12,7 @@
 #include <optional>
 #include <vector>
 
+#include "contract/control_lines.h"
 #include "ps_backend/lu_options.h"
 
 namespace blockps {
@@ -19,7 +20,9 @@ namespace {
 
 constexpr char kMagic[8] = {'B', 'L', 'K', 'P', 'S', 'C', 'K', '1'};
 constexpr char kEndMagic[8] = {'B', 'L', 'K', 'P', 'S', 'E', 'N', 'D'};
-constexpr int kFormat = 1;
+// The header's format: 2 added job and place; a format 1 header is read as unclaimed with no place.
+constexpr int kFormat = 2;
+constexpr int kOldestFormat = 1;
 constexpr std::uint32_t kMaxHeader = 1 << 20;
 
 // An operating-system failure on `path`, with errno's text.
@@ -120,8 +123,10 @@ Result<CheckpointHeader> read_header(CrcReader& in, const std::string& path) {
     return it->get<std::uint64_t>();
   };
   const auto field_text = [&j](const char* key) { return j.contains(key) ? j[key].dump() : std::string("missing"); };
-  if (number("format") != std::optional<std::uint64_t>(kFormat))
-    return bad_file(path + ": checkpoint format " + field_text("format") + " is not " + std::to_string(kFormat));
+  const std::optional<std::uint64_t> format = number("format");
+  if (!format || *format < kOldestFormat || *format > kFormat)
+    return bad_file(path + ": checkpoint format " + field_text("format") + " is not " + std::to_string(kOldestFormat) +
+                    ".." + std::to_string(kFormat) + " (written by a newer blockps?)");
   const auto options = j.find("options");
   if (options == j.end() || !options->is_string())
     return bad_file(path + ": checkpoint header's options are " + field_text("options") + ", not a string");
@@ -134,6 +139,24 @@ Result<CheckpointHeader> read_header(CrcReader& in, const std::string& path) {
     if (!created)
       return bad_file(path + ": checkpoint header's created " + field_text("created") + " is not a Unix time");
     h.created_unix = *created;
+  }
+  if (const auto job = j.find("job"); job != j.end()) {
+    if (!job->is_string() || !control::is_name(job->get<std::string>()))
+      return bad_file(path + ": checkpoint header's job " + field_text("job") + " is not a job name");
+    h.tenancy.job = job->get<std::string>();
+    if (j.contains("claimed")) {
+      const auto claimed = number("claimed");
+      if (!claimed)
+        return bad_file(path + ": checkpoint header's claimed " + field_text("claimed") + " is not a Unix time");
+      h.tenancy.claimed_unix = *claimed;
+    }
+  }
+  if (const auto place = j.find("place"); place != j.end()) {
+    if (!place->is_string())
+      return bad_file(path + ": checkpoint header's place " + field_text("place") + " is not text");
+    Result<Place> parsed = parse_place(place->get<std::string>());
+    if (!parsed.ok()) return bad_file(path + ": checkpoint header's " + parsed.message());
+    h.tenancy.place = std::move(parsed).value();
   }
   if (Status geometry = check_geometry(h.config.geometry); !geometry.ok())
     return bad_file(path + ": " + geometry.message());
@@ -195,16 +218,22 @@ Status load_checkpoint(const std::string& path, ModelShard& shard) {
   return Status::Ok();
 }
 
-Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config) {
+Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
+                        const ShardTenancy& tenancy) {
   const std::string tmp = path + ".tmp";
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
   if (f.fd < 0) return os_error("cannot create", tmp);
   CrcWriter out(f.fd);
 
-  const nlohmann::json header = {{"format", kFormat},
-                                 {"options", format_shard_options(config)},
-                                 {"blocks", shard.geometry().blocks()},
-                                 {"created", static_cast<std::uint64_t>(std::time(nullptr))}};
+  nlohmann::json header = {{"format", kFormat},
+                           {"options", format_shard_options(config)},
+                           {"blocks", shard.geometry().blocks()},
+                           {"created", static_cast<std::uint64_t>(std::time(nullptr))}};
+  if (!tenancy.job.empty()) {
+    header["job"] = tenancy.job;
+    header["claimed"] = tenancy.claimed_unix;
+  }
+  if (tenancy.place) header["place"] = format_place(*tenancy.place);
   const std::string text = header.dump();
   const auto len = static_cast<std::uint32_t>(text.size());
   bool ok = out.put(kMagic, sizeof kMagic) && out.put(&len, sizeof len) && out.put(text.data(), len);

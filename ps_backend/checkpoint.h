@@ -1,22 +1,34 @@
 // Shard checkpoints: one file per shard (the LUs' --backing-store path), written crash-safely (temp file,
 // fsync, rename, fsync of the directory) so that a crash at any moment leaves the previous or the new one.
 //
-// Layout (little-endian): "BLKPSCK1" | u32 header length | header (JSON: format, options, blocks, created) |
-// per block: u64 step, f32 weights[n], f32 state slots[n]... | u32 CRC-32 of all preceding bytes | "BLKPSEND".
+// Layout (little-endian): "BLKPSCK1" | u32 header length | header (JSON: format, options, blocks, created, and
+// from format 2 job and place when the shard has them) | per block: u64 step, f32 weights[n], f32 state
+// slots[n]... | u32 CRC-32 of all preceding bytes | "BLKPSEND". Format 1 files (no job, no place) still load.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "aggregator/model_shard.h"
+#include "contract/place.h"
 #include "contract/status.h"
 #include "ps_backend/shard_config.h"
 
 namespace blockps {
 
+/// Whose the shard is: the job that holds it (not its sessions: they end with the process) and its place.
+struct ShardTenancy {
+  std::string job;  // "" when unclaimed
+  std::uint64_t claimed_unix = 0;
+  std::optional<Place> place;
+  bool operator==(const ShardTenancy&) const = default;
+};
+
 struct CheckpointHeader {
   ShardConfig config;
   std::uint64_t created_unix = 0;
+  ShardTenancy tenancy;  // a format 1 file: unclaimed, no place
 };
 
 /// True when `path` holds a checkpoint to load: it exists and is not empty (an empty file, as tgt-admin needs
@@ -31,7 +43,9 @@ Result<CheckpointHeader> read_checkpoint_header(const std::string& path);
 /// shard's contents are unspecified: load into a shard that is not yet serving.
 Status load_checkpoint(const std::string& path, ModelShard& shard);
 
-/// Write `shard` with `config` as its header; ok or the reason. The old file stays intact on any failure.
-Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config);
+/// Write `shard` with `config` and `tenancy` in its header; ok or the reason. The old file stays intact on any
+/// failure.
+Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
+                        const ShardTenancy& tenancy = {});
 
 }  // namespace blockps

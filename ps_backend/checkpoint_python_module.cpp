@@ -27,7 +27,8 @@ std::shared_ptr<blockps::CpuEngine> engine() {
 }
 
 // The whole checkpoint: options (the shard's bsopts as its status page shows them), the per-block step counts,
-// the f32 master weights and the optimizer's state slots (Adam: exp_avg, exp_avg_sq; momentum: the velocity).
+// the f32 master weights and the optimizer's state slots (Adam: exp_avg, exp_avg_sq; momentum: the velocity),
+// and the job that held the shard and its place ("MODEL INDEX/COUNT LAYOUT"), "" when none.
 py::dict read_checkpoint(const std::string& path) {
   const blockps::Result<blockps::CheckpointHeader> header = blockps::read_checkpoint_header(path);
   if (!header.ok()) throw std::runtime_error(path + ": " + header.message());
@@ -57,6 +58,9 @@ py::dict read_checkpoint(const std::string& path) {
   d["steps"] = steps;
   d["weights"] = weights;
   d["state"] = state;
+  // Whose the shard was ("" / "" for a file without them: format 1, or a shard never claimed or placed).
+  d["job"] = header->tenancy.job;
+  d["place"] = header->tenancy.place ? blockps::format_place(*header->tenancy.place) : std::string();
   return d;
 }
 
@@ -104,7 +108,8 @@ void write_checkpoint(const std::string& path, const std::string& bsopts,
 PYBIND11_MODULE(_shard_checkpoint, m) {
   m.doc() = "blockps shard checkpoint files as numpy arrays (the shard's own reader and writer)";
   m.def("read", &read_checkpoint, py::arg("path"),
-        "dict: options (bsopts), opt, block_elements, steps (per block), weights (f32), state (f32 slots).");
+        "dict: options (bsopts), opt, block_elements, steps (per block), weights (f32), state (f32 slots), job and "
+        "place (\"\" when none).");
   m.def("write", &write_checkpoint, py::arg("path"), py::arg("bsopts"), py::arg("steps"), py::arg("weights"),
         py::arg("state"),
         "Write a checkpoint for a shard with these bsopts (crash-safe, as the shard writes its own).");

@@ -99,30 +99,21 @@ blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity
 }
 
 blockps_result admit(blockps_lu& lu, const void* handle, const uint8_t* cdb, uint64_t offset, uint32_t length,
-                     const blockps_worker& worker, blockps_admission& admission) {
+                     const blockps_worker& worker, blockps_admission& admission, char* message, size_t size) {
   admission = BLOCKPS_ADMIT_RUN;
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
-  if (served && served->checks_writers() && blockps::scsi::writes_data(cdb[0])) {
-    // The write runs either way: execute() refuses it there unless it was admitted here (the glue can set a
-    // sense only on a command that completes through the I/O threads or asynchronously).
-    served->admit_writer(handle, worker.iqn ? worker.iqn : "");
-    return BLOCKPS_OK;
-  }
-  if (lu.wake_fd < 0 || !served) return BLOCKPS_OK;
-  const bool push = blockps::scsi::is_write(cdb[0]), pull = blockps::scsi::is_read(cdb[0]);
-  if (!push && !pull) return BLOCKPS_OK;
+  if (!served) return BLOCKPS_OK;  // execute() answers NOT_ATTACHED
   const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
-  switch (served->shard().admit(&lu, handle, push, who, offset, length)) {
-    case blockps::ServedShard::Admitted::run:
-      return BLOCKPS_OK;
-    case blockps::ServedShard::Admitted::parked:
-      admission = BLOCKPS_ADMIT_PARKED;
-      return BLOCKPS_OK;
-    case blockps::ServedShard::Admitted::refused:
-      admission = BLOCKPS_ADMIT_PARKED;
-      signal_wake(lu.wake_fd);  // the refusal is sent from the wake handler
-      return BLOCKPS_OK;
-  }
+  blockps::SessionProbe alive;
+  if (worker.alive) alive = [probe = worker.alive](int tid, std::uint64_t itn) { return probe(tid, itn) != 0; };
+  const blockps::ServedShard::Admitted admitted = served->admit(&lu, handle, cdb[0], offset, length, who, alive);
+  if (admitted == blockps::ServedShard::Admitted::run || admitted == blockps::ServedShard::Admitted::conflict)
+    return BLOCKPS_OK;  // a conflict is answered by ServedLu when it executes
+  // Only an LU with a wake fd holds commands (a grad LU of a shard with rounds): it hands them back when woken.
+  if (lu.wake_fd < 0)
+    return report(BLOCKPS_INTERNAL_ERROR, message, size, "admission", "a command was held by an LU that never parks");
+  admission = BLOCKPS_ADMIT_PARKED;
+  if (admitted == blockps::ServedShard::Admitted::refused) signal_wake(lu.wake_fd);  // answered from the handler
   return BLOCKPS_OK;
 }
 
@@ -212,13 +203,8 @@ int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
 
 int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
   if (!lu || !cdb) return 0;
-  const bool read = blockps::scsi::is_read(cdb[0]), write = blockps::scsi::is_write(cdb[0]);
-  if (lu->wake_fd >= 0 && (read || write)) return 1;  // may park on a round
-  // A control write: its sender must be an administrator (from the options: no shard lookup on the hot path).
-  return blockps::scsi::writes_data(cdb[0]) && lu->options.role == blockps::LuRole::status &&
-                 !lu->options.admins.empty()
-             ? 1
-             : 0;
+  // From the options alone: no shard lookup on the hot path.
+  return blockps::ServedLu::needs_admission(lu->options.role, cdb[0]) ? 1 : 0;
 }
 
 blockps_result blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
@@ -227,7 +213,7 @@ blockps_result blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_
   if (!lu || !cdb || !worker || !admission)
     return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, CDB, worker or result");
   return guarded("admission", message, message_size,
-                 [&] { return admit(*lu, handle, cdb, offset, length, *worker, *admission); });
+                 [&] { return admit(*lu, handle, cdb, offset, length, *worker, *admission, message, message_size); });
 }
 
 blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops, char* message, size_t message_size) {

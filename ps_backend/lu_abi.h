@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Changes whenever a call's signature or the meaning of a code changes. */
-#define BLOCKPS_LU_ABI_VERSION 2
+#define BLOCKPS_LU_ABI_VERSION 3
 
 /* A `message` buffer of this size holds every message whole. */
 #define BLOCKPS_MESSAGE_BYTES 1024
@@ -73,8 +73,9 @@ const char* blockps_lu_product_id(const struct blockps_lu* lu);
 int blockps_lu_wake_fd(const struct blockps_lu* lu);
 
 /* Whether a command with this CDB needs blockps_lu_admit and its sender's identity (1) or not (0): a READ or
- * WRITE of a mode=sync/ssp grad LU (it may have to wait), or a WRITE of a status LU with admins= (a control
- * line, accepted only from an administrator). Cannot fail (0 for NULL). */
+ * WRITE of a grad LU (a job's claim fences it; with mode=sync/ssp it may have to wait), a command that changes a
+ * weights LU's weights (fenced), a WRITE of a status LU (control lines: the shard needs the sender for job= and
+ * admins=). From the LU's options alone, no shard lookup. Cannot fail (0 for NULL). */
 int blockps_lu_needs_admission(const struct blockps_lu* lu, const uint8_t* cdb);
 
 /* Who sent a command: one I_T nexus (tid + itn_id locate it in tgt; iqn names it). */
@@ -82,6 +83,9 @@ struct blockps_worker {
   int tid;
   uint64_t itn_id;
   const char* iqn;
+  /* Whether a session still exists (tgt's it_nexus_lookup), on the main thread, during blockps_lu_admit only; NULL:
+   * every session counts as alive. A job's claim lapses only once none of its sessions is (claim_idle_s). */
+  int (*alive)(int tid, uint64_t itn_id);
 };
 
 enum blockps_admission {
@@ -91,8 +95,10 @@ enum blockps_admission {
 };
 
 /* Main thread, before a command blockps_lu_needs_admission named is queued to the I/O threads: a READ/WRITE of a
- * mode=sync grad LU may park; a WRITE of a status LU with admins= has its sender checked (RUN; the I/O thread
- * then refuses it unless the sender is an administrator). RUN for anything else.
+ * mode=sync grad LU may park, and is PARKED also when the shard refuses it (another job holds the shard; too few
+ * workers), to be failed from blockps_lu_on_wake. Everything else is RUN: the I/O thread answers what the
+ * admission decided (RESERVATION CONFLICT for a command of a session outside the job that holds the shard;
+ * ACCESS DENIED for a control write of a non-administrator on a status LU with admins=).
  * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cdb, worker or admission NULL); INTERNAL_ERROR.
  * On any code but OK nothing was parked and the glue must refuse the command (it fails it synchronously: tgt
  * answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */
@@ -102,7 +108,8 @@ enum blockps_result blockps_lu_admit(struct blockps_lu* lu, const void* handle, 
 
 /* A command's SCSI result. */
 struct blockps_outcome {
-  uint8_t status; /* SAM status: 0 GOOD, 2 CHECK CONDITION */
+  uint8_t status; /* SAM status: 0x00 GOOD, 0x02 CHECK CONDITION (with the sense below), 0x18 RESERVATION CONFLICT
+                     (no sense: another job holds the shard) */
   uint8_t sense_key;
   uint16_t asc; /* ASC << 8 | ASCQ */
   int has_info;
@@ -122,7 +129,8 @@ struct blockps_parked_ops {
  * parked command that may go on (resubmit), is refused, aborted (ABORTED COMMAND) or past its deadline (NOT
  * READY, MANUAL INTERVENTION REQUIRED) (fail). Each failed command gets one log line from the core.
  * Codes: OK (also for an LU that never parks); INVALID_ARGUMENT (lu or ops NULL); INTERNAL_ERROR (commands not
- * handed back yet stay parked until the next wake). */
+ * handed back yet stay parked until the next wake). A command refused because another job holds the shard fails
+ * with RESERVATION CONFLICT (no sense). */
 enum blockps_result blockps_lu_on_wake(struct blockps_lu* lu, const struct blockps_parked_ops* ops, char* message,
                                        size_t message_size);
 

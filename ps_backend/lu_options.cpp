@@ -322,6 +322,18 @@ const std::vector<KeyDef>& key_table() {
          return Status::Ok();
        },
        [](const ShardConfig& c) { return std::to_string(c.checkpoint_s); }},
+      {{"claim_idle_s", "30",
+        "seconds after its last command that a job with no session left keeps the shard before another job's job= "
+        "control line may claim it without takeover (0: the claim never lapses; see Jobs and places)"},
+       true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         std::uint64_t n = 0;
+         if (!parse_uint(v, n) || n > 86400 * 365) return bad(key, v, "must be whole seconds from 0 to 31536000");
+         o.config.claim_idle_s = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       },
+       [](const ShardConfig& c) { return std::to_string(c.claim_idle_s); }},
   };
   return table;
 }

@@ -26,11 +26,19 @@ inline LuOutcome check_condition(std::uint8_t sense_key, std::uint16_t asc) {
 /// HARDWARE ERROR, INTERNAL TARGET FAILURE. The target's own work failed, not the medium's data: not MEDIUM ERROR.
 inline LuOutcome target_failure() { return check_condition(scsi::kHardwareError, scsi::kAscInternalTargetFailure); }
 
+/// The answer of a command to a shard another job holds (docs/OPTIONS.md, "Jobs and places"): RESERVATION
+/// CONFLICT, without sense data, as a SCSI device fenced to other initiators answers.
+inline LuOutcome reservation_conflict() {
+  return {scsi::kReservationConflict, scsi::kNoSense, scsi::kAscNone, false, 0};
+}
+
 /// The answer of a grad-LU command the rounds held back and then refused: aborted: ABORTED COMMAND; not_ready:
 /// NOT READY, 0x04/0x03 (MANUAL INTERVENTION REQUIRED: workers must come back, or an operator act); failed: the
-/// round's update was not applied, target_failure().
+/// round's update was not applied, target_failure(); reservation_conflict: reservation_conflict().
 inline LuOutcome refused(Refusal why) {
   switch (why) {
+    case Refusal::reservation_conflict:
+      return reservation_conflict();
     case Refusal::aborted:
       return check_condition(scsi::kAbortedCommand, scsi::kAscNone);
     case Refusal::not_ready:

@@ -51,30 +51,70 @@ ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_
                    std::vector<std::string> admins)
     : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes), admins_(std::move(admins)) {}
 
-bool ServedLu::admit_writer(const void* handle, std::string_view initiator) {
-  // iSCSI names compare without regard to case (RFC 3720 3.2.6.1: they are normalised to lower case).
-  const auto same_name = [&](const std::string& admin) {
-    return admin.size() == initiator.size() &&
-           std::equal(admin.begin(), admin.end(), initiator.begin(), [](char a, char b) {
-             return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-           });
-  };
-  const bool admin = std::any_of(admins_.begin(), admins_.end(), same_name);
-  {
-    std::lock_guard lock(admitted_mutex_);
-    // Also on a refusal: a finished command's handle (its address) may come back as this one.
-    if (admin)
-      admitted_writes_.insert(handle);
-    else
-      admitted_writes_.erase(handle);
+bool ServedLu::needs_admission(LuRole role, std::uint8_t op) {
+  switch (role) {
+    case LuRole::grad:
+      return is_read(op) || is_write(op);
+    case LuRole::weights:
+      return writes_data(op) || op == kWriteSame10 || op == kWriteSame16 || op == kOrWrite16;
+    case LuRole::status:
+      // A READ too: the status page then counts only the sessions of the holder that tgt still has (admission runs
+      // on tgt's main thread, where the claim can ask; the page is written on an I/O thread, where it cannot).
+      return writes_data(op) || is_read(op);
   }
-  if (!admin) {
-    std::string names;
-    for (const std::string& a : admins_) names += (names.empty() ? "" : "|") + a;
-    log_line(shard_->path() + ": control write from " + std::string(initiator) +
-             " refused: not an administrator of this shard (admins=" + names + " on its status LU)");
+  return false;
+}
+
+ServedShard::Admitted ServedLu::admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset,
+                                      std::uint64_t len, const WorkerRef& sender, const SessionProbe& alive) {
+  if (role_ == LuRole::status && is_read(op)) {
+    if (alive) shard_->forget_gone_sessions(alive);
+    return ServedShard::Admitted::run;
   }
-  return admin;
+  if (behaviour_of(role_).writes == RoleBehaviour::Writes::control) {
+    if (alive) shard_->forget_gone_sessions(alive);
+    AdmittedCommand kept{sender, good()};
+    // iSCSI names compare without regard to case (RFC 3720 3.2.6.1: they are normalised to lower case).
+    const auto same_name = [&](const std::string& admin) {
+      return admin.size() == sender.iqn.size() &&
+             std::equal(admin.begin(), admin.end(), sender.iqn.begin(), [](char a, char b) {
+               return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+             });
+    };
+    if (checks_writers() && std::none_of(admins_.begin(), admins_.end(), same_name)) {
+      std::string names;
+      for (const std::string& a : admins_) names += (names.empty() ? "" : "|") + a;
+      const std::string why = shard_->path() + ": control write from " + sender.iqn +
+                              " refused: not an administrator of this shard (admins=" + names +
+                              " on its status LU): write control lines from an administrator's initiator name";
+      log_line(why);
+      shard_->note_refusal(sender, role_, why);
+      kept.answer = check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
+    }
+    keep(handle, std::move(kept));  // also over what a finished command at the same address left
+    return ServedShard::Admitted::run;
+  }
+  const ServedShard::Admitted admitted = shard_->admit(owner, handle, role_, !is_read(op), sender, offset, len);
+  if (admitted == ServedShard::Admitted::conflict) {
+    keep(handle, {sender, reservation_conflict()});
+    return ServedShard::Admitted::run;  // answered when it executes
+  }
+  take(handle);  // nothing of a finished command at the same address applies to this one
+  return admitted;
+}
+
+void ServedLu::keep(const void* handle, AdmittedCommand admitted) {
+  std::lock_guard lock(admitted_mutex_);
+  admitted_.insert_or_assign(handle, std::move(admitted));
+}
+
+std::optional<ServedLu::AdmittedCommand> ServedLu::take(const void* handle) {
+  std::lock_guard lock(admitted_mutex_);
+  const auto it = admitted_.find(handle);
+  if (it == admitted_.end()) return std::nullopt;
+  AdmittedCommand admitted = std::move(it->second);
+  admitted_.erase(it);
+  return admitted;
 }
 
 std::uint64_t ServedLu::capacity_bytes() const {
@@ -85,6 +125,15 @@ std::uint64_t ServedLu::capacity_bytes() const {
 LuOutcome ServedLu::execute(const TargetCommand& cmd) {
   try {
     const std::uint8_t op = cmd.cdb[0];
+    std::optional<AdmittedCommand> admitted;
+    if (needs_admission(role_, op)) {
+      admitted = take(cmd.handle);
+      if (admitted && admitted->answer.status != kGood) return admitted->answer;
+      // A control write admit() never saw has no known sender; with admins= it is refused (nothing fails open).
+      if (!admitted && checks_writers() && writes_data(op))
+        return check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
+    }
+    const WorkerRef* sender = admitted ? &admitted->sender : nullptr;
     if (is_read(op)) {
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.in.size());
       return read(cmd.offset, cmd.in.first(len));
@@ -95,7 +144,7 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
       // FUA is byte 1 bit 3 (WRITE(6) has none).
       const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
-      const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua, cmd.handle);
+      const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua, cmd.handle, sender);
       return (w.status != kGood || !is_write_verify(op)) ? w : verify(cmd.offset, cmd.out.first(len));
     }
     if (is_verify(op)) {
@@ -161,9 +210,10 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
   return shard_->pull(offset, out);
 }
 
-LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle) {
+LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle,
+                          const WorkerRef* sender) {
   const RoleBehaviour::Writes meaning = behaviour_of(role_).writes;
-  if (meaning == RoleBehaviour::Writes::control) return control(data, handle);
+  if (meaning == RoleBehaviour::Writes::control) return control(data, sender);
   if (offset > capacity_bytes() || data.size() > capacity_bytes() - offset)
     return check_condition(kIllegalRequest, kAscLbaOutOfRange);
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
@@ -176,13 +226,9 @@ LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data,
   return good();
 }
 
-LuOutcome ServedLu::control(std::span<const std::byte> data, const void* handle) {
-  if (checks_writers()) {
-    std::lock_guard lock(admitted_mutex_);
-    if (admitted_writes_.erase(handle) == 0) return check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
-  }
+LuOutcome ServedLu::control(std::span<const std::byte> data, const WorkerRef* sender) {
   const std::string_view text(reinterpret_cast<const char*>(data.data()), data.size());
-  if (blockps::Status obeyed = shard_->control(text); !obeyed.ok()) {
+  if (blockps::Status obeyed = shard_->control(text, sender); !obeyed.ok()) {
     // A line that is wrong is the writer's error; a checkpoint it asked for that cannot be written is the
     // medium's, as for SYNCHRONIZE CACHE.
     if (obeyed.code() != StatusCode::invalid_argument) {

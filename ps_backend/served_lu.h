@@ -7,10 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_set>
+#include <unordered_map>
 #include <vector>
 
 #include "contract/scsi_codes.h"
@@ -30,7 +31,7 @@ struct TargetCommand {
   std::uint32_t transfer_length;
   std::span<std::byte> in;         // data for the initiator (READ)
   std::span<const std::byte> out;  // data from the initiator (WRITE); may be empty
-  const void* handle = nullptr;    // the glue's command, as admitted to Rounds (mode=sync grad LUs)
+  const void* handle = nullptr;    // the glue's command, as given to ServedLu::admit
 };
 
 class ServedLu {
@@ -42,12 +43,25 @@ class ServedLu {
   std::uint64_t capacity_bytes() const;
   ServedShard& shard() { return *shard_; }
 
-  /// Whether a WRITE of this LU must be admitted by its sender first (a status LU with an admin list).
+  /// Whether a command with opcode `op` to an LU of `role` is admitted (admit()) before it is queued: the
+  /// commands a job's claim fences (grad-LU READ and WRITE, a weights-LU command that changes weights) and
+  /// control writes (status-LU WRITE), whose sender the shard must know. The glue asks this on every command, so
+  /// it needs no shard.
+  static bool needs_admission(LuRole role, std::uint8_t op);
+  /// Whether this LU refuses control lines of initiators that are not administrators (admins=).
   bool checks_writers() const { return !admins_.empty(); }
-  /// On the glue's main thread, before the WRITE `handle` is queued: whether `initiator` (its sender's iSCSI name)
-  /// is an administrator. execute() runs a control write of a checks_writers() LU only when this said yes for its
-  /// handle; a write it never saw is refused (nothing fails open).
-  bool admit_writer(const void* handle, std::string_view initiator);
+  /// On the glue's main thread, before the command `handle` (one that needs_admission) from `sender` is queued:
+  /// what becomes of it (ServedShard::admit; `owner` is the LU that holds parked commands). What execute() must
+  /// know of it is kept for `handle` until then: the sender of a control write (which the shard's job lines need,
+  /// and which admins= checks: a non-administrator's write is answered ACCESS DENIED), or the refusal of a command
+  /// another job's claim fences (RESERVATION CONFLICT: a store answers with its own status only through its I/O
+  /// threads or asynchronously). A control write admit() never saw gets no sender: refused on an admins= LU
+  /// (nothing fails open), and taken as an unknown session's otherwise.
+  /// `alive` (may be empty) says which sessions still exist: a control write or a status-page READ first lets the
+  /// claim forget the gone ones (so a job= line finds a claim whose sessions all left lapsed, and the page counts the
+  /// live ones).
+  ServedShard::Admitted admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset,
+                              std::uint64_t len, const WorkerRef& sender, const SessionProbe& alive = {});
 
   /// Execute one command; never throws.
   LuOutcome execute(const TargetCommand& cmd);
@@ -55,8 +69,16 @@ class ServedLu {
  private:
   LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
   /// fua: the initiator asked for the write to be durable before it completes (a checkpoint follows).
-  LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr);
-  LuOutcome control(std::span<const std::byte> data, const void* handle);
+  LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr,
+                  const WorkerRef* sender = nullptr);
+  LuOutcome control(std::span<const std::byte> data, const WorkerRef* sender);
+  // What admit() kept for a command; execute() takes it.
+  struct AdmittedCommand {
+    WorkerRef sender;
+    LuOutcome answer;  // not GOOD: the command is answered this without running
+  };
+  void keep(const void* handle, AdmittedCommand admitted);
+  std::optional<AdmittedCommand> take(const void* handle);
   LuOutcome verify(std::uint64_t offset, std::span<const std::byte> expected);
   LuOutcome write_same(const TargetCommand& cmd);
   LuOutcome or_write(const TargetCommand& cmd);
@@ -67,7 +89,7 @@ class ServedLu {
   const std::uint32_t lu_block_bytes_;
   const std::vector<std::string> admins_;
   std::mutex admitted_mutex_;
-  std::unordered_set<const void*> admitted_writes_;  // admitted by admit_writer(), not yet executed
+  std::unordered_map<const void*, AdmittedCommand> admitted_;  // kept by admit(), not yet executed
 };
 
 }  // namespace blockps

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "aggregator/faulty_store.h"
+#include "contract/status_page.h"
 #include "ps_backend/checkpoint.h"
 #include "ps_backend/control_lines.h"
 #include "ps_backend/log.h"
@@ -115,15 +116,19 @@ ServedShard::ServedShard(std::string path, const ShardConfig& config, std::share
     : path_(std::move(path)),
       config_(config),
       model_(config.geometry, config.optimizer, std::move(engine), device, fault_injection(path_)),
-      started_unix_(now_unix()) {}
+      started_unix_(now_unix()),
+      claim_(config.claim_idle_s),
+      refusals_(status_page::kRecentRefusals) {}
 
 Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path, const LuOptions& opts) {
   try {
     ShardConfig config = opts.config;
     const bool from_checkpoint = checkpoint_exists(path);
+    ShardTenancy saved_tenancy;
     if (from_checkpoint) {
       const Result<CheckpointHeader> header = read_checkpoint_header(path);
       if (!header.ok()) return header.status();
+      saved_tenancy = header->tenancy;
       const ShardConfig& saved = header->config;
       Result<ShardConfig> merged = merge_onto(opts, saved, /*structural_only=*/true);
       if (!merged.ok()) {
@@ -168,7 +173,13 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
     if (from_checkpoint) {
       if (Status loaded = load_checkpoint(path, shard->model_); !loaded.ok()) return loaded;
       shard->file_is_current_ = true;
-      log_line(path + ": loaded checkpoint (" + format_shard_options(config) + ")");
+      // A shard restarted from its checkpoint is still its job's (the job's new sessions join it) and still
+      // knows its place.
+      if (!saved_tenancy.job.empty()) shard->claim_.restore(saved_tenancy.job, saved_tenancy.claimed_unix);
+      shard->place_ = saved_tenancy.place;
+      log_line(path + ": loaded checkpoint (" + format_shard_options(config) + ")" +
+               (saved_tenancy.job.empty() ? "" : "; held by job " + saved_tenancy.job) +
+               (saved_tenancy.place ? "; place " + format_place(*saved_tenancy.place) : ""));
     } else {
       if (Status initialised = initialise(shard->model_, config); !initialised.ok()) return initialised;
       log_line(path + ": new shard (" + format_shard_options(config) + ")");
@@ -261,22 +272,40 @@ LuOutcome ServedShard::assign(std::uint64_t offset, std::span<const std::byte> d
   return good();
 }
 
-ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, bool is_push, const WorkerRef& worker,
-                                         std::uint64_t offset, std::uint64_t len) {
-  if (!rounds_) return Admitted::run;
+ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, LuRole lu, bool is_write,
+                                         const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
+  const bool parks = lu == LuRole::grad && rounds_;
+  // The claim first: a command of another job's session never reaches the rounds (it would join their membership).
+  const JobClaim::Admission claim = claim_.admit(worker);
+  if (claim.verdict == JobClaim::Verdict::refused) {
+    const std::string why =
+        "shard " + path_ + " is held by job " + claim.holder + " (" + sessions_joined(claim.sessions) + "); session " +
+        std::to_string(worker.itn) + " of " + worker.iqn + " has not joined it, so its " + std::string(to_string(lu)) +
+        "-LU " + (is_write ? "write" : "read") + " is refused (RESERVATION CONFLICT): join job " + claim.holder +
+        " (job=" + claim.holder +
+        "), take the shard over (job=NAME with takeover: blockps --takeover), or release it (blockps release)";
+    if (claim.first_refusal) log_line(why + " (logged once per session)");
+    if (!parks) {
+      refusals_.add(worker, lu, why);
+      return Admitted::conflict;
+    }
+    rounds_->park(owner, handle, is_write, worker, offset, len, why, Refusal::reservation_conflict);
+    return Admitted::refused;
+  }
+  if (!parks) return Admitted::run;
   const Admission a =
-      is_push ? rounds_->admit_push(handle, worker, offset, len) : rounds_->admit_pull(worker.itn, offset, len);
+      is_write ? rounds_->admit_push(handle, worker, offset, len) : rounds_->admit_pull(worker.itn, offset, len);
   switch (a) {
     case Admission::run:
       return Admitted::run;
     case Admission::park:
-      rounds_->park(owner, handle, is_push, worker, offset, len);
+      rounds_->park(owner, handle, is_write, worker, offset, len);
       return Admitted::parked;
     case Admission::not_ready:
     case Admission::failed:
       break;
   }
-  rounds_->park(owner, handle, is_push, worker, offset, len, rounds_->degraded_reason(),
+  rounds_->park(owner, handle, is_write, worker, offset, len, rounds_->degraded_reason(),
                 a == Admission::failed ? Refusal::failed : Refusal::not_ready);
   return Admitted::refused;
 }
@@ -289,10 +318,40 @@ void ServedShard::hand_back_parked(const void* owner, const std::function<bool(i
   rounds_->process_parked(
       owner, alive, aborted, [&resubmit](const ParkedCommand& p) { resubmit(p.handle); },
       [this, &fail](const ParkedCommand& p, Refusal as, const std::string& why) {
-        log_line(path_ + ": rounds: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn + " at byte " +
-                 std::to_string(p.offset) + " failed: " + why);
+        if (as == Refusal::reservation_conflict) {
+          // Logged once per session at admission, or with the takeover that refused it.
+          refusals_.add(p.worker, LuRole::grad, why);
+        } else {
+          const std::string sentence = rounds_refusal(p, as, why);
+          log_line(sentence);
+          if (as != Refusal::aborted) refusals_.add(p.worker, LuRole::grad, sentence);
+        }
         fail(p.handle, refused(as));
       });
+}
+
+std::string ServedShard::rounds_refusal(const ParkedCommand& p, Refusal as, const std::string& why) const {
+  std::string s = path_ + ": rounds: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn + " at byte " +
+                  std::to_string(p.offset) + " failed: " + why;
+  if (as == Refusal::aborted) return s;
+  const RoundPolicy& policy = rounds_->policy();
+  const std::size_t live = rounds_->live_workers();
+  s += "; " + std::to_string(live) + (live == 1 ? " worker is" : " workers are") +
+       " live (workers=" + std::to_string(policy.workers) + ", min_workers=" + std::to_string(policy.min_workers) +
+       "): ";
+  if (as == Refusal::failed)
+    s += "the shard failed to apply an update (its log says why); once the cause is fixed, send the control line "
+         "reset-rounds, and commands are served again from the last weights applied";
+  else if (live < policy.min_workers)
+    s += "start the missing workers again (a worker rejoins with its next push), or give the shard a lower "
+         "min_workers";
+  else if (live > policy.workers)
+    s += "more workers push to this shard than workers=" + std::to_string(policy.workers) +
+         " (a second job, or workers= too small): give each job its own shards, or raise workers";
+  else
+    s += "a worker of the round is missing or stalled: check that all " + std::to_string(policy.workers) +
+         " workers run and push every block, or raise worker_timeout_ms";
+  return s;
 }
 
 void ServedShard::refuse_parked(const void* owner, const std::string& why) {
@@ -324,7 +383,7 @@ Status ServedShard::checkpoint() {
   const std::uint64_t at_start = mutations_.load(std::memory_order_acquire);
   Status written = Status::Ok();
   try {
-    written = write_checkpoint(path_, model_, config());
+    written = write_checkpoint(path_, model_, config(), tenancy());
   } catch (const std::exception& e) {
     written = Status::Error(std::string("checkpoint failed: ") + e.what());
   }
@@ -366,15 +425,87 @@ void ServedShard::periodic_checkpoints(std::stop_token stop) {
   }
 }
 
-Status ServedShard::control(std::string_view text) {
-  const Result<std::vector<ControlAction>> actions = parse_control_lines(text);
-  if (!actions.ok()) return actions.status();
-  for (const ControlAction& action : *actions) {
+std::optional<Place> ServedShard::place() const {
+  std::lock_guard lk(place_mutex_);
+  return place_;
+}
+
+ShardTenancy ServedShard::tenancy() const {
+  const ClaimStatus claim = claim_.status();
+  return {claim.holder, claim.claimed_unix, place()};
+}
+
+Status ServedShard::control(std::string_view text, const WorkerRef* sender) {
+  Status obeyed = apply_control(text, sender);
+  if (!obeyed.ok() && obeyed.code() == StatusCode::invalid_argument)
+    refusals_.add(sender ? *sender : WorkerRef{}, LuRole::status,
+                  "shard " + path_ + " refused a control write: " + obeyed.message());
+  return obeyed;
+}
+
+Status ServedShard::apply_control(std::string_view text, const WorkerRef* sender) {
+  const auto refuse = [](std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); };
+  const Result<ControlWrite> parsed = parse_control_lines(text);
+  if (!parsed.ok()) return parsed.status();
+  const ControlWrite& write = *parsed;
+  bool acts_on_training = write.place.has_value();
+  for (const ControlAction& action : write.actions) {
     if (action.kind == ControlAction::Kind::reset_rounds && !rounds_)
-      return Status::Error(StatusCode::invalid_argument,
-                           "control reset-rounds: this shard is mode=async and has no rounds");
+      return refuse("control reset-rounds: this shard is mode=async and has no rounds");
+    acts_on_training = acts_on_training || action.kind != ControlAction::Kind::checkpoint;
   }
-  for (const ControlAction& action : *actions) {
+  const WorkerRef unknown;
+  const WorkerRef& who = sender ? *sender : unknown;
+  const std::string session = "session " + std::to_string(who.itn) + " of " + (sender ? who.iqn : "(unknown)");
+
+  std::lock_guard serial(control_mutex_);
+  // Every check before anything is applied: the claim (a job= line joins, or the sender must have joined the
+  // holder), then the place.
+  if (!write.job && acts_on_training) {
+    const JobClaim::Admission claim = claim_.admit(who);
+    if (claim.verdict == JobClaim::Verdict::refused)
+      return refuse("control: shard " + path_ + " is held by job " + claim.holder + " (" +
+                    sessions_joined(claim.sessions) + ") and " + session +
+                    " has not joined it: send job=" + claim.holder +
+                    " first (in the same write or before), take the shard over (job=NAME with takeover), or "
+                    "release it (release)");
+  }
+  if (write.place) {
+    const std::optional<Place> held = place();
+    if (held && *held != *write.place && !write.replace_place)
+      return refuse("control place=" + format_place(*write.place) + ": shard " + path_ + " holds place " +
+                    format_place(*held) +
+                    ": a cluster file that lists the shards in another order, another layout or another model "
+                    "opens it in the wrong place; fix the cluster file, or re-lay the model deliberately "
+                    "(replace-place in the same write: blockps init)");
+  }
+  if (write.job) {
+    if (!sender) return refuse("control job=" + *write.job + ": the session that sent it is not known to the shard");
+    const Result<JobClaim::Joined> joined = claim_.join(who, *write.job, write.takeover);
+    if (!joined.ok())
+      return refuse("control job=" + *write.job + ": shard " + path_ + " is held by another job: " + joined.message() +
+                    "; take it over with job=" + *write.job +
+                    " and takeover in one write (blockps --takeover), or release it (blockps release)");
+    joined_job(*joined, *write.job, who);
+  }
+
+  // Applied: nothing below is refused.
+  if (write.release) {
+    const std::string previous = claim_.release();
+    log_line(path_ + ": control: release by " + session +
+             (previous.empty() ? ": the shard was not held" : ": job " + previous + " no longer holds the shard"));
+    if (!previous.empty()) note_mutation();  // the next checkpoint records it
+  }
+  if (write.place) {
+    std::lock_guard lk(place_mutex_);
+    if (place_ != write.place) {
+      log_line(path_ + ": control: place " + format_place(*write.place) +
+               (place_ ? " replaces " + format_place(*place_) : std::string(" set")) + " by " + session);
+      place_ = write.place;
+      note_mutation();
+    }
+  }
+  for (const ControlAction& action : write.actions) {
     switch (action.kind) {
       case ControlAction::Kind::set_lr: {
         std::lock_guard lk(config_mutex_);
@@ -394,6 +525,31 @@ Status ServedShard::control(std::string_view text) {
     }
   }
   return Status::Ok();
+}
+
+void ServedShard::joined_job(const JobClaim::Joined& joined, const std::string& job, const WorkerRef& sender) {
+  const std::string session = "session " + std::to_string(sender.itn) + " of " + sender.iqn;
+  switch (joined.kind) {
+    case JobClaim::Joined::Kind::joined:
+      log_line(path_ + ": job " + job + ": " + session + " joined");
+      return;
+    case JobClaim::Joined::Kind::claimed:
+      log_line(path_ + ": job " + job + " claims the shard (" + session + ")");
+      note_mutation();  // the next checkpoint records the holder
+      return;
+    case JobClaim::Joined::Kind::took_over:
+      break;
+  }
+  const std::string why =
+      "job " + job + " took shard " + path_ + " over from job " + joined.previous +
+      (joined.lapsed
+           ? " (whose claim lapsed: no session left and no command for claim_idle_s=" +
+                 std::to_string(config().claim_idle_s) + " s)"
+           : " (takeover by " + session + ")");
+  log_line(path_ + ": " + why);
+  note_mutation();
+  // The old job's rounds must not mix into the new job's: its members, open rounds and parked commands go.
+  if (rounds_) rounds_->restart(why);
 }
 
 }  // namespace blockps

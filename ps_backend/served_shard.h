@@ -2,10 +2,12 @@
 // loaded, locked against a second process, written on demand, periodically and at the end). It is the one owner
 // of a push and a pull: whether a grad-LU command may run now or waits for a round (admit, hand_back_parked),
 // whether a push is applied at once (async) or joins its rounds (sync, ssp:K), the counters, and the SCSI answer
-// when it fails (lu_outcome.h). ServedLu checks a command against its LU's role and calls it; the glue
-// (lu_abi.cpp) only translates tgt's types and threads. All LUs whose
-// --backing-store paths name the same file share one ServedShard (shard_registry.h). Its status page is
-// status_page.h; the control lines it obeys are parsed in control_lines.h.
+// when it fails (lu_outcome.h); and of whose the shard is: which job holds it (job_claim.h) and which part of which
+// model it is (its place, contract/place.h), which commands of other jobs' sessions it refuses, and the latest
+// refusals in words (refusal_log.h). ServedLu checks a command against its LU's role and calls it; the glue
+// (lu_abi.cpp) only translates tgt's types and threads. All LUs whose --backing-store paths name the same file
+// share one ServedShard (shard_registry.h). Its status page is status_page.h; the control lines it obeys are
+// parsed in control_lines.h.
 #pragma once
 
 #include <atomic>
@@ -14,15 +16,22 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "aggregator/model_shard.h"
+#include "contract/lu_role.h"
+#include "contract/place.h"
 #include "contract/status.h"
+#include "ps_backend/checkpoint.h"
+#include "ps_backend/job_claim.h"
 #include "ps_backend/latency_window.h"
 #include "ps_backend/lu_options.h"
 #include "ps_backend/lu_outcome.h"
+#include "ps_backend/refusal_log.h"
 #include "ps_backend/rounds/rounds.h"
 
 namespace blockps {
@@ -77,16 +86,20 @@ class ServedShard {
   /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay.
   LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data);
 
-  // Commands that wait for a round (sync, ssp:K), on tgt's main thread. `owner` is the LU that holds them; it
-  // watches for wake-ups and hands its parked commands back when woken.
+  // Admission, on tgt's main thread, of the commands a job's claim fences (a grad-LU READ or WRITE, a weights-LU
+  // write) and of those that wait for a round (grad-LU commands of a shard with rounds). `owner` is the LU that
+  // holds parked commands; it watches for wake-ups and hands them back when woken.
   /// Whether grad-LU commands of this shard may wait (it has rounds).
   bool parks_commands() const { return rounds_ != nullptr; }
-  /// What becomes of a grad-LU READ or WRITE before it is queued. run: queue it; parked: held for `owner`, it
-  /// comes back through hand_back_parked(); refused: held too, and failed at the next hand_back_parked(),
-  /// which the caller triggers now (a store answers a command with its own sense only asynchronously).
-  enum class Admitted { run, parked, refused };
-  Admitted admit(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
-                 std::uint64_t len);
+  /// What becomes of a command before it is queued. run: queue it; parked: held for `owner`, it comes back through
+  /// hand_back_parked(); refused: held too, and failed at the next hand_back_parked(), which the caller triggers
+  /// now (a store answers a command with its own status only asynchronously or through its I/O threads);
+  /// conflict: another job holds the shard and `owner` cannot hold commands (no rounds, or not the grad LU):
+  /// queue it, and answer it reservation_conflict() when it executes. Every admitted command of the holder's
+  /// sessions counts as the job's activity (claim_idle_s).
+  enum class Admitted { run, parked, refused, conflict };
+  Admitted admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
+                 std::uint64_t offset, std::uint64_t len);
   /// Drop workers whose session is gone (`alive` false), then give back each command of `owner` that may go on
   /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
   void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,
@@ -110,13 +123,34 @@ class ServedShard {
   };
   LastCheckpoint last_checkpoint() const;
 
-  /// A control write to the status LU (control_lines.h), every line checked before any is applied. Ok or the
-  /// reason it was refused (invalid_argument), or why an action failed.
-  Status control(std::string_view text);
+  /// A control write to the status LU (control_lines.h) from `sender` (null: a session the LU did not admit),
+  /// every line checked before any is applied: the job lines first, then the place, then the others. Lines other
+  /// than checkpoint and release come only from the holder's sessions while a job holds the shard. Ok, or the
+  /// reason it was refused (invalid_argument; also listed in recent_refusals()), or why an action failed.
+  Status control(std::string_view text, const WorkerRef* sender);
+
+  /// The job that holds the shard, its sessions and refusals.
+  ClaimStatus claim_status() const { return claim_.status(); }
+  /// On tgt's main thread, before a control write (whose job= line may find the claim lapsed): forget the claim's
+  /// sessions that are gone.
+  void forget_gone_sessions(const SessionProbe& alive) { claim_.forget_gone_sessions(alive); }
+  /// Which part of which model the shard holds (none until a place= line or a checkpoint gave it one).
+  std::optional<Place> place() const;
+  /// The job and place a checkpoint records.
+  ShardTenancy tenancy() const;
+  /// A refusal the shard answered for a reason of its own, in one sentence, for the status page (an LU's own
+  /// refusals: admins=).
+  void note_refusal(const WorkerRef& who, LuRole lu, std::string reason) { refusals_.add(who, lu, std::move(reason)); }
+  /// The latest refusals, oldest first.
+  std::vector<RefusalEntry> recent_refusals() const { return refusals_.recent(); }
 
  private:
   ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device);
   void periodic_checkpoints(std::stop_token stop);
+  Status apply_control(std::string_view text, const WorkerRef* sender);
+  void joined_job(const JobClaim::Joined& joined, const std::string& job, const WorkerRef& sender);
+  /// A grad-LU command the rounds refused, in one sentence: what, why, the workers counted, what to change.
+  std::string rounds_refusal(const ParkedCommand& p, Refusal as, const std::string& why) const;
 
   const std::string path_;
   mutable std::mutex config_mutex_;
@@ -126,6 +160,11 @@ class ServedShard {
   ShardCounters counters_;
   LatencyWindow aggregation_latency_;
   const std::uint64_t started_unix_;
+  JobClaim claim_;
+  mutable std::mutex place_mutex_;
+  std::optional<Place> place_;
+  RefusalLog refusals_;
+  std::mutex control_mutex_;  // one control write at a time: what it checked holds until it is applied
   // Set once create() succeeded: a shard that failed to open (bad init file, corrupt checkpoint) must not
   // write a "final checkpoint" over the file it could not load.
   bool serving_ = false;

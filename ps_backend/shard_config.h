@@ -26,6 +26,9 @@ struct ShardConfig {
   InitSpec init;
   std::uint64_t seed = 1;
   std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
+  // Seconds the job holding the shard may send no command before another job's job= line may claim it (0: never;
+  // docs/OPTIONS.md, "Jobs and places").
+  std::uint32_t claim_idle_s = 30;
   RoundPolicy rounds;
   std::string device = "cpu";  // cpu, auto or gpu:N as given (ServedShard resolves auto)
 };

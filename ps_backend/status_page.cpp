@@ -49,6 +49,19 @@ nlohmann::json rounds_section(const RoundsStatus& s) {
   return std::move(j[nlohmann::json::json_pointer(page::kRounds)]);
 }
 
+nlohmann::json refusals_array(const std::vector<RefusalEntry>& entries) {
+  namespace refusal = status_page::refusal;
+  nlohmann::json out = nlohmann::json::array();
+  for (const RefusalEntry& e : entries)
+    out.push_back({{refusal::kIqn, e.iqn},
+                   {refusal::kSession, e.session},
+                   {refusal::kLu, to_string(e.lu)},
+                   {refusal::kReason, e.reason},
+                   {refusal::kUnixMs, e.unix_ms},
+                   {refusal::kCount, e.count}});
+  return out;
+}
+
 std::string render_status_page(const ServedShard& shard) {
   namespace page = blockps::status_page;
   const ShardConfig c = shard.config();
@@ -96,6 +109,25 @@ std::string render_status_page(const ServedShard& shard) {
   } else {
     set(page::kRoundsMode, "async");
   }
+
+  const ClaimStatus claim = shard.claim_status();
+  set(page::kJobHolder, claim.holder);
+  set(page::kJobClaimedUnix, claim.claimed_unix);
+  set(page::kJobSessions, claim.sessions);
+  set(page::kJobLastActiveMsAgo, claim.last_active_ms_ago);
+  set(page::kJobClaimIdleS, claim.idle_s);
+  set(page::kJobLapsed, claim.lapsed);
+  set(page::kJobRefused, claim.refused);
+  set(page::kJobTakeovers, claim.takeovers);
+
+  const std::optional<Place> place = shard.place();
+  set(page::kPlaceModel, place ? place->model : "");
+  set(page::kPlaceIndex, place ? place->index : 0);
+  set(page::kPlaceCount, place ? place->count : 0);
+  set(page::kPlaceLayout, place ? std::string(to_string(place->layout)) : "");
+  set(page::kPlaceText, place ? format_place(*place) : "");
+
+  set(page::kRefusalsRecent, refusals_array(shard.recent_refusals()));
 
   const ServedShard::LastCheckpoint last = shard.last_checkpoint();
   set(page::kCheckpointCount, rd(k.checkpoints));

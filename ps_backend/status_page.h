@@ -4,6 +4,7 @@
 
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "ps_backend/served_shard.h"
 
@@ -14,12 +15,15 @@ inline void set_field(nlohmann::json& page, const char* pointer, nlohmann::json 
   page[nlohmann::json::json_pointer(pointer)] = std::move(value);
 }
 
-/// The page as of now: the shard's config, counters, aggregation latency, rounds and checkpoints.
+/// The page as of now: the shard's config, counters, aggregation latency, rounds, checkpoints, the job that holds
+/// it, its place and its latest refusals.
 std::string render_status_page(const ServedShard& shard);
 
 /// A latency object (contract/status_page.h, namespace latency).
 nlohmann::json latency_object(const LatencySummary& s);
 /// The page's "rounds" section for what the rounds report.
 nlohmann::json rounds_section(const RoundsStatus& s);
+/// The page's /refusals/recent array (contract/status_page.h, namespace refusal).
+nlohmann::json refusals_array(const std::vector<RefusalEntry>& entries);
 
 }  // namespace blockps

@@ -220,7 +220,7 @@ void print_recovery(Cluster& c) {
 }  // namespace
 
 int run_bench(const std::string& cluster_file, const BenchOptions& options) {
-  auto cluster = Cluster::open(cluster_file);
+  auto cluster = Cluster::open(cluster_file, OpenOptions::of_job(options.job));
   if (!cluster.ok()) {
     print_error(cluster.message());
     return kExitFailed;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace blockps::cli {
@@ -24,13 +25,20 @@ struct StatusOptions {
 };
 int run_status(const std::string& cluster_file, const StatusOptions& options);
 
-// Assigns the whole model's weights (the weights LUs) from a file of exactly model_bytes() wire bytes.
+// Assigns the whole model's weights (the weights LUs) from a file of exactly model_bytes() wire bytes, as job
+// `job` (nullopt: the cluster file's [client] job, else $BLOCKPS_JOB, else none). A shard another job holds is
+// refused before anything is written (unless `takeover`), and so is a shard in another place (unless `relayout`:
+// then every shard takes the place this file gives it).
 struct InitOptions {
   std::string from;
+  std::optional<std::string> job;
+  bool takeover = false;
+  bool relayout = false;
 };
 int run_init(const std::string& cluster_file, const InitOptions& options);
 
-// Reads the whole model's weights (the weights LUs) into a file, written atomically (temp file + rename).
+// Reads the whole model's weights (the weights LUs) into a file, written atomically (temp file + rename). It claims
+// nothing (a shard's weights may be read whoever holds it), but a shard in another place is refused.
 struct SaveOptions {
   std::string to;
 };
@@ -45,10 +53,15 @@ struct BenchOptions {
   std::uint64_t iterations = 0;  // per operation; 0: run for `seconds`
   std::uint64_t warmup = 0;      // iterations first run and not counted
   BenchOp op = BenchOp::both;
-  bool progress = true;  // a progress line on stderr, about every 0.5 s
-  bool json = false;     // one JSON object per operation on stdout instead of the table
+  bool progress = true;            // a progress line on stderr, about every 0.5 s
+  bool json = false;               // one JSON object per operation on stdout instead of the table
+  std::optional<std::string> job;  // the job that claims the shards, as InitOptions::job
 };
 int run_bench(const std::string& cluster_file, const BenchOptions& options);
+
+// Drops every shard's claim (the control line `release`): the operator's override when a job's holder is gone, or
+// before another job takes over. Reports which job held each shard.
+int run_release(const std::string& cluster_file);
 
 // Serves Prometheus metrics of every shard at http://LISTEN/metrics until killed (client/cli/exporter_command.cpp).
 struct ExporterOptions {

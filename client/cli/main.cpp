@@ -1,9 +1,11 @@
 // `blockps`: the operator's command for a running cluster (docs/OPTIONS.md, "blockps CLI").
 //
 //   blockps --cluster cluster.toml status [--json]
-//   blockps -c cluster.toml init --from weights.bin
+//   blockps -c cluster.toml [--job NAME] init --from weights.bin [--takeover] [--relayout]
 //   blockps -c cluster.toml save --to weights.bin
-//   blockps -c cluster.toml bench [--seconds 5 | --iterations N] [--warmup K] [--op push|pull|both|step|exchange]
+//   blockps -c cluster.toml release
+//   blockps -c cluster.toml [--job NAME] bench [--seconds 5 | --iterations N] [--warmup K] [--op
+//   push|pull|both|step|exchange]
 //                                 [--json] [--no-progress]
 //   blockps -c cluster.toml exporter [--listen 127.0.0.1:9464] [--timeout 5]
 //
@@ -11,6 +13,8 @@
 #include <CLI/CLI.hpp>
 #include <exception>
 #include <iostream>
+#include <optional>
+#include <string>
 
 #include "client/cli/commands.h"
 
@@ -21,25 +25,44 @@ void print_error(const std::string& message) { std::cerr << "blockps: ERROR: " <
 namespace {
 
 int run(int argc, char** argv) {
-  CLI::App app{"Show, initialise, save, benchmark and monitor a blockps parameter-server cluster"};
+  CLI::App app{"Show, initialise, save, release, benchmark and monitor a blockps parameter-server cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // --cluster may also follow the subcommand
   std::string cluster_file;
   app.add_option("-c,--cluster", cluster_file, "the cluster file (TOML; docs/OPTIONS.md, \"Cluster file\")")
       ->envname("BLOCKPS_CLUSTER")
       ->required();
+  std::optional<std::string> job;
+  app.add_option("--job", job,
+                 "init and bench: the job whose sessions claim the shards (a shard serves one job at a time; default: "
+                 "the cluster file's [client] job, else $BLOCKPS_JOB, else none)");
 
   StatusOptions status;
-  CLI::App* status_cmd = app.add_subcommand("status", "every shard's status page: a table with a total line");
+  CLI::App* status_cmd = app.add_subcommand(
+      "status", "every shard's status page: a table with a total line, and each shard's job and place");
   status_cmd->add_flag("--json", status.json, "print {\"shards\": [page, ...]} (each page with its \"name\")");
 
   InitOptions init;
-  CLI::App* init_cmd = app.add_subcommand("init", "assign the whole model's weights from a file (weights LUs)");
+  CLI::App* init_cmd = app.add_subcommand(
+      "init",
+      "assign the whole model's weights from a file (weights LUs) as a worker of --job, and set each shard's place; a "
+      "shard another job holds, or in another place, is refused before anything is written");
   init_cmd->add_option("--from", init.from, "raw wire-dtype bytes, exactly the model's size")->required();
+  init_cmd->add_flag("--takeover", init.takeover,
+                     "claim the shards for --job even where another job holds them (that job's next command is "
+                     "refused)");
+  init_cmd->add_flag("--relayout", init.relayout,
+                     "give every shard the place this file gives it (a new model, or the shards in a new order or "
+                     "layout), even where it holds another");
 
   SaveOptions save;
-  CLI::App* save_cmd = app.add_subcommand("save", "read the whole model's weights into a file (atomically)");
+  CLI::App* save_cmd = app.add_subcommand(
+      "save",
+      "read the whole model's weights into a file (atomically); claims nothing, refuses shards in another place");
   save_cmd->add_option("--to", save.to, "the file to write (replaced by a rename)")->required();
+
+  CLI::App* release_cmd = app.add_subcommand(
+      "release", "drop every shard's job claim (the operator's override: any job may claim the shards next)");
 
   BenchOptions bench;
   bool no_progress = false;
@@ -79,6 +102,8 @@ int run(int argc, char** argv) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a ParseError with status 0
   }
   bench.progress = !no_progress;
+  init.job = job;
+  bench.job = job;
   bench.op = op == "push"       ? BenchOp::push
              : op == "pull"     ? BenchOp::pull
              : op == "step"     ? BenchOp::step
@@ -88,6 +113,7 @@ int run(int argc, char** argv) {
   if (status_cmd->parsed()) return run_status(cluster_file, status);
   if (init_cmd->parsed()) return run_init(cluster_file, init);
   if (save_cmd->parsed()) return run_save(cluster_file, save);
+  if (release_cmd->parsed()) return run_release(cluster_file);
   if (bench_cmd->parsed()) return run_bench(cluster_file, bench);
   if (exporter_cmd->parsed()) return run_exporter(cluster_file, exporter);
   return kExitUsage;  // unreachable: require_subcommand(1)

@@ -1,4 +1,5 @@
-// `blockps status`: every shard's status page (its fields: contract/status_page.h) as a table or JSON.
+// `blockps status`: every shard's status page (its fields: contract/status_page.h) as a table or JSON: the
+// shard's counters, the job that holds it and its place, and the rounds of a sync shard.
 // The pages are read as client/cli/status_reports.h says; when a shard's cannot be, the others are still shown
 // and the run exits kExitFailed.
 #include <iostream>
@@ -10,6 +11,7 @@
 #include "client/cli/commands.h"
 #include "client/cli/status_reports.h"
 #include "client/cli/table.h"
+#include "client/job_and_place.h"
 #include "contract/status_page.h"
 
 namespace blockps::cli {
@@ -45,6 +47,7 @@ std::string text_at(const nlohmann::json& page, const char* pointer) {
 }
 
 void print_rounds(const std::vector<ShardReport>& reports);
+void print_jobs(const std::vector<ShardReport>& reports);
 
 void print_table(const std::vector<ShardReport>& reports) {
   using A = TextTable::Align;
@@ -93,7 +96,40 @@ void print_table(const std::vector<ShardReport>& reports) {
                  format_bytes(push_bytes), format_bytes(pull_bytes), format_fixed(mean_us, 1),
                  std::to_string(checkpoints), ""});
   table.print(std::cout);
+  print_jobs(reports);
   print_rounds(reports);
+}
+
+// Which job holds each shard and which place it holds (client/job_and_place.h reads the page's /job and /place).
+void print_jobs(const std::vector<ShardReport>& reports) {
+  using A = TextTable::Align;
+  TextTable jobs({{"shard", A::left},
+                  {"job", A::left},
+                  {"sessions"},
+                  {"active s ago"},
+                  {"refused"},
+                  {"takeovers"},
+                  {"place", A::left}});
+  bool any = false;
+  for (const ShardReport& r : reports) {
+    if (!r.page) continue;
+    auto claim = read_shard_claim(*r.page);
+    if (!claim.ok()) {
+      jobs.add_row({r.name, "?", "-", "-", "-", "-", "(the page has no job or place: an older module)"});
+      any = true;
+      continue;
+    }
+    any = true;
+    std::string holder = claim->holder.empty() ? "-" : claim->holder;
+    if (claim->lapsed) holder += " (lapsed)";
+    jobs.add_row({r.name, holder, claim->holder.empty() ? "-" : std::to_string(claim->sessions),
+                  claim->last_active_s_ago ? format_fixed(*claim->last_active_s_ago, 1) : "-",
+                  std::to_string(claim->refused), std::to_string(number_at(*r.page, status_page::kJobTakeovers)),
+                  claim->place.model.empty() ? "-" : format_place(claim->place)});
+  }
+  if (!any) return;
+  std::cout << "\njobs and places\n";
+  jobs.print(std::cout);
 }
 
 // mode=sync and ssp:K shards: their rounds, and one line per live worker (the status page's "rounds" object).

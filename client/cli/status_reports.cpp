@@ -31,7 +31,7 @@ void read_shards_one_by_one(const ClusterConfig& config, std::vector<ShardReport
         alone.shards = {config.shards[i]};
         alone.layout = LayoutKind::stripe;
         alone.model.size_bytes = layout->shard_bytes(i);
-        auto cluster = Cluster::open(alone);
+        auto cluster = Cluster::open(alone, OpenOptions::reading_status());
         if (!cluster.ok()) {
           report.error = cluster.message();
           return;
@@ -57,7 +57,7 @@ StatusReports read_status_reports(const ClusterConfig& config) {
   read.shards.resize(config.shards.size());
   for (std::size_t i = 0; i < read.shards.size(); ++i) read.shards[i].name = config.shards[i].name;
   try {
-    if (auto cluster = Cluster::open(config); !cluster.ok()) {
+    if (auto cluster = Cluster::open(config, OpenOptions::reading_status()); !cluster.ok()) {
       read.cluster_error = cluster.message();
     } else if (auto pages = cluster.value()->status_pages(); !pages.ok()) {
       read.cluster_error = pages.message();

@@ -1,16 +1,20 @@
 // `blockps init` and `blockps save`: the whole model's weights through the weights LUs (no optimizer runs),
-// as raw wire-dtype bytes in model order: what `save` writes, `init` takes back.
+// as raw wire-dtype bytes in model order: what `save` writes, `init` takes back. And `blockps release`, which
+// drops the shards' job claim. Each opens the cluster as client/job_and_place.h says: a shard in another place is
+// refused (init --relayout sets the place instead); init claims the shards for its job, save claims nothing.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "client/blockps.h"
 #include "client/cli/commands.h"
 #include "client/cli/table.h"
+#include "contract/control_lines.h"
 
 namespace blockps::cli {
 namespace {
@@ -75,6 +79,27 @@ Status write_atomically(const std::string& path, std::span<const std::byte> data
   return Status::Ok();
 }
 
+// An error naming the first shard that another job holds, when `cluster` belongs to no job (a claimed cluster was
+// refused at open already).
+Status refuse_shards_held_by_a_job(Cluster& cluster) {
+  if (!cluster.job().empty()) return Status::Ok();
+  auto pages = cluster.status_pages();
+  if (!pages.ok()) return pages.status();
+  for (const ShardStatusPage& p : pages.value()) {
+    const nlohmann::json page = nlohmann::json::parse(p.json, nullptr, false);
+    auto claim = read_shard_claim(page.is_object() ? page : nlohmann::json::object());
+    if (!claim.ok() || !claim->held_against("")) continue;
+    const AskingWorker who{.shard = "shard '" + p.shard + "'",
+                           .initiator = cluster.config().client.initiator,
+                           .job = {},
+                           .cluster_file = cluster.config().source,
+                           .since_unix_ms = 0};
+    return Status::Error(StatusCode::io,
+                         held_by_another_job(*claim, who) + "; or init as that job (--job " + claim->holder + ")");
+  }
+  return Status::Ok();
+}
+
 std::string model_words(const ClusterConfig& config) {
   return std::string(to_string(config.model.dtype)) + ", " + std::to_string(config.shards.size()) + " shards";
 }
@@ -109,22 +134,33 @@ int run_init(const std::string& cluster_file, const InitOptions& options) {
     print_error(s.message());
     return kExitFailed;
   }
-  auto cluster = Cluster::open(config.value());
+  OpenOptions open = OpenOptions::of_job(options.job);
+  open.takeover = options.takeover;
+  open.replace_place = options.relayout;
+  auto cluster = Cluster::open(config.value(), open);
   if (!cluster.ok()) {
-    print_error(cluster.message());
+    print_error("init: " + cluster.message() + ": nothing was written");
+    return kExitFailed;
+  }
+  // A worker of no job may not write the weights of a shard another job holds: say so before any shard is written.
+  if (Status s = refuse_shards_held_by_a_job(*cluster.value()); !s.ok()) {
+    print_error("init: " + s.message() + ": nothing was written");
     return kExitFailed;
   }
   if (Status s = cluster.value()->write_weights(weights); !s.ok()) {
     print_error("init: " + s.message());
     return kExitFailed;
   }
+  const Cluster& c = *cluster.value();
   std::cout << "init: assigned " << format_bytes(model_bytes) << " of weights (" << model_words(config.value())
-            << ") from " << options.from << "\n";
+            << ", model " << c.model() << (c.job().empty() ? std::string() : ", job " + c.job()) << ") from "
+            << options.from << "\n";
   return kExitOk;
 }
 
 int run_save(const std::string& cluster_file, const SaveOptions& options) {
-  auto cluster = Cluster::open(cluster_file);
+  // No job: reading a shard's weights is allowed whoever holds it, and a save must not join (or disturb) a job.
+  auto cluster = Cluster::open(cluster_file, OpenOptions::of_job(std::string()));
   if (!cluster.ok()) {
     print_error(cluster.message());
     return kExitFailed;
@@ -141,6 +177,34 @@ int run_save(const std::string& cluster_file, const SaveOptions& options) {
   }
   std::cout << "save: wrote " << format_bytes(c.model_bytes()) << " of weights (" << model_words(c.config()) << ") to "
             << options.to << "\n";
+  return kExitOk;
+}
+
+int run_release(const std::string& cluster_file) {
+  auto cluster = Cluster::open(cluster_file, OpenOptions::reading_status());
+  if (!cluster.ok()) {
+    print_error("release: " + cluster.message());
+    return kExitFailed;
+  }
+  Cluster& c = *cluster.value();
+  // Who held each shard, for the report (a shard released by a job in between says so too).
+  std::vector<std::string> holders(c.config().shards.size());
+  if (auto pages = c.status_pages(); pages.ok()) {
+    for (std::size_t i = 0; i < holders.size(); ++i) {
+      const nlohmann::json page = nlohmann::json::parse(pages.value()[i].json, nullptr, false);
+      if (auto claim = read_shard_claim(page.is_object() ? page : nlohmann::json::object()); claim.ok())
+        holders[i] = claim->holder;
+    }
+  }
+  if (Status s = c.control(std::string(control::kRelease) + "\n"); !s.ok()) {
+    print_error("release: " + s.message());
+    return kExitFailed;
+  }
+  for (std::size_t i = 0; i < holders.size(); ++i) {
+    std::cout << "release: shard '" << c.config().shards[i].name
+              << "': " << (holders[i].empty() ? std::string("held by no job") : "released from job " + holders[i])
+              << "\n";
+  }
   return kExitOk;
 }
 

@@ -61,6 +61,15 @@ std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writ
   return bytes;
 }
 
+// The kind of shard a worker needs, from its Python name.
+blockps::ShardKind shard_kind(const std::string& expect) {
+  for (blockps::ShardKind kind :
+       {blockps::ShardKind::any, blockps::ShardKind::optimizer, blockps::ShardKind::averaging}) {
+    if (expect == to_string(kind)) return kind;
+  }
+  throw py::value_error("expect = '" + expect + "': must be 'any', 'optimizer' or 'averaging'");
+}
+
 // A numpy view of model wire bytes in the wire dtype (bf16 has no numpy type: its raw uint16 bits).
 py::array model_view(const Cluster& c, std::span<std::byte> bytes, py::handle owner) {
   switch (c.config().model.dtype) {
@@ -158,22 +167,51 @@ PYBIND11_MODULE(_blockps, m) {
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
 
   py::class_<Cluster>(m, "Cluster")
-      .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker) {
+      .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker,
+                       const std::optional<std::string>& job, bool takeover, bool replace_place,
+                       const std::string& expect, const std::optional<std::string>& default_job) {
              auto config = blockps::load_cluster_file(cluster_file);
              check(config.status());
              // Only the default name (this process's pid) gives way to the worker's: a name the file sets
              // stays, for the targets' ACLs, and the sessions' ISIDs still tell the workers apart.
              if (worker && config.value().client.initiator == blockps::default_initiator_iqn())
                config.value().client.initiator = blockps::worker_initiator_iqn(*worker);
+             blockps::OpenOptions options;
+             options.job = job;
+             // The caller's own default (the Python package's job name) comes after the file's [client] job.
+             if (!job && default_job && config.value().client.job.empty()) options.job = default_job;
+             options.takeover = takeover;
+             options.replace_place = replace_place;
+             options.expect = shard_kind(expect);
              py::gil_scoped_release release;
-             auto c = Cluster::open(config.value());
+             auto c = Cluster::open(config.value(), options);
              check(c.status());
              return std::move(c.value());
            }),
-           py::arg("cluster_file"), py::arg("worker") = py::none(),
+           py::arg("cluster_file"), py::arg("worker") = py::none(), py::kw_only(), py::arg("job") = py::none(),
+           py::arg("takeover") = false, py::arg("replace_place") = false, py::arg("expect") = "any",
+           py::arg("default_job") = py::none(),
            "Open a cluster file (TOML) and connect every shard. worker: this process's name within the job "
            "(e.g. 'rank3'); without [client] initiator in the file the iSCSI name is "
-           "iqn.2026-11.io.blockps:worker-<host>-<worker> instead of ...-<pid>.")
+           "iqn.2026-11.io.blockps:worker-<host>-<worker> instead of ...-<pid>. job: the job whose sessions claim "
+           "the shards (None: the file's [client] job, else default_job, else BLOCKPS_JOB, else no job; '': no job); "
+           "a shard another job holds raises blockps.Error naming the holder. takeover: claim the shards although "
+           "another job holds them. replace_place: give each shard the place this file gives it even where it holds "
+           "another (a re-layout or a new model); otherwise a shard in another place raises. expect: 'any', "
+           "'optimizer' or 'averaging' (opt=average), the kind of shard this worker needs.")
+      .def_property_readonly(
+          "job", [](const Cluster& c) { return c.job(); }, "The job this cluster's sessions belong to ('' none).")
+      .def_property_readonly(
+          "model", [](const Cluster& c) { return c.model(); }, "The model (identity) whose place the shards hold.")
+      .def(
+          "claim",
+          [](Cluster& c, const std::string& job, bool takeover) {
+            py::gil_scoped_release release;
+            check(c.claim(job, takeover));
+          },
+          py::arg("job"), py::arg("takeover") = false,
+          "Join every session of every shard to `job` (takeover: also shards another job holds); raises "
+          "blockps.Error naming the holder of a shard another job holds.")
       .def_property_readonly("initiator", [](const Cluster& c) { return c.config().client.initiator; })
       .def_property_readonly("model_bytes", &Cluster::model_bytes)
       .def_property_readonly("block_bytes", [](const Cluster& c) { return c.layout().block_bytes(); })
@@ -290,6 +328,8 @@ PYBIND11_MODULE(_blockps, m) {
           shard_bytes.append(layout->shard_bytes(i));
         }
         py::dict d;
+        d["job"] = c.client.job;
+        d["model_name"] = c.model.name;
         d["dtype"] = std::string(to_string(c.model.dtype));
         d["model_bytes"] = c.model.size_bytes;
         d["block_bytes"] = c.model.block_bytes;
@@ -299,8 +339,9 @@ PYBIND11_MODULE(_blockps, m) {
         return d;
       },
       py::arg("cluster_file"),
-      "Where the cluster file's layout puts each block, without connecting: dtype, model_bytes, block_bytes, "
-      "shards (names), shard_bytes, places (blocks x [shard, shard byte offset, model byte offset, bytes]).");
+      "Where the cluster file's layout puts each block, without connecting: job ([client] job, '' none), "
+      "model_name ([model] name, '' none), dtype, model_bytes, block_bytes, shards (names), shard_bytes, places "
+      "(blocks x [shard, shard byte offset, model byte offset, bytes]).");
 
   m.def("worker_initiator", &blockps::worker_initiator_iqn, py::arg("worker"),
         "The iSCSI name Cluster(..., worker=W) logs in with when the cluster file names none.");

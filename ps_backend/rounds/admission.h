@@ -15,9 +15,10 @@ enum class Admission {
 
 /// Why a held command fails; refused() (ps_backend/lu_outcome.h) gives each its SCSI answer.
 enum class Refusal {
-  aborted,    // the initiator aborted it (ABORT TASK, LUN RESET, its session ended)
-  not_ready,  // live workers are below min_workers, it waited worker_timeout_ms, or its LU is closing
-  failed      // the shard failed to apply a round: the weights a READ would return are not the round's
+  aborted,              // the initiator aborted it (ABORT TASK, LUN RESET, its session ended)
+  not_ready,            // live workers are below min_workers, it waited worker_timeout_ms, or its LU is closing
+  failed,               // the shard failed to apply a round: the weights a READ would return are not the round's
+  reservation_conflict  // another job holds the shard (ps_backend/job_claim.h), or took it over while it waited
 };
 
 }  // namespace blockps

@@ -21,6 +21,14 @@ void ParkingLot::refuse(const void* owner, const std::string& why) {
   }
 }
 
+void ParkingLot::refuse_all(const std::string& why, Refusal as) {
+  std::lock_guard lock(mutex_);
+  for (auto& [owner, p] : parked_) {
+    p.refusal = why;
+    p.refused_as = as;
+  }
+}
+
 void ParkingLot::process(const void* owner, const std::function<bool(const void*)>& aborted, const Readmit& readmit,
                          const Resubmit& resubmit, const Fail& fail,
                          const std::function<std::string()>& degraded_reason) {

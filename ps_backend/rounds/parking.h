@@ -38,6 +38,9 @@ class ParkingLot {
             std::uint64_t len, std::string refusal = {}, Refusal refused_as = Refusal::not_ready);
   /// Every command parked for `owner` fails with `why` (not_ready) at its next process(): its LU is closing.
   void refuse(const void* owner, const std::string& why);
+  /// Every command parked for any LU fails with `why` as `as` at its owner's next process(), which wake_all()
+  /// brings soon.
+  void refuse_all(const std::string& why, Refusal as);
 
   using Readmit = std::function<Admission(const ParkedCommand&)>;
   using Resubmit = std::function<void(const ParkedCommand&)>;

@@ -144,6 +144,31 @@ void Rounds::reset() {
   ctx_.parking.wake_all();
 }
 
+void Rounds::restart(const std::string& why) {
+  {
+    std::lock_guard lock(ctx_.lock);
+    std::vector<std::uint64_t> members;
+    for (const auto& [itn, m] : ctx_.members.members()) members.push_back(itn);
+    for (std::uint64_t itn : members) drop_member_locked(itn, why);
+    mode_->reset();
+    ctx_.members.reform();
+    ctx_.apply_failure.clear();
+    log_line("rounds: restarted (" + why + "): members and open rounds dropped, counters at 0");
+  }
+  ctx_.parking.refuse_all(why, Refusal::reservation_conflict);
+  ctx_.parking.wake_all();
+}
+
+bool Rounds::idle() const {
+  std::lock_guard lock(ctx_.lock);
+  return ctx_.members.size() == 0 && ctx_.parking.empty() && mode_->progress().open_rounds == 0;
+}
+
+std::size_t Rounds::live_workers() const {
+  std::lock_guard lock(ctx_.lock);
+  return ctx_.members.size();
+}
+
 std::string Rounds::degraded_reason() const {
   std::lock_guard lock(ctx_.lock);
   return degraded_reason_locked();

@@ -87,8 +87,17 @@ class Rounds {
   /// Control: drop every open round (nothing of them is applied), restart the round counters at 0 and forget a
   /// failed update (commands are served again; a device that still fails fails the next round the same way).
   void reset();
+  /// Another job took the shard over (docs/OPTIONS.md, "Jobs and places"): as reset(), and every worker leaves the
+  /// membership (logged with `why`), so that the next workers form anew, and every parked command fails with
+  /// `why` as Refusal::reservation_conflict at the glue's next wake.
+  void restart(const std::string& why);
+  /// Whether the rounds hold nothing a restart would drop: no member, no parked command, no open round.
+  bool idle() const;
   /// Why commands are refused now ("" when they are not): a failed update, or live workers below min_workers.
   std::string degraded_reason() const;
+  /// The members now (workers that pushed and were not dropped).
+  std::size_t live_workers() const;
+  const RoundPolicy& policy() const { return ctx_.policy; }
   RoundsStatus status() const;
 
  private:

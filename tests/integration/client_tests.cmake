@@ -21,6 +21,20 @@ if(TARGET blockps_python)
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_PYTHON_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/python_binding_check.py")
 endif()
 
+# A shard serves one job at a time, in the place it holds (client/job_and_place.h), through the C++ API, the C API and
+# the CLI: a second job refused at open, a worker of no job refused in words, a restart of the same job, a takeover,
+# release, a lapsed claim, the wrong kind, a cluster file in another order, a shard restarted from its checkpoint, the
+# Python binding's keywords.
+blockps_integration_test(blockps_job_claim_tests test_job_claim.cpp)
+target_link_libraries(blockps_job_claim_tests PRIVATE blockps_test_cluster blockps::blockps nlohmann_json::nlohmann_json)
+target_compile_definitions(blockps_job_claim_tests PRIVATE BLOCKPS_CLI_PATH="$<TARGET_FILE:blockps-cli>")
+add_dependencies(blockps_job_claim_tests blockps-cli)
+if(TARGET blockps_python)
+  add_dependencies(blockps_job_claim_tests blockps_python)
+  target_compile_definitions(blockps_job_claim_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}")
+endif()
+
 # Workers that reconnect: a shard killed -9 and restarted mid-training, sessions the target drops, a shard that
 # stays away (C++, C and Python errors).
 blockps_integration_test(blockps_reconnect_tests test_reconnect.cpp)
@@ -56,4 +70,15 @@ if(TARGET blockps_python)
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
     BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py"
     BLOCKPS_DDP_EXAMPLE="${PROJECT_SOURCE_DIR}/client/examples/ddp_finetune.py")
+endif()
+
+# A shard serves one job at a time, in the place it holds, through the torch paths (job_check.py): two torchrun jobs
+# on the same shards (the hook and DistributedOptimizer), a takeover, a cluster file in another order, the wrong kind.
+blockps_integration_test(blockps_torch_jobs_tests test_torch_jobs.cpp)
+target_link_libraries(blockps_torch_jobs_tests PRIVATE blockps_test_cluster)
+if(TARGET blockps_python)
+  add_dependencies(blockps_torch_jobs_tests blockps_python)
+  target_compile_definitions(blockps_torch_jobs_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
+    BLOCKPS_JOB_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/job_check.py")
 endif()

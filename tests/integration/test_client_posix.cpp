@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "client/blockps.h"
+#include "client/job_and_place.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
 
@@ -63,7 +64,7 @@ class PosixClientTest : public ::testing::TestWithParam<PosixEngine> {
   ClusterConfig make_cluster(LayoutKind kind, std::uint64_t size, std::uint64_t block) {
     ClusterConfig c;
     c.source = "posix-test";
-    c.model = {size, WireDtype::f32, block};
+    c.model = {size, WireDtype::f32, block, /*name=*/{}};
     c.layout = kind;
     c.client.initiator = "iqn.2026-11.io.blockps:unused";
     c.client.queue_depth = 4;
@@ -74,8 +75,13 @@ class PosixClientTest : public ::testing::TestWithParam<PosixEngine> {
       const std::string dev = dir_.path("sd" + std::string(1, static_cast<char>('b' + s)));
       const std::string status = dev + ".status";
       write_file(dev, std::vector<std::byte>(layout->shard_bytes(s)));
-      std::string page = "{\"shard\": {\"size\": " + std::to_string(layout->shard_bytes(s)) +
-                         ", \"dtype\": \"f32\", \"block\": " + std::to_string(block) + "}, \"counters\": {}}";
+      // A shard's page as the module writes it: its shape, no job, and the place this file gives it (so the cluster
+      // has nothing to write to this "status LU", a plain file).
+      std::string page =
+          "{\"shard\": {\"size\": " + std::to_string(layout->shard_bytes(s)) +
+          ", \"dtype\": \"f32\", \"block\": " + std::to_string(block) +
+          ", \"opt\": \"sum\"}, \"counters\": {}, \"job\": {\"holder\": \"\"}, \"place\": {\"text\": \"" +
+          format_place(place_in("m-posix", s, kShards, kind)) + "\"}}";
       std::vector<std::byte> padded(4096);
       std::memcpy(padded.data(), page.data(), page.size());
       write_file(status, padded);

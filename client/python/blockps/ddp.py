@@ -3,6 +3,9 @@
     model = torch.nn.parallel.DistributedDataParallel(model)
     model.register_comm_hook(blockps.torch.AveragingState(model, "cluster.toml"), blockps.torch.averaging_hook)
 
+The ranks of one job claim the shards (blockps/jobs.py names the job): a second job pointed at the same shards is
+refused at AveragingState with the holder named, instead of having its gradients averaged into the first's.
+
 The shards run `opt=average;mode=sync` (docs/OPTIONS.md, "Averaging shards"): per block and round they sum
 every rank's gradient in a fixed order and divide by the round's contributors, and a rank's READ after its push
 returns that average. The script's own optimizer then steps on every rank, as with DDP over gloo or NCCL: any
@@ -23,8 +26,9 @@ import threading
 
 import torch
 
-from ._blockps import Cluster
-from .distributed import _WIRE_DTYPES, ModelLayout, _bytes_of, _wire_buffer, torchrun_identity, wire_element_bytes
+from .distributed import (_WIRE_DTYPES, ModelLayout, _bytes_of, _wire_buffer, open_for_job, torchrun_identity,
+                          wire_element_bytes)
+from .jobs import check_shard_kind
 
 
 def averaging_model_bytes(model, block_bytes=256 << 10, dtype="f32", shards=1):
@@ -40,11 +44,16 @@ def averaging_model_bytes(model, block_bytes=256 << 10, dtype="f32", shards=1):
 
 class AveragingState:
     """What averaging_hook keeps between buckets and steps. model: the DDP module (or the module it wraps).
-    cluster: a blockps.Cluster, or a cluster file path (each torchrun rank logs in as worker "rank<RANK>")."""
+    cluster: a blockps.Cluster, or a cluster file path (each torchrun rank logs in as worker "rank<RANK>").
+    job: the job's name (blockps/jobs.py: default the cluster file's [client] job, BLOCKPS_JOB, or torchrun's run);
+    the shards serve one job at a time and refuse another's. takeover: claim the shards even though another job
+    holds them (that job's next command is refused). The shards must average (opt=average): checked here, before
+    any push."""
 
-    def __init__(self, model, cluster):
+    def __init__(self, model, cluster, *, job=None, takeover=False):
         rank, _, _ = torchrun_identity()
-        self.cluster = cluster if isinstance(cluster, Cluster) else Cluster(str(cluster), worker=f"rank{rank}")
+        self.cluster = open_for_job(cluster, f"rank{rank}", job, takeover)
+        check_shard_kind(self.cluster, averaging=True, user="blockps.torch.averaging_hook")
         model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
         wire = _WIRE_DTYPES[self.cluster.dtype]
         self.layout = layout = ModelLayout(model, self.cluster.block_bytes // wire_element_bytes(self.cluster.dtype))

@@ -57,6 +57,7 @@ import numpy as np
 import torch
 
 from ._blockps import Cluster
+from .jobs import check_shard_kind, derived_job_name, require_job
 
 _WIRE_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _PAGE = 4096  # device paths (posix transport) use O_DIRECT
@@ -139,6 +140,20 @@ def torchrun_identity():
         raise ValueError(f"blockps: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT must be integers: {e}") from None
 
 
+def open_for_job(cluster, worker, job, takeover):
+    """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job:
+    `job`, else the cluster file's [client] job, else blockps/jobs.py's derived name. A Cluster the script opened
+    without a job is claimed here. A shard held by another job refuses with the holder named (blockps.Error)."""
+    if isinstance(cluster, Cluster):
+        name = job or cluster.job or derived_job_name()
+        if name and (name != cluster.job or takeover):
+            cluster.claim(name, takeover)
+    else:
+        cluster = Cluster(str(cluster), worker=worker, job=job, default_job=derived_job_name(), takeover=takeover)
+    require_job(cluster)
+    return cluster
+
+
 def shard_optimizer_for(optimizer):
     """The shard bsopts (opt and its hyper-parameters) that run what `optimizer` would, or ValueError."""
     groups = optimizer.param_groups
@@ -199,17 +214,19 @@ class DistributedOptimizer(torch.optim.Optimizer):
     ("ps" after a torchrun restart, else "model"). bucket_bytes: how many ready bytes are sent together (at least
     one block). backward_passes_per_step: backward passes accumulated before a step (gradient accumulation).
     staging: force copies through staging buffers even for f32 CPU parameters (the CUDA path's code, testable
-    on a CPU). check_optimizer: compare the optimizer with the shards' bsopts.
+    on a CPU). check_optimizer: compare the optimizer with the shards' bsopts. job, takeover: the job that claims
+    the shards, and whether it takes them from another job (blockps/jobs.py; as AveragingState).
     """
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
-                 backward_passes_per_step=1, staging=False, check_optimizer=True):
+                 backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False):
         self.rank, self.world_size, restarts = torchrun_identity()
         if cluster is None:
             cluster = os.environ.get("BLOCKPS_CLUSTER")
             if not cluster:
                 raise ValueError("blockps: no cluster: pass cluster= (a file or blockps.Cluster) or set BLOCKPS_CLUSTER")
-        self.cluster = cluster if isinstance(cluster, Cluster) else Cluster(str(cluster), worker=f"rank{self.rank}")
+        self.cluster = open_for_job(cluster, f"rank{self.rank}", job, takeover)
+        check_shard_kind(self.cluster, averaging=False, user="blockps.torch.DistributedOptimizer")
         if init is None:
             init = "ps" if restarts > 0 else "model"
         if init not in ("model", "ps"):
@@ -355,6 +372,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if g is not None:
             self._staged[slot.name] = (g, g._version)
 
+    def _refuse_grad_scaler(self, scaler_arguments):
+        """RuntimeError when GradScaler.step() called step() (see _step_supports_amp_scaling); TypeError for any other
+        keyword argument."""
+        scaler = scaler_arguments.pop("grad_scaler", None)
+        unknown = sorted(scaler_arguments)
+        if unknown:
+            raise TypeError(f"DistributedOptimizer.step() got unexpected keyword arguments: {', '.join(unknown)}")
+        scaled = scaler is not None
+        for attribute in ("grad_scale", "found_inf"):  # set for this call only; GradScaler deletes them after it
+            if attribute in self.__dict__:
+                del self.__dict__[attribute]
+                scaled = True
+        if scaled:
+            raise RuntimeError(
+                "blockps: GradScaler.step() with DistributedOptimizer: the pushes left during backward with the "
+                "loss scale in them, so the shards stepped on scaled gradients and GradScaler cannot unscale them "
+                "or skip a step with inf/NaN; " + _USE_THE_HOOK)
+
     def _check_gradients_unchanged(self):
         """RuntimeError when a gradient pushed during backward was changed or replaced before step()."""
         def swapped_or_bumped(slot):
@@ -430,16 +465,23 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise type(e)(f"{e} (buffers: {', '.join(s.name for s in layout.buffers)})") from e
 
     # ---- the torch.optim.Optimizer surface ----------------------------------------------------------------
+    # GradScaler.step(optimizer) hands an optimizer that says so the scaler itself instead of unscaling the
+    # gradients in place (torch 1.13: a grad_scaler= argument; 2.x: grad_scale and found_inf attributes), so step()
+    # sees every GradScaler: its unscale_ cannot reach gradients pushed during backward (and on CUDA it changes them
+    # without bumping their version counters, which _check_gradients_unchanged relies on).
+    _step_supports_amp_scaling = True
+
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, **scaler_arguments):
         """Send what backward left, wait for every pull, install the new weights (and rank 0's buffers)."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
         try:
+            self._refuse_grad_scaler(scaler_arguments)
             self._check_gradients_unchanged()
-        except RuntimeError as e:  # finish the step's exchanges first: the shards and this rank stay in step
+        except (RuntimeError, TypeError) as e:  # finish the step's exchanges first: shards and rank stay in step
             if self._hook_failure is None:
                 self._hook_failure = e
         lr = self.param_groups[0]["lr"]

@@ -27,12 +27,14 @@ std::string file(const std::string& head) { return head + kShards; }
 TEST(ClusterFile, ParsesAValidFile) {
   auto c = parse_cluster_text(file(R"(
 [model]
+name = "resnet50/run-7"
 size = "32M"
 dtype = "bf16"
 block = "128K"
 [layout]
 kind = "range"
 [client]
+job = "torchrun:abc-1@host+2"
 initiator = "iqn.2026-11.io.blockps:me"
 queue_depth = 8
 exchange_writes = 3
@@ -43,10 +45,12 @@ timeout_s = 7
 )"),
                               "c.toml");
   ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->model.name, "resnet50/run-7");
   EXPECT_EQ(c->model.size_bytes, 32u << 20);
   EXPECT_EQ(c->model.dtype, WireDtype::bf16);
   EXPECT_EQ(c->model.block_bytes, 128u << 10);
   EXPECT_EQ(c->layout, LayoutKind::range);
+  EXPECT_EQ(c->client.job, "torchrun:abc-1@host+2");
   EXPECT_EQ(c->client.initiator, "iqn.2026-11.io.blockps:me");
   EXPECT_EQ(c->client.queue_depth, 8);
   EXPECT_EQ(c->client.exchange_writes, 3);
@@ -67,6 +71,8 @@ TEST(ClusterFile, Defaults) {
   ASSERT_TRUE(c.ok()) << c.message();
   EXPECT_EQ(c->model.dtype, WireDtype::f32);
   EXPECT_EQ(c->model.block_bytes, 256u << 10);
+  EXPECT_EQ(c->model.name, "") << "no [model] name: the shards' own, or a new identity";
+  EXPECT_EQ(c->client.job, "") << "no [client] job: OpenOptions, BLOCKPS_JOB, or none";
   EXPECT_EQ(c->layout, LayoutKind::stripe);
   EXPECT_EQ(c->client.queue_depth, 16);
   EXPECT_EQ(c->client.exchange_writes, 2);
@@ -129,7 +135,20 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
       {"no model", one_shard, ": [model] is required (size, dtype, block)"},
       {"model not a table", "model = 3\n" + one_shard, ": 'model' must be a table ([model]), not 3"},
       {"unknown model key", "[model]\nsize = \"1M\"\nelements = 4\n" + one_shard,
-       ": [model] unknown key 'elements' (known: size, dtype, block)"},
+       ": [model] unknown key 'elements' (known: name, size, dtype, block)"},
+      {"model name with a blank", "[model]\nsize = \"1M\"\nname = \"my model\"\n" + one_shard,
+       ": [model] name = \"my model\": must be the model's name, the same in every cluster file of this model: 1 to "
+       "128 characters of A-Z a-z 0-9 . _ : @ / + -"},
+      {"model name empty", "[model]\nsize = \"1M\"\nname = \"\"\n" + one_shard,
+       ": [model] name = \"\": must be the model's name"},
+      {"model name a number", "[model]\nsize = \"1M\"\nname = 7\n" + one_shard, ": [model] name = 7: must be"},
+      {"job with '='", kGoodModel + std::string("[client]\njob = \"a=b\"\n") + one_shard,
+       ": [client] job = \"a=b\": must be the job's name, the same for every worker of the job: 1 to 128 characters "
+       "of A-Z a-z 0-9 . _ : @ / + -"},
+      {"job too long", kGoodModel + std::string("[client]\njob = \"") + std::string(129, 'j') + "\"\n" + one_shard,
+       ": [client] job = \"" + std::string(129, 'j') + "\": must be the job's name"},
+      {"job with a newline", kGoodModel + std::string("[client]\njob = \"a\\nreset-rounds\"\n") + one_shard,
+       ": [client] job = \"a\nreset-rounds\": must be the job's name"},
       {"no size", "[model]\ndtype = \"f32\"\n" + one_shard,
        ": [model] size is required (must be a byte count > 0, a multiple of 512, with an optional K, M, G or T "
        "suffix (e.g. \"32M\"))"},
@@ -157,7 +176,7 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
       {"unknown layout key", kGoodModel + std::string("[layout]\nshards = 2\n") + one_shard,
        ": [layout] unknown key 'shards' (known: kind)"},
       {"unknown client key", kGoodModel + std::string("[client]\ndepth = 2\n") + one_shard,
-       ": [client] unknown key 'depth' (known: initiator, queue_depth, exchange_writes, engine, max_request, "
+       ": [client] unknown key 'depth' (known: job, initiator, queue_depth, exchange_writes, engine, max_request, "
        "reconnect_s, timeout_s)"},
       {"reconnect below 0", kGoodModel + std::string("[client]\nreconnect_s = -1\n") + one_shard,
        ": [client] reconnect_s = -1: must be a number of seconds from 0 (never reconnect) to 86400"},
@@ -223,6 +242,18 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
     EXPECT_NE(c.message().find(m.message), std::string::npos)
         << "got:      " << c.message() << "\nexpected: m.toml" << m.message;
   }
+}
+
+// The longest job name the shards take (128 characters) and every character they allow.
+TEST(ClusterFile, AJobNameMayUseTheWholeCharset) {
+  const std::string longest(128, 'x');
+  const std::string every = "AZaz09._:@/+-";
+  auto c = parse_cluster_text(std::string(kGoodModel) + "name = \"" + every + "\"\n[client]\njob = \"" + longest +
+                                  "\"\n[[shard]]\ngrad = \"/dev/a\"\nweights = \"/dev/b\"\nstatus = \"/dev/c\"\n",
+                              "j.toml");
+  ASSERT_TRUE(c.ok()) << c.message();
+  EXPECT_EQ(c->client.job, longest);
+  EXPECT_EQ(c->model.name, every);
 }
 
 TEST(ClusterFile, MissingFileNamesThePath) {

@@ -218,8 +218,11 @@ static int make_file_cluster(const char* name, const char* page_dtype) {
     if (write_bytes(file, "", 0, (size_t)shard_bytes(s)) != 0) return -1;
     snprintf(file, sizeof file, "shard%d.weights", s);
     if (write_bytes(file, "", 0, (size_t)shard_bytes(s)) != 0) return -1;
-    snprintf(page, sizeof page, "{\"shard\": {\"size\": %llu, \"dtype\": \"%s\", \"block\": %d}, \"counters\": {}}",
-             (unsigned long long)shard_bytes(s), page_dtype, kBlock);
+    /* As a shard's page: its shape, its opt, no job, and the place the file gives it (nothing to write here). */
+    snprintf(page, sizeof page,
+             "{\"shard\": {\"size\": %llu, \"dtype\": \"%s\", \"block\": %d, \"opt\": \"sum\"}, \"counters\": {}, "
+             "\"job\": {\"holder\": \"\"}, \"place\": {\"text\": \"m-capi %d/%d stripe\"}}",
+             (unsigned long long)shard_bytes(s), page_dtype, kBlock, s, kShards);
     snprintf(file, sizeof file, "shard%d.status", s);
     if (write_bytes(file, page, strlen(page), 4096) != 0) return -1;
     n += snprintf(text + n, sizeof text - (size_t)n, "[[shard]]\nname = \"disk%d\"\n", s);
@@ -417,6 +420,65 @@ static void test_file_cluster(void) {
   free(grads), free(pulled), free(weights);
 }
 
+/* (API version 6) Opening with options: the defaults, each wrong field refused before anything is sent, the kind of
+ * shard, the job and model getters, claim's arguments. Over the file cluster of test_file_cluster (a job would write
+ * its claim into the status file, so none is claimed here: tests/integration/test_job_claim.cpp claims real shards). */
+static void test_open_options(void) {
+  blockps_open_options_init(NULL);
+  blockps_open_options options;
+  memset(&options, 0xff, sizeof options);
+  blockps_open_options_init(&options);
+  CHECK(options.struct_size == sizeof options);
+  CHECK(options.job == NULL && options.takeover == 0 && options.replace_place == 0);
+  CHECK(options.expect == BLOCKPS_SHARD_ANY);
+  CHECK(strcmp(blockps_cluster_job(NULL), "") == 0);
+  CHECK(strcmp(blockps_cluster_model(NULL), "") == 0);
+  EXPECT_RESULT(blockps_cluster_claim(NULL, "A", 0), BLOCKPS_ERR_INVALID_ARGUMENT, "cluster is NULL");
+
+  blockps_cluster* cluster = NULL;
+  const char* file = path_in_scratch("files.toml");
+  EXPECT_RESULT(blockps_cluster_open_with(NULL, &options, &cluster), BLOCKPS_ERR_INVALID_ARGUMENT,
+                "cluster_file is NULL");
+  EXPECT_RESULT(blockps_cluster_open_with(file, &options, NULL), BLOCKPS_ERR_INVALID_ARGUMENT, "out is NULL");
+  blockps_open_options old = options;
+  old.struct_size = sizeof(size_t);
+  EXPECT_RESULT(blockps_cluster_open_with(file, &old, &cluster), BLOCKPS_ERR_INVALID_ARGUMENT,
+                "options->struct_size = 8: must be at least");
+  blockps_open_options odd = options;
+  odd.expect = (blockps_shard_kind)7;
+  EXPECT_RESULT(blockps_cluster_open_with(file, &odd, &cluster), BLOCKPS_ERR_INVALID_ARGUMENT,
+                "options->expect = 7: must be BLOCKPS_SHARD_ANY (0)");
+  blockps_open_options blank = options;
+  blank.job = "my job";
+  EXPECT_RESULT(blockps_cluster_open_with(file, &blank, &cluster), BLOCKPS_ERR_INVALID_ARGUMENT,
+                "job = \"my job\": must be 1 to 128 characters of A-Z a-z 0-9 . _ : @ / + -");
+  blockps_open_options nameless = options;
+  nameless.job = "";
+  nameless.takeover = 1;
+  EXPECT_RESULT(blockps_cluster_open_with(file, &nameless, &cluster), BLOCKPS_ERR_INVALID_ARGUMENT,
+                "takeover needs a job");
+  CHECK(cluster == NULL);
+
+  struct statfs fs;
+  if (statfs(scratch, &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */) return; /* as test_file_cluster */
+  CHECK(make_file_cluster("files.toml", "f32") == 0);
+  blockps_open_options averaging = options;
+  averaging.expect = BLOCKPS_SHARD_AVERAGING;
+  EXPECT_RESULT(blockps_cluster_open_with(file, &averaging, &cluster), BLOCKPS_ERR_MISMATCH, "shard 'disk0' (");
+  CHECK(strstr(blockps_last_error(), "runs opt=sum: it steps its optimizer on every push") != NULL);
+  CHECK(cluster == NULL);
+  blockps_open_options optimizer = options;
+  optimizer.expect = BLOCKPS_SHARD_OPTIMIZER;
+  optimizer.job = "";
+  EXPECT_RESULT(blockps_cluster_open_with(file, &optimizer, &cluster), BLOCKPS_OK, NULL);
+  if (cluster == NULL) return;
+  CHECK(strcmp(blockps_cluster_job(cluster), "") == 0);
+  CHECK(strcmp(blockps_cluster_model(cluster), "m-capi") == 0);
+  EXPECT_RESULT(blockps_cluster_claim(cluster, NULL, 0), BLOCKPS_ERR_INVALID_ARGUMENT, "job is NULL");
+  EXPECT_RESULT(blockps_cluster_claim(cluster, "a=b", 0), BLOCKPS_ERR_INVALID_ARGUMENT, "job = \"a=b\": must be");
+  blockps_cluster_close(cluster);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     fprintf(stderr, "usage: %s SCRATCH_DIR\n", argv[0]);
@@ -435,6 +497,7 @@ int main(int argc, char** argv) {
   test_null_arguments();
   test_cluster_file_errors();
   test_file_cluster();
+  test_open_options();
   char command[8300];
   snprintf(command, sizeof command, "rm -rf '%s'", scratch);
   if (system(command) != 0) fprintf(stderr, "could not remove %s\n", scratch);

@@ -1,11 +1,13 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <thread>
 #include <vector>
 
@@ -54,6 +56,142 @@ TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
   EXPECT_EQ(error_text(a->model().push_gradient(0, g)), "");
   EXPECT_EQ(error_text(b->model().push_gradient(0, g)), "");
   EXPECT_EQ(read_all(a->model()), read_all(b->model()));
+}
+
+// The job that holds the shard and its place survive a restart from the checkpoint: the job's new sessions join
+// at once, other jobs are refused, and the shard still knows its place.
+TEST(Checkpoint, HolderAndPlaceRoundTrip) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  const WorkerRef a{1, 10, "iqn.2024-01.test:a"}, b{1, 20, "iqn.2024-01.test:b"};
+  {
+    auto s = make_shard(path, "role=grad;size=4K");
+    ASSERT_EQ(error_text(s->control("job=run-a\nplace=m-3f9a2c01d4e5b677 1/2 range\n", &a)), "");
+    EXPECT_TRUE(s->dirty()) << "a new holder and place are changes the next checkpoint must hold";
+    ASSERT_EQ(error_text(s->checkpoint()), "");
+  }
+  const Result<CheckpointHeader> header = read_checkpoint_header(path);
+  ASSERT_EQ(error_text(header), "");
+  EXPECT_EQ(header->tenancy.job, "run-a");
+  EXPECT_GT(header->tenancy.claimed_unix, 0u);
+  ASSERT_TRUE(header->tenancy.place);
+  EXPECT_EQ(format_place(*header->tenancy.place), "m-3f9a2c01d4e5b677 1/2 range");
+
+  auto s = make_shard(path, "role=grad");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->claim_status().holder, "run-a");
+  EXPECT_EQ(s->claim_status().claimed_unix, header->tenancy.claimed_unix);
+  EXPECT_EQ(s->claim_status().sessions, 0u);
+  ASSERT_TRUE(s->place());
+  EXPECT_EQ(*s->place(), *header->tenancy.place);
+  int cmd = 0;
+  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), ServedShard::Admitted::conflict);
+  EXPECT_FALSE(s->control("job=run-b\n", &b).ok());
+  EXPECT_EQ(error_text(s->control("job=run-a\n", &b)), "");
+  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), ServedShard::Admitted::run);
+  // Released, the next checkpoint records an unclaimed shard (and keeps the place).
+  ASSERT_EQ(error_text(s->control("release\n", &b)), "");
+  ASSERT_EQ(error_text(s->checkpoint()), "");
+  const Result<CheckpointHeader> released = read_checkpoint_header(path);
+  ASSERT_EQ(error_text(released), "");
+  EXPECT_EQ(released->tenancy.job, "");
+  EXPECT_TRUE(released->tenancy.place);
+}
+
+// A checkpoint of format 1 (written before shards knew their job and place) loads as unclaimed with no place.
+// Made here as that version wrote it: this version's file with its header rewritten to format 1 and the CRC redone.
+TEST(Checkpoint, AFormatOneCheckpointLoadsUnclaimedWithNoPlace) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  const WorkerRef a{1, 10, "iqn.2024-01.test:a"};
+  std::vector<std::byte> weights;
+  {
+    auto s = make_shard(path, "role=grad;size=4K;init=uniform:1;seed=3");
+    ASSERT_EQ(error_text(s->control("job=run-a\nplace=m 0/1 stripe\n", &a)), "");
+    weights = read_all(s->model());
+    ASSERT_EQ(error_text(s->checkpoint()), "");
+  }
+  std::string file;
+  {
+    std::ifstream in(path, std::ios::binary);
+    file.assign((std::istreambuf_iterator<char>(in)), {});
+  }
+  std::uint32_t len = 0;
+  std::memcpy(&len, file.data() + 8, 4);
+  nlohmann::json header = nlohmann::json::parse(file.substr(12, len));
+  EXPECT_EQ(header["format"], 2);
+  EXPECT_EQ(header["job"], "run-a");
+  EXPECT_EQ(header["place"], "m 0/1 stripe");
+  header["format"] = 1;
+  header.erase("job");
+  header.erase("claimed");
+  header.erase("place");
+  std::string options = header["options"];  // format 1 knew no claim_idle_s
+  const std::string claim_key = ";claim_idle_s=30";
+  ASSERT_NE(options.find(claim_key), std::string::npos) << options;
+  header["options"] = options.erase(options.find(claim_key), claim_key.size());
+  const std::string old_header = header.dump();
+  const auto old_len = static_cast<std::uint32_t>(old_header.size());
+  std::string old = file.substr(0, 8);
+  old.append(reinterpret_cast<const char*>(&old_len), 4);
+  old += old_header;
+  old += file.substr(12 + len, file.size() - 12 - len - 12);  // the blocks, without the trailer
+  const auto crc = static_cast<std::uint32_t>(
+      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(old.data()), old.size()));
+  old.append(reinterpret_cast<const char*>(&crc), 4);
+  old += "BLKPSEND";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << old;
+
+  const Result<CheckpointHeader> read = read_checkpoint_header(path);
+  ASSERT_EQ(error_text(read), "");
+  EXPECT_EQ(read->tenancy, ShardTenancy{});
+  EXPECT_EQ(read->config.claim_idle_s, 30u);
+  auto s = make_shard(path, "role=grad");
+  ASSERT_TRUE(s);
+  EXPECT_EQ(read_all(s->model()), weights);
+  EXPECT_EQ(s->claim_status().holder, "");
+  EXPECT_FALSE(s->place());
+  int cmd = 0;
+  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, WorkerRef{1, 20, "iqn.2024-01.test:b"}, 0, 512),
+            ServedShard::Admitted::run);
+  // A format this build does not know is refused, naming it.
+  header["format"] = 3;
+  const std::string future = header.dump();
+  const auto future_len = static_cast<std::uint32_t>(future.size());
+  {
+    std::ofstream out(dir.file("future.ckpt"), std::ios::binary);
+    out.write("BLKPSCK1", 8);
+    out.write(reinterpret_cast<const char*>(&future_len), 4);
+    out << future;
+  }
+  const Result<CheckpointHeader> too_new = read_checkpoint_header(dir.file("future.ckpt"));
+  ASSERT_FALSE(too_new.ok());
+  EXPECT_NE(too_new.message().find("checkpoint format 3 is not 1..2"), std::string::npos) << too_new.message();
+}
+
+// The job and place fields are checked like every other field of the header.
+TEST(Checkpoint, ABadJobOrPlaceInTheHeaderIsRefusedWithItsName) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  const std::string fields = R"("format":2,"blocks":2,"options":"size=2K;block=1K;opt=sgd")";
+  const std::pair<std::string, std::string> cases[] = {
+      {"{" + fields + R"(,"job":"has space"})", "job \"has space\" is not a job name"},
+      {"{" + fields + R"(,"job":7})", "job 7 is not a job name"},
+      {"{" + fields + R"(,"job":"a","claimed":"x"})", "claimed \"x\" is not a Unix time"},
+      {"{" + fields + R"(,"place":"m 2/2 stripe"})", "place 'm 2/2 stripe': INDEX/COUNT out of range"},
+      {"{" + fields + R"(,"place":1})", "place 1 is not text"},
+  };
+  for (const auto& [json, expected] : cases) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    const auto len = static_cast<std::uint32_t>(json.size());
+    out.write("BLKPSCK1", 8);
+    out.write(reinterpret_cast<const char*>(&len), sizeof len);
+    out << json;
+    out.close();
+    const Result<CheckpointHeader> r = read_checkpoint_header(path);
+    ASSERT_FALSE(r.ok()) << json;
+    EXPECT_NE(r.message().find(expected), std::string::npos) << r.message();
+  }
 }
 
 TEST(Checkpoint, ShapeMismatchIsRefusedWithTheReason) {

@@ -26,7 +26,7 @@ TEST(LuOptions, ParsesEveryKey) {
   const LuOptions o = parse_ok(
       "role=grad; size=64M;dtype=bf16;block=128K;opt=adamw;lr=0.001;momentum=0.5;nesterov=1;beta1=0.8;"
       "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30;"
-      "io_threads=8");
+      "io_threads=8;claim_idle_s=0");
   EXPECT_EQ(o.io_threads, 8u);
   EXPECT_EQ(o.role, LuRole::grad);
   EXPECT_EQ(o.config.geometry.bytes, 64ull << 20);
@@ -44,7 +44,26 @@ TEST(LuOptions, ParsesEveryKey) {
   EXPECT_DOUBLE_EQ(o.config.init.scale, static_cast<double>(0.02f));
   EXPECT_EQ(o.config.seed, 7u);
   EXPECT_EQ(o.config.checkpoint_s, 30u);
-  EXPECT_EQ(o.given.size(), 16u);
+  EXPECT_EQ(o.config.claim_idle_s, 0u);
+  EXPECT_EQ(o.given.size(), 17u);
+}
+
+// claim_idle_s: how long the holder of a shard may be silent before another job may claim it; 0 never.
+TEST(LuOptions, ClaimIdleSDefaultsToTenMinutesAndIsChecked) {
+  EXPECT_EQ(parse_ok("role=grad;size=1M").config.claim_idle_s, 30u);
+  EXPECT_EQ(parse_ok("role=grad;size=1M;claim_idle_s=31536000").config.claim_idle_s, 31536000u);
+  EXPECT_EQ(parse_error("role=grad;size=1M;claim_idle_s=-1"),
+            "claim_idle_s=-1: must be whole seconds from 0 to 31536000");
+  EXPECT_EQ(parse_error("role=grad;size=1M;claim_idle_s=31536001"),
+            "claim_idle_s=31536001: must be whole seconds from 0 to 31536000");
+  // A shard key: recorded in the options text, and a hyper-parameter a checkpoint's shard takes anew.
+  const LuOptions o = parse_ok("role=grad;size=1M;claim_idle_s=60");
+  EXPECT_NE(format_shard_options(o.config).find("claim_idle_s=60"), std::string::npos);
+  ShardConfig saved = o.config;
+  saved.claim_idle_s = 600;
+  const Result<ShardConfig> merged = merge_onto(o, saved, /*structural_only=*/true);
+  ASSERT_TRUE(merged.ok()) << merged.message();
+  EXPECT_EQ(merged->claim_idle_s, 60u);
 }
 
 TEST(LuOptions, DefaultsForAKeyThatIsNotGiven) {

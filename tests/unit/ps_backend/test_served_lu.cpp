@@ -153,8 +153,8 @@ TEST(ServedLu, AControlCheckpointThatCannotBeWrittenIsAMediumError) {
   ::rmdir(tmp.c_str());
 }
 
-// admins=: a control write runs only when admit_writer() said its sender is an administrator; a write it never
-// saw, and one of another initiator, get ACCESS DENIED and change nothing. Reads of the page stay open.
+// admins=: a control write runs only when admit() said its sender is an administrator; a write it never saw,
+// and one of another initiator, get ACCESS DENIED and change nothing. Reads of the page stay open.
 TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   TempDir dir;
   auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=8K;opt=sgd;lr=0.25");
@@ -166,8 +166,11 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   std::memcpy(block.data(), line.data(), line.size());
   const auto c = cdb16(kWrite16);
   const auto write_as = [&](const void* handle) { return status.execute({c.data(), 0, 512, {}, block, handle}); };
+  const auto admit = [&](const void* handle, const std::string& iqn) {
+    return status.admit(&status, handle, kWrite16, 0, 512, WorkerRef{1, 7, iqn});
+  };
   int worker_cmd = 0, admin_cmd = 0, unseen_cmd = 0;
-  EXPECT_FALSE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:worker"));
+  EXPECT_EQ(admit(&worker_cmd, "iqn.2026-11.io.blockps:worker"), ServedShard::Admitted::run);
   for (const void* handle : {static_cast<const void*>(&worker_cmd), static_cast<const void*>(&unseen_cmd)}) {
     const LuOutcome w = write_as(handle);
     EXPECT_EQ(w.status, kCheckCondition);
@@ -175,14 +178,18 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
     EXPECT_EQ(w.asc, kAscAccessDeniedNoAccessRights);
   }
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.25f);
-  EXPECT_TRUE(status.admit_writer(&admin_cmd, "iqn.2026-11.io.blockps:admin"));
+  // The refusal is on the status page, in words, for the worker that was refused.
+  ASSERT_EQ(shard->recent_refusals().size(), 1u);
+  EXPECT_EQ(shard->recent_refusals()[0].iqn, "iqn.2026-11.io.blockps:worker");
+  EXPECT_NE(shard->recent_refusals()[0].reason.find("not an administrator of this shard"), std::string::npos);
+  EXPECT_EQ(admit(&admin_cmd, "iqn.2026-11.io.blockps:admin"), ServedShard::Admitted::run);
   ASSERT_EQ(write_as(&admin_cmd).status, kGood);
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.5f);
   // An admission is for one command: the same handle again (a later command at that address) is not admitted.
   EXPECT_EQ(write_as(&admin_cmd).asc, kAscAccessDeniedNoAccessRights);
   // Names compare without regard to case; WRITE AND VERIFY carries control lines too (its verify then compares
   // with the page and miscompares, but the line was admitted and applied).
-  EXPECT_TRUE(status.admit_writer(&admin_cmd, "IQN.2026-11.io.blockps:Admin"));
+  admit(&admin_cmd, "IQN.2026-11.io.blockps:Admin");
   const std::string line2 = "lr=0.75\n";
   std::memcpy(block.data(), line2.data(), line2.size());
   const auto wv = cdb16(kWriteVerify16);
@@ -190,11 +197,97 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.75f);
   std::memcpy(block.data(), line.data(), line.size());
   // A refusal overrides an admission left at the same address.
-  EXPECT_TRUE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:admin"));
-  EXPECT_FALSE(status.admit_writer(&worker_cmd, "iqn.2026-11.io.blockps:worker"));
+  admit(&worker_cmd, "iqn.2026-11.io.blockps:admin");
+  admit(&worker_cmd, "iqn.2026-11.io.blockps:worker");
   EXPECT_EQ(write_as(&worker_cmd).asc, kAscAccessDeniedNoAccessRights);
   std::vector<std::byte> page(4096);
   EXPECT_EQ(do_read(status, 0, page).status, kGood);
+}
+
+// What the glue admits before it queues (blockps_lu_needs_admission asks this): what a job's claim fences, control
+// writes, and status READs (the claim forgets its gone sessions first); never a weights READ (a snapshot) or a
+// SYNCHRONIZE CACHE.
+TEST(ServedLu, AdmissionCoversWhatAClaimFencesAndControlWrites) {
+  for (std::uint8_t op : {kRead10, kRead16, kWrite10, kWrite16})
+    EXPECT_TRUE(ServedLu::needs_admission(LuRole::grad, op));
+  for (std::uint8_t op : {kWrite6, kWrite16, kWriteVerify16, kWriteSame10, kWriteSame16, kOrWrite16})
+    EXPECT_TRUE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
+  for (std::uint8_t op : {kWrite10, kWriteVerify16, kRead16}) EXPECT_TRUE(ServedLu::needs_admission(LuRole::status, op));
+  for (std::uint8_t op : {kRead10, kRead16, kVerify16, kSynchronizeCache10, kPreFetch16})
+    EXPECT_FALSE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
+  EXPECT_FALSE(ServedLu::needs_admission(LuRole::status, kSynchronizeCache16));
+  for (std::uint8_t op : {kSynchronizeCache10, kVerify16, kPreFetch10})
+    EXPECT_FALSE(ServedLu::needs_admission(LuRole::grad, op));
+}
+
+// A job holds the shard: another session's push, pull and weights write are answered RESERVATION CONFLICT (no
+// sense) when they execute, and change nothing; its weights READ (a snapshot) is served; the holder's session
+// runs everything. The status LU says who holds it.
+TEST(ServedLu, AnotherJobsCommandsAreAnsweredReservationConflict) {
+  Lus l("role=grad;size=4K;opt=sgd;lr=1;init=uniform:1");
+  const WorkerRef a{1, 10, "iqn.2024-01.test:a"}, b{1, 20, "iqn.2024-01.test:b"};
+  ASSERT_EQ(error_text(l.shard->control("job=train-a\n", &a)), "");
+  std::vector<std::byte> before(4096), after(4096);
+  ASSERT_EQ(do_read(l.weights, 0, before).status, kGood);
+  const std::vector<std::byte> g(512, std::byte{0x3f});
+  int cmd = 0;
+  const auto as = [&](ServedLu& lu, const WorkerRef& who, std::uint8_t op, std::vector<std::byte>& in,
+                      const std::vector<std::byte>& out) {
+    const auto c = cdb16(op);
+    const ServedShard::Admitted admitted =
+        lu.admit(&lu, &cmd, op, 0, static_cast<std::uint32_t>(in.size() + out.size()), who);
+    EXPECT_EQ(admitted, ServedShard::Admitted::run) << "an LU that cannot hold commands queues them";
+    return lu.execute({c.data(), 0, static_cast<std::uint32_t>(in.size() + out.size()), in, out, &cmd});
+  };
+  std::vector<std::byte> none, in(512);
+  for (ServedLu* lu : {&l.grad, &l.weights}) {
+    const LuOutcome w = as(*lu, b, kWrite16, none, g);
+    EXPECT_EQ(w.status, kReservationConflict);
+    EXPECT_EQ(w.sense_key, kNoSense);
+    EXPECT_EQ(w.asc, kAscNone);
+  }
+  EXPECT_EQ(as(l.grad, b, kRead16, in, none).status, kReservationConflict);
+  EXPECT_EQ(l.shard->counters().pushes.load(), 0u);
+  EXPECT_EQ(l.shard->counters().weight_writes.load(), 0u);
+  EXPECT_EQ(l.shard->claim_status().refused, 3u);
+  // Not fenced: a snapshot of the weights (no admission at all).
+  ASSERT_EQ(do_read(l.weights, 0, after).status, kGood);
+  EXPECT_EQ(after, before);
+  // The holder's session runs; its commands keep the claim alive.
+  EXPECT_EQ(as(l.grad, a, kWrite16, none, g).status, kGood);
+  EXPECT_EQ(as(l.grad, a, kRead16, in, none).status, kGood);
+  EXPECT_EQ(l.shard->counters().pushes.load(), 1u);
+  // A refusal recorded for a handle is for that command only: the next command at the same address runs.
+  EXPECT_EQ(as(l.weights, b, kWrite16, none, g).status, kReservationConflict);
+  EXPECT_EQ(as(l.weights, a, kWrite16, none, g).status, kGood);
+
+  std::vector<std::byte> page(kStatusLuBytes);
+  ASSERT_EQ(do_read(l.status, 0, page).status, kGood);
+  const auto j = nlohmann::json::parse(std::string(reinterpret_cast<const char*>(page.data())));
+  EXPECT_EQ(j["job"]["holder"], "train-a");
+  EXPECT_EQ(j["job"]["refused"], 4);
+  const auto& recent = j["refusals"]["recent"];
+  ASSERT_FALSE(recent.empty());
+  EXPECT_EQ(recent.back()["iqn"], "iqn.2024-01.test:b");
+  EXPECT_EQ(recent.back()["lu"], "weights");
+  EXPECT_NE(recent.back()["reason"].get<std::string>().find("is held by job train-a"), std::string::npos);
+}
+
+// The control write's sender is what the status LU admitted: job= needs it.
+TEST(ServedLu, AControlWriteCarriesTheSenderItWasAdmittedWith) {
+  Lus l("role=grad;size=4K");
+  std::vector<std::byte> block(512);
+  const std::string line = "job=train-a\n";
+  std::memcpy(block.data(), line.data(), line.size());
+  const auto c = cdb16(kWrite16);
+  int cmd = 0;
+  // Never admitted: no sender, so no job can be joined.
+  EXPECT_EQ(l.status.execute({c.data(), 0, 512, {}, block, &cmd}).asc, kAscInvalidFieldInParameterList);
+  EXPECT_EQ(l.shard->claim_status().holder, "");
+  l.status.admit(&l.status, &cmd, kWrite16, 0, 512, WorkerRef{1, 5, "iqn.2024-01.test:a"});
+  ASSERT_EQ(l.status.execute({c.data(), 0, 512, {}, block, &cmd}).status, kGood);
+  EXPECT_EQ(l.shard->claim_status().holder, "train-a");
+  EXPECT_EQ(l.shard->claim_status().sessions, 1u);
 }
 
 TEST(ServedLu, VerifyComparesWithTheWeights) {

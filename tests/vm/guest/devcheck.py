@@ -12,8 +12,16 @@ buffers): what a worker of any framework does. Exit 0 when the check holds, 1 wi
       READ_DEV (the weights and grad LUs of that shard, over any transport).
   devcheck.py fsync GRAD_DEV CHECKPOINT_FILE
       fsync() of a grad device (SYNCHRONIZE CACHE) after a push writes the shard's checkpoint file.
+  devcheck.py fence STATUS_DEV MEMBER_GRAD_DEV OTHER_GRAD_DEV [--offset BYTES]
+      A job claimed through STATUS_DEV (the control line job=NAME: it binds the kernel's session of that device)
+      fences the shard: a push through MEMBER_GRAD_DEV (the same session) is served, one through OTHER_GRAD_DEV
+      (another session: the other transport's) fails with the SCSI status RESERVATION CONFLICT (an I/O error to
+      the program) and is not counted by the shard; after the control line `release` the other session's
+      push is served again.
 """
 import argparse
+import errno
+import json
 import mmap
 import os
 import sys
@@ -113,6 +121,54 @@ def check_fsync(a):
           f"inode {before.st_ino} -> {after.st_ino}) in {took:.2f}s")
 
 
+def control(path, lines):
+    """Control lines to a status device: one O_DIRECT WRITE of whole 512-byte sectors, NUL-padded."""
+    data = ("\n".join(lines) + "\n").encode()
+    buf = mmap.mmap(-1, -(-len(data) // 4096) * 4096)
+    buf.write(data)
+    fd = os.open(path, os.O_WRONLY | os.O_DIRECT)
+    try:
+        os.pwritev(fd, [buf], 0)
+    finally:
+        os.close(fd)
+
+
+def pushes(status):
+    """The shard's push counter from its status page (JSON on the status device, NUL-padded)."""
+    fd = os.open(status, os.O_RDONLY | os.O_DIRECT)
+    try:
+        buf = mmap.mmap(-1, 64 << 10)
+        os.preadv(fd, [buf], 0)
+    finally:
+        os.close(fd)
+    return json.loads(bytes(buf).split(b"\0", 1)[0])["counters"]["pushes"]
+
+
+def check_fence(a):
+    n = 1024
+    member, other = Dev(a.member, True), Dev(a.other, True)
+    zeros = np.zeros(n, dtype=np.float32)
+    control(a.status, ["job=vm-fence-check"])
+    try:
+        before = pushes(a.status)
+        member.write(a.offset, zeros)
+        try:
+            other.write(a.offset, zeros)
+            fail(f"a push through {a.other} (another session) was served while job vm-fence-check holds the shard")
+        except OSError as e:
+            # Linux maps RESERVATION CONFLICT to BLK_STS_NEXUS: EBADE from an O_DIRECT write (EIO on older kernels).
+            if e.errno not in (errno.EBADE, errno.EIO):
+                fail(f"the refused push through {a.other} failed with {e!r}, not EBADE/EIO")
+            print(f"devcheck: fence ok: the other session's push was refused ({e.strerror}, errno {e.errno})")
+        after = pushes(a.status)
+        if after != before + 1:
+            fail(f"the shard counted {after - before} pushes for the member's one and the refused one")
+    finally:
+        control(a.status, ["release"])
+    other.write(a.offset, zeros)
+    print(f"devcheck: fence ok: after release the push through {a.other} is served again")
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -131,8 +187,13 @@ def main():
     f = sub.add_parser("fsync")
     f.add_argument("grad")
     f.add_argument("checkpoint")
+    c = sub.add_parser("fence")
+    c.add_argument("status")
+    c.add_argument("member")
+    c.add_argument("other")
+    c.add_argument("--offset", type=int, default=12 << 20)
     a = p.parse_args()
-    {"grad": check_grad, "weights": check_weights, "fsync": check_fsync}[a.cmd](a)
+    {"grad": check_grad, "weights": check_weights, "fsync": check_fsync, "fence": check_fence}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -174,6 +174,13 @@ step_fio() {
     die "fio matrix-psync-qd1 over TCP: $(tail -n 5 "$out/psync-tcp.err")"
 }
 
+# A job claimed through the kernel's iSER session of shard 0 (job= on its status device) fences the shard: the TCP
+# session's push is refused with RESERVATION CONFLICT (an I/O error), the iSER session's is served; `release` ends it.
+step_job_fence() {
+  python3 "$repo/tests/vm/guest/devcheck.py" fence "$(dev_of "$state/iser.toml" 0 status)" \
+    "$(dev_of "$state/iser.toml" 0 grad)" "$(dev_of "$state/tcp.toml" 0 grad)" || die "job fence over the kernel path"
+}
+
 step_fsync_checkpoint() {
   python3 "$repo/tests/vm/guest/devcheck.py" fsync "$(dev_of "$state/iser.toml" 1 grad)" \
     /var/lib/blockps/shard1/model.ckpt || die "fsync over iSER"
@@ -292,7 +299,7 @@ exec > >(tee -a "$res/console.log") 2>&1
 steps=(
   "rdma 60 1" "ps-up 120 1" "attach-iser 240 1" "attach-tcp 120 1"
   "posix-weights 90 0" "posix-grad 90 0" "client-posix-libaio 180 0" "client-libiscsi-iser 180 0"
-  "fio 300 0" "fsync-checkpoint 60 0" "shard-restart 120 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
+  "fio 300 0" "job-fence 60 0" "fsync-checkpoint 60 0" "shard-restart 120 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
   "detach 120 0" "ps-down 90 0"
 )
 say "guest test starts (kernel $(uname -r))"

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "contract/scsi_codes.h"
+#include "ps_backend/shard_registry.h"
 #include "tests/unit/ps_backend/glue/allocation_failure.h"
 #include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 #include "tests/unit/ps_backend/test_support.h"
@@ -282,6 +283,99 @@ TEST_F(GlueWithAFailingStore, AnSspPushWhoseUpdateFailsIsAnsweredHardwareErrorAn
   ASSERT_EQ(ut_submit(pull), 0);
   ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(pull).completed == 1; })) << last_log();
   expect_failed(pull, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
+}
+
+// A job holds the shard (its sessions sent job=NAME to the status LU): the glue answers every command of another
+// session that the claim fences with RESERVATION CONFLICT, without sense data, as a fenced SCSI device does. An
+// LU that cannot hold commands answers it through the I/O pool (the only way a store sets a status of its own
+// without asynchronous completion); a grad LU with rounds fails it from the wake handler, before the rounds see it.
+class GlueWithAClaim : public Glue {
+ protected:
+  void TearDown() override {
+    shard_.reset();
+    Glue::TearDown();
+  }
+  static blockps::WorkerRef session(std::uint64_t itn) {
+    return {1, itn, "iqn.2024-01.test:worker-" + std::to_string(itn)};  // as the stubbed tgt names them
+  }
+  // `itn` joins job `job` through the shard's control lines (in tgtd: a WRITE to the status LU of the same target).
+  void join(std::uint64_t itn, const std::string& job) {
+    if (!shard_) {
+      auto attached = ShardRegistry::instance().attach(dir_.file("shard.ckpt"), unit::options("role=status"));
+      ASSERT_TRUE(attached.ok()) << attached.message();
+      shard_ = std::move(attached).value();
+    }
+    const blockps::WorkerRef who = session(itn);
+    ASSERT_EQ(error_text(shard_->control("job=" + job + "\n", &who)), "");
+  }
+
+  // Answered RESERVATION CONFLICT with no sense: through the pool (`executed`), or by the glue itself.
+  static void expect_reservation_conflict(const ut_cmd* c, bool executed) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_EQ(f.queued, executed ? 1 : 0);
+    EXPECT_EQ(f.executed, executed ? 1 : 0);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kReservationConflict);
+    EXPECT_FALSE(f.sense_built);
+  }
+
+  std::shared_ptr<ServedShard> shard_;
+};
+
+TEST_F(GlueWithAClaim, AnAsyncGradLuAnswersAnotherJobReservationConflictThroughThePool) {
+  open("role=grad;size=8k;block=4k");
+  join(kWorkerA, "run-a");
+  ut_cmd* push = command(kWorkerB, true, 0);
+  ut_cmd* pull = command(kWorkerB, false, 0);
+  ASSERT_EQ(ut_submit(push), 0);
+  ASSERT_EQ(ut_submit(pull), 0);
+  EXPECT_EQ(ut_run_pool(), 2);
+  expect_reservation_conflict(push, true);
+  expect_reservation_conflict(pull, true);
+  EXPECT_EQ(shard_->counters().pushes.load(), 0u);
+  EXPECT_EQ(shard_->counters().pulls.load(), 0u);
+  EXPECT_EQ(ut_log_count("session 2 of iqn.2024-01.test:worker-2 has not joined it"), 1)
+      << "logged once per session, not per command: " << last_log();
+  this->push(kWorkerA, 0);  // the holder's session is served
+  EXPECT_EQ(shard_->counters().pushes.load(), 1u);
+  EXPECT_EQ(shard_->claim_status().refused, 2u);
+}
+
+TEST_F(GlueWithAClaim, ASyncGradLuRefusesAnotherJobBeforeItsRounds) {
+  open(kSync);
+  join(kWorkerA, "run-a");
+  ut_cmd* push = command(kWorkerB, true, 0);
+  ut_cmd* pull = command(kWorkerB, false, kBlock);
+  ASSERT_EQ(ut_submit(push), 0);
+  ASSERT_EQ(ut_submit(pull), 0);
+  expect_parked(push);  // held until the wake its refusal triggered
+  ut_wake();
+  expect_reservation_conflict(push, false);
+  expect_reservation_conflict(pull, false);
+  EXPECT_EQ(shard_->rounds()->live_workers(), 0u) << "the refused push joined no round";
+  // The holder's worker forms its rounds as before: its READ waits for the round its push opened.
+  this->push(kWorkerA, 0);
+  ut_cmd* own = park_pull(kWorkerA, 0);
+  expect_parked(own);
+  EXPECT_EQ(shard_->rounds()->live_workers(), 1u);
+}
+
+TEST_F(GlueWithAClaim, AWeightsLuRefusesAnotherJobsWritesButServesItsReads) {
+  open("role=weights;size=8k;block=4k");
+  join(kWorkerA, "run-a");
+  ut_cmd* write = command(kWorkerB, true, 0);
+  ut_cmd* read = command(kWorkerB, false, 0);
+  ASSERT_EQ(ut_submit(write), 0);
+  ASSERT_EQ(ut_submit(read), 0);
+  EXPECT_EQ(ut_run_pool(), 2);
+  expect_reservation_conflict(write, true);
+  expect_completed_good(read);  // a snapshot (blockps save, dd if=) is never fenced
+  EXPECT_EQ(shard_->counters().weight_writes.load(), 0u);
+  ut_cmd* own = command(kWorkerA, true, 0);
+  ASSERT_EQ(ut_submit(own), 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(own);
+  EXPECT_EQ(shard_->counters().weight_writes.load(), 1u);
 }
 
 TEST_F(Glue, BsoptsRefusalsTellTgtadmUnknownKeyFromBadValue) {

@@ -140,6 +140,22 @@ TEST(ParkingLot, CommandsOfAClosingLuAreRefusedAtTheNextProcess) {
   EXPECT_EQ(t.out.resubmitted, std::vector<const void*>{&kSecond}) << "another LU's command is not refused";
 }
 
+// Another job took the shard over: every parked command, of every LU, fails as a reservation conflict.
+TEST(ParkingLot, RefuseAllRefusesTheCommandsOfEveryLu) {
+  Lot t;
+  t.now = Admission::run;
+  t.lot.park(&kOwner, &kFirst, true, kA, 0, 512);
+  t.lot.park(&kOtherOwner, &kSecond, false, kB, 0, 512);
+  t.lot.refuse_all("job b took the shard over", Refusal::reservation_conflict);
+  t.process(&kOwner);
+  t.process(&kOtherOwner);
+  ASSERT_EQ(t.out.failed.size(), 2u);
+  for (const auto& failed : t.out.failed)
+    EXPECT_EQ(failed, std::make_pair(Refusal::reservation_conflict, std::string("job b took the shard over")));
+  EXPECT_TRUE(t.out.readmitted.empty());
+  EXPECT_TRUE(t.lot.empty());
+}
+
 TEST(ParkingLot, ACommandParkedWithARefusalFailsWithIt) {
   Lot t;
   t.lot.park(&kOwner, &kFirst, false, kA, 0, 512, "live workers 1 < min_workers=2");

@@ -27,6 +27,40 @@ TEST(Rounds, ResetDropsOpenRoundsAndRestartsTheCounters) {
   EXPECT_EQ(weights(f.model), before) << "A's dropped push must not count in B's round";
 }
 
+// A takeover by another job: unlike reset-rounds, the old job's workers leave the membership (the next workers
+// form anew, waiting for all `workers`), and its parked commands fail as reservation conflicts.
+TEST(Rounds, RestartDropsTheMembersTheOpenRoundsAndTheParkedCommands) {
+  Fixture f(sync_policy(2, 2));
+  const auto g = gradient(kShardBytes, 1);
+  EXPECT_TRUE(f.rounds.idle());
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);  // formed; round 1 applied
+  ASSERT_EQ(f.push(kA, g), Admission::run);  // round 2 open
+  int owner = 0, pull = 0;
+  f.rounds.park(&owner, &pull, false, kA, 0, kShardBytes);
+  EXPECT_FALSE(f.rounds.idle());
+  const auto before = weights(f.model);
+  f.rounds.restart("job b took the shard over");
+  EXPECT_EQ(f.rounds.live_workers(), 0u);
+  EXPECT_TRUE(f.status()["live_workers"].empty());
+  EXPECT_EQ(f.status()["workers_dropped"], 2);
+  EXPECT_EQ(f.status()["open_rounds"], 0);
+  EXPECT_FALSE(f.status()["degraded"].get<bool>()) << "no longer formed: too few workers is not degraded";
+  std::vector<std::pair<Refusal, std::string>> failed;
+  f.rounds.process_parked(
+      &owner, [](int, std::uint64_t) { return true; }, [](const void*) { return false; },
+      [](const ParkedCommand&) { ADD_FAILURE() << "resubmitted"; },
+      [&](const ParkedCommand&, Refusal as, const std::string& why) { failed.emplace_back(as, why); });
+  ASSERT_EQ(failed.size(), 1u);
+  EXPECT_EQ(failed[0], std::make_pair(Refusal::reservation_conflict, std::string("job b took the shard over")));
+  EXPECT_TRUE(f.rounds.idle());
+  // The new job's first worker alone does not close a round: it waits for `workers` again.
+  const WorkerRef c{1, 21, "iqn.w:c"};
+  ASSERT_EQ(f.push(c, g), Admission::run);
+  EXPECT_EQ(weights(f.model), before) << "A's open round was dropped, and C's waits for a second worker";
+  EXPECT_EQ(f.rounds.admit_pull(c.itn, 0, kShardBytes), Admission::park);
+}
+
 TEST(Rounds, APushTheDataPathRefusesRunsUnclaimed) {
   Fixture f(sync_policy(2, 2));
   const auto g = gradient(kShardBytes, 1);
