@@ -152,7 +152,7 @@ double update_seconds(const DeviceArrays& a, OptimizerKind kind, WireDtype d, co
                       const cuda::LaunchShape& shape, cudaStream_t stream, int reps, bool& failed) {
   return median_seconds(stream, reps, [&] {
     for (const cuda::Launch& launch : launches)
-      failed |= cuda::launch_update(kind, d, launch, a.w, a.g, a.s0, a.s1, shape, stream) != cudaSuccess;
+      failed |= cuda::launch_update(kind, d, launch, a.w, a.g, a.s0, a.s1, nullptr, shape, stream) != cudaSuccess;
   });
 }
 
@@ -172,7 +172,7 @@ int kernel_figures(const Args& args, int multiprocessors) {
   std::printf("%-9s %-5s %9s %7s | %13s %8s | %13s %8s\n", "opt", "dtype", "traffic/B", "max", "merged GB/s", "of max",
               "32 pcs GB/s", "of max");
 
-  const cuda::LaunchShape shape{.multiprocessors = multiprocessors, .ctas_per_multiprocessor = 0};
+  const cuda::LaunchShape shape{};  // the engine's default (CudaStoreShape): one vector per thread
   int missed = 0, rows = 0;
   bool failed = false;
   for (OptimizerKind kind : kAllOptimizerKinds) {
@@ -200,9 +200,9 @@ int kernel_figures(const Args& args, int multiprocessors) {
     }
   }
   std::printf(
-      "\ntarget: 'merged' >= %.2f of max; '!' marks a miss (%d of %d). Launch shape: %d multiprocessors x the\n"
-      "kernel's occupancy, grid-stride; 256 threads per block.\n\n",
-      kKernelTarget, missed, rows, multiprocessors);
+      "\ntarget: 'merged' >= %.2f of max; '!' marks a miss (%d of %d). Launch shape: the engine's (one vector of\n"
+      "%d elements per thread, 256 threads per block; %d multiprocessors).\n\n",
+      kKernelTarget, missed, rows, cuda::kVector, multiprocessors);
 
   // Launch shapes, merged: thread blocks per multiprocessor (0: occupancy), and one vector per thread.
   std::printf("launch shapes (merged, fraction of max): %-10s", "opt dtype");
@@ -326,19 +326,20 @@ struct NamedShape {
 int engine_figures(const Args& a) {
   const NamedShape shapes[] = {
       {"default", CudaStoreShape{}},
-      {"4M,side", CudaStoreShape{.chunk_bytes = 4u << 20, .last_copy_back_in_order = false}},  // as of 2026-11-26
-      {"4M", CudaStoreShape{.chunk_bytes = 4u << 20}},
-      {"256K", CudaStoreShape{.chunk_bytes = 256u << 10}},
-      {"128K", CudaStoreShape{.chunk_bytes = 128u << 10}},
+      {"map,512K", CudaStoreShape{.chunk_bytes = 512u << 10}},
+      {"copy,side", CudaStoreShape{.mapped = false}},  // the path of 2026-11-26: upload, kernel, copy-back
+      {"copy,inord", CudaStoreShape{.mapped = false, .last_copy_back_in_order = true}},
+      {"copy,512K", CudaStoreShape{.chunk_bytes = 512u << 10, .mapped = false}},
   };
   std::printf("per-request path: ModelShard::push_gradient of %llu KiB requests, %d writer threads, 256 MiB shard\n",
               static_cast<unsigned long long>(a.request_bytes >> 10), a.threads);
   std::printf(
       "ceiling: each thread, its own stream: the request's gradient pinned -> GPU, its f32 weights GPU -> pinned, "
       "wait\n");
-  std::printf("default shape: chunk %llu KiB, last copy-back %s\n\n",
+  std::printf("default shape: chunk %llu KiB, %s\n\n",
               static_cast<unsigned long long>(CudaStoreShape{}.chunk_bytes >> 10),
-              CudaStoreShape{}.last_copy_back_in_order ? "in order" : "on the side stream");
+              CudaStoreShape{}.mapped ? "mapped (the kernel reads the pinned gradient and writes the pinned mirror)"
+                                      : "upload, kernel, copy-back");
   std::printf("%-6s %-5s %9s %8s %8s %9s %9s |", "opt", "dtype", "ceiling", "h2d", "d2h", "memcpy", "cpu");
   for (const NamedShape& s : shapes) std::printf(" %9s", s.name);
   std::printf(" | %8s\n", "default/ceiling");
@@ -385,7 +386,9 @@ int engine_figures(const Args& a) {
   std::printf(
       "\nGB/s of gradient (wire bytes); h2d: gradient only; d2h: weights only (GB/s of weights); memcpy: pageable ->\n"
       "pinned on the host (the copy a push adds before its upload). Target: default/ceiling >= %.2f; '!' marks a\n"
-      "miss (%d of 3). Shapes: chunk bytes, ',side' = the last copy-back on the side stream.\n",
+      "miss (%d of 3). Shapes: map = mapped (the kernel reads the pinned gradient, writes the pinned mirror);\n"
+      "copy = upload, kernel, copy-back (side: on the copy-back stream; inord: on the kernel's); chunk 4 MiB unless\n"
+      "named.\n",
       kRequestTarget, missed);
   return 0;
 }
