@@ -9,9 +9,7 @@
 // grid-stride loop over a grid sized to what the GPU holds at once, so that a large piece is one launch that
 // streams at memory bandwidth. The few elements before the first 16-byte boundary and after the last vector are
 // updated one per thread. Contiguous pieces with the same step constants are merged into one (pack_chunk), so a
-// request whose blocks are at the same step is one piece however many blocks it spans. The gradient may be in
-// device memory or in pinned host memory the kernel reads over the bus, and the updated weights may also be
-// stored into a pinned host mirror (`mirror`): the store's mapped path, which needs no copy calls.
+// request whose blocks are at the same step is one piece however many blocks it spans.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -46,10 +44,10 @@ struct Launch {
   LaunchPiece piece[kMaxLaunchPieces];
 };
 
-/// How wide a launch may be. multiprocessors <= 0 (the default, measured fastest on an H200: bench/RESULTS.md):
-/// one vector per thread, as many blocks as that takes; else at most multiprocessors * ctas_per_multiprocessor
-/// thread blocks (0: as many as fit on a multiprocessor at once, from the kernel's occupancy), which loop over
-/// the piece.
+/// How wide a launch may be. multiprocessors <= 0 (the default, 3-7% faster than the capped shapes on an H200:
+/// bench/RESULTS.md): one vector per thread, as many blocks as that takes; else at most multiprocessors *
+/// ctas_per_multiprocessor thread blocks (0: as many as fit on a multiprocessor at once, from the kernel's
+/// occupancy), which loop over the piece.
 struct LaunchShape {
   int multiprocessors = 0;
   int ctas_per_multiprocessor = 0;
@@ -139,8 +137,7 @@ using GradVector = std::conditional_t<D == WireDtype::f32, float4, uint2>;
 template <OptimizerKind K, WireDtype D>
 __device__ __forceinline__ void update_element(const StepConstants& k, float* __restrict__ w,
                                                const void* __restrict__ g, float* __restrict__ s0,
-                                               float* __restrict__ s1, float* __restrict__ mirror, std::uint64_t e,
-                                               std::uint64_t gi) {
+                                               float* __restrict__ s1, std::uint64_t e, std::uint64_t gi) {
   float weight = w[e];
   float state0 = 0.0f;
   float state1 = 0.0f;
@@ -148,7 +145,6 @@ __device__ __forceinline__ void update_element(const StepConstants& k, float* __
   if constexpr (kSlots < K >> 1) state1 = s1[e];
   ElementUpdate<K>::apply(k, weight, load_wire<D>(g, gi), state0, state1);
   w[e] = weight;
-  if (mirror != nullptr) mirror[e] = weight;
   if constexpr (kSlots < K >> 0) s0[e] = state0;
   if constexpr (kSlots < K >> 1) s1[e] = state1;
 }
@@ -156,8 +152,8 @@ __device__ __forceinline__ void update_element(const StepConstants& k, float* __
 // Elements e .. e+kVector-1 (e and gi multiples of kVector): every load and store one vector wide.
 template <OptimizerKind K, WireDtype D>
 __device__ __forceinline__ void update_vector(const StepConstants& k, float* __restrict__ w, const void* __restrict__ g,
-                                              float* __restrict__ s0, float* __restrict__ s1,
-                                              float* __restrict__ mirror, std::uint64_t e, std::uint64_t gi) {
+                                              float* __restrict__ s0, float* __restrict__ s1, std::uint64_t e,
+                                              std::uint64_t gi) {
   float4 weight = *reinterpret_cast<const float4*>(w + e);
   float4 state0{};
   float4 state1{};
@@ -169,7 +165,6 @@ __device__ __forceinline__ void update_vector(const StepConstants& k, float* __r
   ElementUpdate<K>::apply(k, weight.z, load_wire<D>(&grad, 2), state0.z, state1.z);
   ElementUpdate<K>::apply(k, weight.w, load_wire<D>(&grad, 3), state0.w, state1.w);
   *reinterpret_cast<float4*>(w + e) = weight;
-  if (mirror != nullptr) *reinterpret_cast<float4*>(mirror + e) = weight;
   if constexpr (kSlots < K >> 0) *reinterpret_cast<float4*>(s0 + e) = state0;
   if constexpr (kSlots < K >> 1) *reinterpret_cast<float4*>(s1 + e) = state1;
 }
@@ -177,7 +172,7 @@ __device__ __forceinline__ void update_vector(const StepConstants& k, float* __r
 template <OptimizerKind K, WireDtype D>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     fused_update_kernel(const Launch launch, float* __restrict__ w, const void* __restrict__ g, float* __restrict__ s0,
-                        float* __restrict__ s1, float* __restrict__ mirror) {
+                        float* __restrict__ s1) {
   const LaunchPiece& piece = launch.piece[blockIdx.y];
   const StepConstants k = piece.constants;
   const std::uint64_t first = piece.element;
@@ -189,31 +184,28 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   const std::uint64_t thread = std::uint64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   const std::uint64_t stride = std::uint64_t{gridDim.x} * blockDim.x;
   for (std::uint64_t v = thread; v < vectors; v += stride)
-    update_vector<K, D>(k, w, g, s0, s1, mirror, first + head + v * kVector, grad + head + v * kVector);
+    update_vector<K, D>(k, w, g, s0, s1, first + head + v * kVector, grad + head + v * kVector);
   // The elements before the first vector and after the last (fewer than kVector each): one per thread.
   const std::uint64_t body_end = head + vectors * kVector;
   if (thread < head) {
-    update_element<K, D>(k, w, g, s0, s1, mirror, first + thread, grad + thread);
+    update_element<K, D>(k, w, g, s0, s1, first + thread, grad + thread);
   } else if (thread - head < count - body_end) {
     const std::uint64_t i = body_end + (thread - head);
-    update_element<K, D>(k, w, g, s0, s1, mirror, first + i, grad + i);
+    update_element<K, D>(k, w, g, s0, s1, first + i, grad + i);
   }
 }
 
 inline bool aligned(const void* p, std::uintptr_t bytes) { return reinterpret_cast<std::uintptr_t>(p) % bytes == 0; }
 
-/// Enqueue one fused update on `stream`: g holds `dtype` elements in device memory or in pinned (mapped) host
-/// memory; `mirror`, when not null, a pinned host array that gets the updated weights too. w, s0, s1 and mirror
-/// 16-byte aligned, g aligned to a vector of its dtype, each piece's grad_index equal to its element modulo
-/// kVector (as pack_chunk makes them). Returns the launch error, or cudaErrorInvalidValue when the alignment is
-/// not met.
+/// Enqueue one fused update on `stream` (g in device memory, `dtype` elements; w, s0, s1 16-byte aligned, g aligned
+/// to a vector of its dtype, each piece's grad_index equal to its element modulo kVector, as pack_chunk makes
+/// them). Returns the launch error, or cudaErrorInvalidValue when the alignment is not met.
 inline cudaError_t launch_update(OptimizerKind kind, WireDtype dtype, const Launch& launch, float* w, const void* g,
-                                 float* s0, float* s1, float* mirror, const LaunchShape& shape, cudaStream_t stream) {
+                                 float* s0, float* s1, const LaunchShape& shape, cudaStream_t stream) {
   if (launch.pieces <= 0) return cudaSuccess;
   for (int i = 0; i < launch.pieces; ++i)
     if (launch.piece[i].element % kVector != launch.piece[i].grad_index % kVector) return cudaErrorInvalidValue;
-  if (!aligned(w, 16) || !aligned(s0, 16) || !aligned(s1, 16) || !aligned(mirror, 16) ||
-      !aligned(g, wire_size(dtype) * kVector))
+  if (!aligned(w, 16) || !aligned(s0, 16) || !aligned(s1, 16) || !aligned(g, wire_size(dtype) * kVector))
     return cudaErrorInvalidValue;
   return dispatch_update(
       kind, dtype,
@@ -236,7 +228,7 @@ inline cudaError_t launch_update(OptimizerKind kind, WireDtype dtype, const Laun
         }
         const dim3 grid(static_cast<unsigned>(std::min<std::uint64_t>(blocks_x, 0x7fffffffu)),
                         static_cast<unsigned>(launch.pieces));
-        fused_update_kernel<K, D><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1, mirror);
+        fused_update_kernel<K, D><<<grid, kThreadsPerBlock, 0, stream>>>(launch, w, g, s0, s1);
         return cudaGetLastError();
       },
       [] { return cudaErrorInvalidValue; });

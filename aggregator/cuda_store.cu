@@ -3,15 +3,14 @@
 //
 // A push runs on a lane (a compute stream, a copy-back stream and two pinned staging slots); concurrent pushes
 // take different lanes, so several requests are in flight on several streams. A request is cut into chunks of
-// up to CudaStoreShape::chunk_bytes of gradient (cuda::pack_chunk; a chunk may end inside a block). Per chunk,
-// the gradient is copied into a pinned staging slot, then (the mapped path, the default) one fused kernel reads
-// it there over the bus and stores the updated weights both on the GPU and into the mirror: one launch and no
-// copy calls per chunk; or (the copy path) the slot is uploaded, the kernel runs, and the updated weights are
-// copied into the mirror (on the copy-back stream after an event; the last chunk's may be in order on the
-// compute stream). Chunks alternate between the two slots, so staging chunk c+1 on the host overlaps the GPU's
-// work on chunk c. The push returns once the streams are done: the mirror holds the new weights before
-// ModelShard releases the block locks, so a READ (which takes the block's shared lock) never sees a half-copied
-// block.
+// up to CudaStoreShape::chunk_bytes of gradient (cuda::pack_chunk; a chunk may end inside a block). Per chunk:
+// gradient -> pinned staging slot -> device (compute stream) -> one fused kernel -> an event -> the copy-back
+// stream copies the updated weights into the mirror (the last chunk's may be in order on the compute stream).
+// Chunks alternate between the two slots, so staging chunk c+1 on the host overlaps the transfers and kernel of
+// chunk c. The push returns once both streams are done: the mirror holds the new weights before ModelShard
+// releases the block locks, so a READ (which takes the block's shared lock) never sees a half-copied block.
+// (A kernel that reads the pinned gradient and writes the pinned mirror itself, with no copy calls, was measured
+// slower on an H200: bench/RESULTS.md, "CUDA engine (issue 41)".)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -75,7 +74,7 @@ class CudaStore final : public ShardStore {
       for (auto& slot : lane.slot) {
         if (made.ok())
           made = check(cudaMallocHost(&slot.staging, shape_.chunk_bytes + kGradSlack), "cudaMallocHost (staging)");
-        if (made.ok() && !shape_.mapped)
+        if (made.ok())
           made = check(cudaMalloc(&slot.device_grad, shape_.chunk_bytes + kGradSlack), "cudaMalloc (gradient)");
         if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
         if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
@@ -123,28 +122,23 @@ class CudaStore final : public ShardStore {
       const cuda::Chunk c = cuda::pack_chunk(updates, at, chunk_elements, launch);
       const bool last = at.at_end(updates);
       const std::size_t bytes = c.elements * size;
-      // What read the slot's staging buffer last (its upload, or the kernel on the mapped path) must be done
-      // before the buffer is overwritten. The gradient goes at the weights' 16-byte phase (Chunk::grad_offset).
+      // The slot's previous upload must be done before its buffers are overwritten. The gradient goes at the
+      // weights' 16-byte phase (Chunk::grad_offset).
       Status step = check(cudaEventSynchronize(slot.staged), "cudaEventSynchronize (staging)");
       if (!step.ok()) return step;
       const std::size_t offset = c.grad_offset * size;
-      std::memcpy(slot.staging + offset, static_cast<const std::byte*>(grad.data) + c.grad_first * size, bytes);
-      if (shape_.mapped) {
-        // The kernel reads the gradient from the pinned slot and writes the weights into the mirror itself.
-        step = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.staging, state_[0], state_[1],
-                                         mirror_, launch_shape_, lane.compute),
-                     "optimizer kernel launch");
-        if (step.ok()) step = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
-        if (!step.ok()) return step;
-        continue;
+      const std::byte* source = static_cast<const std::byte*>(grad.data) + c.grad_first * size;
+      if (shape_.stage_in_pinned) {
+        std::memcpy(slot.staging + offset, source, bytes);
+        source = slot.staging + offset;
       }
-      step = check(cudaMemcpyAsync(slot.device_grad + offset, slot.staging + offset, bytes, cudaMemcpyHostToDevice,
-                                   lane.compute),
+      // From pageable memory (stage_in_pinned false) the driver stages the copy itself and returns once it has.
+      step = check(cudaMemcpyAsync(slot.device_grad + offset, source, bytes, cudaMemcpyHostToDevice, lane.compute),
                    "cudaMemcpyAsync (gradient to GPU)");
       if (step.ok()) step = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
       if (step.ok())
         step = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.device_grad, state_[0], state_[1],
-                                         nullptr, launch_shape_, lane.compute),
+                                         launch_shape_, lane.compute),
                      "optimizer kernel launch");
       cudaStream_t copy_stream = lane.compute;
       if (!(last && shape_.last_copy_back_in_order)) {
@@ -222,10 +216,10 @@ class CudaStore final : public ShardStore {
     cudaStream_t compute = nullptr;    // uploads and kernels
     cudaStream_t copy_back = nullptr;  // updated weights to the host mirror
     struct Slot {
-      std::byte* staging = nullptr;      // pinned
-      std::byte* device_grad = nullptr;  // not on the mapped path
-      cudaEvent_t staged = nullptr;      // the upload from `staging` is done
-      cudaEvent_t applied = nullptr;     // the kernel that read `device_grad` is done
+      std::byte* staging = nullptr;  // pinned
+      std::byte* device_grad = nullptr;
+      cudaEvent_t staged = nullptr;   // the upload from `staging` is done
+      cudaEvent_t applied = nullptr;  // the kernel that read `device_grad` is done
     } slot[2];
   };
 

@@ -152,7 +152,7 @@ double update_seconds(const DeviceArrays& a, OptimizerKind kind, WireDtype d, co
                       const cuda::LaunchShape& shape, cudaStream_t stream, int reps, bool& failed) {
   return median_seconds(stream, reps, [&] {
     for (const cuda::Launch& launch : launches)
-      failed |= cuda::launch_update(kind, d, launch, a.w, a.g, a.s0, a.s1, nullptr, shape, stream) != cudaSuccess;
+      failed |= cuda::launch_update(kind, d, launch, a.w, a.g, a.s0, a.s1, shape, stream) != cudaSuccess;
   });
 }
 
@@ -326,20 +326,18 @@ struct NamedShape {
 int engine_figures(const Args& a) {
   const NamedShape shapes[] = {
       {"default", CudaStoreShape{}},
-      {"map,512K", CudaStoreShape{.chunk_bytes = 512u << 10}},
-      {"copy,side", CudaStoreShape{.mapped = false}},  // the path of 2026-11-26: upload, kernel, copy-back
-      {"copy,inord", CudaStoreShape{.mapped = false, .last_copy_back_in_order = true}},
-      {"copy,512K", CudaStoreShape{.chunk_bytes = 512u << 10, .mapped = false}},
+      {"in order", CudaStoreShape{.last_copy_back_in_order = true}},
+      {"512K", CudaStoreShape{.chunk_bytes = 512u << 10}},
+      {"pageable", CudaStoreShape{.stage_in_pinned = false}},
+      {"pageable,io", CudaStoreShape{.stage_in_pinned = false, .last_copy_back_in_order = true}},
   };
   std::printf("per-request path: ModelShard::push_gradient of %llu KiB requests, %d writer threads, 256 MiB shard\n",
               static_cast<unsigned long long>(a.request_bytes >> 10), a.threads);
   std::printf(
       "ceiling: each thread, its own stream: the request's gradient pinned -> GPU, its f32 weights GPU -> pinned, "
       "wait\n");
-  std::printf("default shape: chunk %llu KiB, %s\n\n",
-              static_cast<unsigned long long>(CudaStoreShape{}.chunk_bytes >> 10),
-              CudaStoreShape{}.mapped ? "mapped (the kernel reads the pinned gradient and writes the pinned mirror)"
-                                      : "upload, kernel, copy-back");
+  std::printf("default shape: chunk %llu KiB, gradient staged in pinned memory, copy-back on the side stream\n\n",
+              static_cast<unsigned long long>(CudaStoreShape{}.chunk_bytes >> 10));
   std::printf("%-6s %-5s %9s %8s %8s %9s %9s |", "opt", "dtype", "ceiling", "h2d", "d2h", "memcpy", "cpu");
   for (const NamedShape& s : shapes) std::printf(" %9s", s.name);
   std::printf(" | %8s\n", "default/ceiling");
@@ -386,9 +384,8 @@ int engine_figures(const Args& a) {
   std::printf(
       "\nGB/s of gradient (wire bytes); h2d: gradient only; d2h: weights only (GB/s of weights); memcpy: pageable ->\n"
       "pinned on the host (the copy a push adds before its upload). Target: default/ceiling >= %.2f; '!' marks a\n"
-      "miss (%d of 3). Shapes: map = mapped (the kernel reads the pinned gradient, writes the pinned mirror);\n"
-      "copy = upload, kernel, copy-back (side: on the copy-back stream; inord: on the kernel's); chunk 4 MiB unless\n"
-      "named.\n",
+      "miss (%d of 3). Shapes: in order = the last copy-back on the kernel's stream; 512K = chunks of 512 KiB;\n"
+      "pageable = uploaded from the caller's pageable memory (the driver stages it); chunk 4 MiB unless named.\n",
       kRequestTarget, missed);
   return 0;
 }

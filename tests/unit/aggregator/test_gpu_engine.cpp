@@ -203,24 +203,23 @@ TEST(GpuEngine, LargeRequestsMatchCpuAcrossChunks) {
 }
 
 #if BLOCKPS_HAVE_CUDA
-// Every pipeline shape a benchmark may compare gives the same bits: the mapped and the copy path, chunks of any
-// size (ending inside blocks, at every element phase), the last copy-back on either stream, capped grids.
+// Every pipeline shape a benchmark may compare gives the same bits: chunks of any size (ending inside blocks, at
+// every element phase), uploads from pinned or pageable memory, the last copy-back on either stream, capped grids.
 TEST(GpuEngine, EveryPipelineShapeMatchesCpu) {
   BLOCKPS_REQUIRE_GPU();
   const CudaStoreShape shapes[] = {
       {.chunk_bytes = 1000},
+      {.chunk_bytes = 1000, .last_copy_back_in_order = true},
       {.chunk_bytes = 16, .ctas_per_multiprocessor = 0},
-      {.chunk_bytes = 1000, .mapped = false},
-      {.chunk_bytes = 1000, .mapped = false, .last_copy_back_in_order = true},
-      {.chunk_bytes = 16, .mapped = false},
-      {.chunk_bytes = 4u << 20, .mapped = false},
+      {.chunk_bytes = 1000, .stage_in_pinned = false},
+      {.stage_in_pinned = false, .last_copy_back_in_order = true},
       {.chunk_bytes = 6u << 10, .ctas_per_multiprocessor = 1},
   };
   for (const CudaStoreShape& shape : shapes) {
     for (const Case c :
          {Case{OptimizerKind::adamw, WireDtype::bf16, false}, Case{OptimizerKind::momentum, WireDtype::f32, false},
           Case{OptimizerKind::average, WireDtype::f16, false}}) {
-      SCOPED_TRACE("chunk " + std::to_string(shape.chunk_bytes) + (shape.mapped ? ", mapped" : ", copy") +
+      SCOPED_TRACE("chunk " + std::to_string(shape.chunk_bytes) + (shape.stage_in_pinned ? "" : ", pageable") +
                    (shape.last_copy_back_in_order ? ", in order" : "") + ", ctas " +
                    std::to_string(shape.ctas_per_multiprocessor) + ", " + std::string(to_string(c.kind)) + " " +
                    std::string(to_string(c.dtype)));
