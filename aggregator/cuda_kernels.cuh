@@ -6,8 +6,8 @@
 //
 // The walk (docs/ARCHITECTURE.md, "Parts"): each thread takes kVector consecutive elements at a time with one
 // 16-byte load per f32 array (weights, each state slot, an f32 gradient; 8 bytes of a 16-bit gradient), in a
-// grid-stride loop over a grid sized to what the GPU holds at once, so that a large piece is one launch that
-// streams at memory bandwidth. The few elements before the first 16-byte boundary and after the last vector are
+// grid-stride loop; by default the grid has a thread per vector (LaunchShape), so that a large piece is one launch
+// that streams at memory bandwidth. The few elements before the first 16-byte boundary and after the last vector are
 // updated one per thread. Contiguous pieces with the same step constants are merged into one (pack_chunk), so a
 // request whose blocks are at the same step is one piece however many blocks it spans.
 #pragma once
