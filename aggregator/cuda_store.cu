@@ -2,12 +2,15 @@
 // optimizer state in GPU memory, a pinned host mirror of the weights that READs are served from.
 //
 // A push runs on a lane (a compute stream, a copy-back stream and two pinned staging slots); concurrent pushes
-// take different lanes, so several blocks are in flight on several streams. Per chunk of up to
-// kMaxLaunchBlocks blocks: gradient -> pinned staging slot -> device (compute stream) -> one fused kernel ->
-// an event -> the copy-back stream copies the updated weights into the mirror. Chunks alternate between the
-// two slots, so staging chunk c+1 on the host overlaps the transfers and kernel of chunk c. The push returns
-// once the copy-back stream is done: the mirror holds the new weights before ModelShard releases the block
-// locks, so a READ (which takes the block's shared lock) never sees a half-copied block.
+// take different lanes, so several requests are in flight on several streams. A request is cut into chunks of
+// up to CudaStoreShape::chunk_bytes of gradient (cuda::pack_chunk; a chunk may end inside a block). Per chunk:
+// gradient -> pinned staging slot -> device (compute stream) -> one fused kernel -> an event -> the copy-back
+// stream copies the updated weights into the mirror (the last chunk's may be in order on the compute stream).
+// Chunks alternate between the two slots, so staging chunk c+1 on the host overlaps the transfers and kernel of
+// chunk c. The push returns once both streams are done: the mirror holds the new weights before ModelShard
+// releases the block locks, so a READ (which takes the block's shared lock) never sees a half-copied block.
+// (A kernel that reads the pinned gradient and writes the pinned mirror itself, with no copy calls, was measured
+// slower on an H200: bench/RESULTS.md, "CUDA engine (issue 41)".)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 #include <vector>
 
 #include "aggregator/cuda_kernels.cuh"
+#include "aggregator/cuda_store.h"
 #include "aggregator/shard_store.h"
 
 // nvcc's front end reports `status = f()` as ignoring a [[nodiscard]] Status (the Status& that operator= returns);
@@ -29,21 +33,26 @@ namespace {
 
 std::string cuda_text(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
 
-constexpr int kLanes = 4;                        // concurrent pushes (tgt's io_threads default is 4)
-constexpr std::uint64_t kChunkBytes = 4u << 20;  // per staging slot; at least one block is always allowed
+constexpr int kLanes = 4;  // concurrent pushes (tgt's io_threads default is 4)
+// A chunk's gradient starts at element chunk.grad_offset (< cuda::kVector) of its staging and device buffers.
+constexpr std::uint64_t kGradSlack = cuda::kVector * sizeof(float);
 
 class CudaStore final : public ShardStore {
  public:
-  CudaStore(int ordinal, std::uint64_t elements, std::uint64_t block_elements, OptimizerKind kind)
-      : ordinal_(ordinal), elements_(elements), slots_(state_slots(kind)) {
-    // A block of f32 gradient (the widest input: apply_gradient_f32) must fit one slot.
-    chunk_bytes_ = std::max<std::uint64_t>(kChunkBytes, block_elements * sizeof(float));
-  }
+  CudaStore(int ordinal, std::uint64_t elements, OptimizerKind kind, const CudaStoreShape& shape)
+      : ordinal_(ordinal), elements_(elements), slots_(state_slots(kind)), shape_(shape) {}
 
   // Allocates everything; ok or the reason (the destructor frees whatever was made).
   Status init() {
     if (cudaError_t e = cudaSetDevice(ordinal_); e != cudaSuccess)
       return Status::Error("cudaSetDevice: " + cuda_text(e));
+    int multiprocessors = 0;
+    if (Status asked = check(cudaDeviceGetAttribute(&multiprocessors, cudaDevAttrMultiProcessorCount, ordinal_),
+                             "cudaDeviceGetAttribute (multiprocessors)");
+        !asked.ok())
+      return asked;
+    launch_shape_ = {.multiprocessors = shape_.ctas_per_multiprocessor < 0 ? 0 : multiprocessors,
+                     .ctas_per_multiprocessor = shape_.ctas_per_multiprocessor};
     const std::size_t bytes = elements_ * sizeof(float);
     if (bytes != 0) {
       if (Status made = check(cudaMalloc(&weights_, bytes), "cudaMalloc (weights)"); !made.ok()) return made;
@@ -63,8 +72,10 @@ class CudaStore final : public ShardStore {
       if (made.ok())
         made = check(cudaStreamCreateWithFlags(&lane.copy_back, cudaStreamNonBlocking), "cudaStreamCreate");
       for (auto& slot : lane.slot) {
-        if (made.ok()) made = check(cudaMallocHost(&slot.staging, chunk_bytes_), "cudaMallocHost (staging)");
-        if (made.ok()) made = check(cudaMalloc(&slot.device_grad, chunk_bytes_), "cudaMalloc (gradient)");
+        if (made.ok())
+          made = check(cudaMallocHost(&slot.staging, shape_.chunk_bytes + kGradSlack), "cudaMallocHost (staging)");
+        if (made.ok())
+          made = check(cudaMalloc(&slot.device_grad, shape_.chunk_bytes + kGradSlack), "cudaMalloc (gradient)");
         if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.staged, cudaEventDisableTiming), "cudaEventCreate");
         if (made.ok()) made = check(cudaEventCreateWithFlags(&slot.applied, cudaEventDisableTiming), "cudaEventCreate");
       }
@@ -102,44 +113,51 @@ class CudaStore final : public ShardStore {
     if (Status leased = lease.begin(); !leased.ok()) return leased;
     Lane& lane = *lease.lane;
     const std::size_t size = wire_size(grad.dtype);
-    std::size_t next = 0;
-    for (int chunk = 0; next < updates.size(); ++chunk) {
+    const std::uint64_t chunk_elements = std::max<std::uint64_t>(1, shape_.chunk_bytes / size);
+    bool copy_back_used = false;
+    cuda::ChunkCursor at;
+    for (int chunk = 0; !at.at_end(updates); ++chunk) {
       Lane::Slot& slot = lane.slot[chunk % 2];
-      // The chunk: consecutive pieces (a request's blocks are contiguous in the gradient and in the shard).
       cuda::Launch launch;
-      const std::uint64_t grad_first = updates[next].grad_index;
-      const std::uint64_t element_first = updates[next].element;
-      std::uint64_t elements = 0;
-      while (next < updates.size() && launch.pieces < cuda::kMaxLaunchBlocks &&
-             (elements + updates[next].count) * size <= chunk_bytes_) {
-        const BlockUpdate& u = updates[next++];
-        launch.piece[launch.pieces++] = cuda::LaunchPiece{
-            .element = u.element, .count = u.count, .grad_index = u.grad_index - grad_first, .constants = u.constants};
-        launch.max_count = std::max(launch.max_count, u.count);
-        elements += u.count;
-      }
-      const std::size_t bytes = elements * size;
-      // The slot's previous upload must be done before its staging buffer is overwritten.
+      const cuda::Chunk c = cuda::pack_chunk(updates, at, chunk_elements, launch);
+      const bool last = at.at_end(updates);
+      const std::size_t bytes = c.elements * size;
+      // The slot's previous upload must be done before its buffers are overwritten. The gradient goes at the
+      // weights' 16-byte phase (Chunk::grad_offset).
       Status step = check(cudaEventSynchronize(slot.staged), "cudaEventSynchronize (staging)");
       if (!step.ok()) return step;
-      std::memcpy(slot.staging, static_cast<const std::byte*>(grad.data) + grad_first * size, bytes);
-      step = check(cudaMemcpyAsync(slot.device_grad, slot.staging, bytes, cudaMemcpyHostToDevice, lane.compute),
+      const std::size_t offset = c.grad_offset * size;
+      const std::byte* source = static_cast<const std::byte*>(grad.data) + c.grad_first * size;
+      if (shape_.stage_in_pinned) {
+        std::memcpy(slot.staging + offset, source, bytes);
+        source = slot.staging + offset;
+      }
+      // From pageable memory (stage_in_pinned false) the driver stages the copy itself and returns once it has.
+      step = check(cudaMemcpyAsync(slot.device_grad + offset, source, bytes, cudaMemcpyHostToDevice, lane.compute),
                    "cudaMemcpyAsync (gradient to GPU)");
       if (step.ok()) step = check(cudaEventRecord(slot.staged, lane.compute), "cudaEventRecord");
       if (step.ok())
         step = check(cuda::launch_update(kind, grad.dtype, launch, weights_, slot.device_grad, state_[0], state_[1],
-                                         lane.compute),
+                                         launch_shape_, lane.compute),
                      "optimizer kernel launch");
-      if (step.ok()) step = check(cudaEventRecord(slot.applied, lane.compute), "cudaEventRecord");
-      if (step.ok()) step = check(cudaStreamWaitEvent(lane.copy_back, slot.applied, 0), "cudaStreamWaitEvent");
+      cudaStream_t copy_stream = lane.compute;
+      if (!(last && shape_.last_copy_back_in_order)) {
+        // Off the compute stream, so that this copy overlaps the next chunk's upload and kernel.
+        copy_stream = lane.copy_back;
+        copy_back_used = true;
+        if (step.ok()) step = check(cudaEventRecord(slot.applied, lane.compute), "cudaEventRecord");
+        if (step.ok()) step = check(cudaStreamWaitEvent(lane.copy_back, slot.applied, 0), "cudaStreamWaitEvent");
+      }
       if (step.ok())
-        step = check(cudaMemcpyAsync(mirror_ + element_first, weights_ + element_first, elements * sizeof(float),
-                                     cudaMemcpyDeviceToHost, lane.copy_back),
+        step = check(cudaMemcpyAsync(mirror_ + c.element_first, weights_ + c.element_first, c.elements * sizeof(float),
+                                     cudaMemcpyDeviceToHost, copy_stream),
                      "cudaMemcpyAsync (weights to the host mirror)");
       if (!step.ok()) return step;
     }
-    // copy_back waited for the last kernel, which ran after every upload: its completion ends the whole push.
-    return check(cudaStreamSynchronize(lane.copy_back), "optimizer step on the GPU");
+    // The compute stream ran every upload and kernel; both streams done end the whole push.
+    Status done = check(cudaStreamSynchronize(lane.compute), "optimizer step on the GPU");
+    if (done.ok() && copy_back_used) done = check(cudaStreamSynchronize(lane.copy_back), "optimizer step on the GPU");
+    return done;
   }
 
   float* host_weights() override { return mirror_; }
@@ -199,7 +217,7 @@ class CudaStore final : public ShardStore {
     cudaStream_t copy_back = nullptr;  // updated weights to the host mirror
     struct Slot {
       std::byte* staging = nullptr;  // pinned
-      void* device_grad = nullptr;
+      std::byte* device_grad = nullptr;
       cudaEvent_t staged = nullptr;   // the upload from `staging` is done
       cudaEvent_t applied = nullptr;  // the kernel that read `device_grad` is done
     } slot[2];
@@ -239,7 +257,8 @@ class CudaStore final : public ShardStore {
   const int ordinal_;
   const std::uint64_t elements_;
   const int slots_;
-  std::uint64_t chunk_bytes_ = 0;
+  const CudaStoreShape shape_;
+  cuda::LaunchShape launch_shape_;
   float* weights_ = nullptr;              // device
   float* state_[2] = {nullptr, nullptr};  // device
   float* mirror_ = nullptr;               // pinned host
@@ -270,16 +289,25 @@ int cuda_device_count(std::string* why) {
   return answer.first;
 }
 
-Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements, std::uint64_t block_elements,
-                                                    OptimizerKind kind) {
+Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements, OptimizerKind kind,
+                                                    const CudaStoreShape& shape) {
+  if (shape.chunk_bytes < 16)
+    return Status::Error(StatusCode::invalid_argument,
+                         "CUDA store: chunk_bytes " + std::to_string(shape.chunk_bytes) + " (at least 16 allowed)");
   if (Status usable = check_device(Device::cuda(ordinal)); !usable.ok()) return usable;
   try {
-    auto store = std::make_unique<CudaStore>(ordinal, elements, block_elements, kind);
+    auto store = std::make_unique<CudaStore>(ordinal, elements, kind, shape);
     if (Status made = store->init(); !made.ok()) return made;
     return std::unique_ptr<ShardStore>(std::move(store));
   } catch (const std::bad_alloc&) {
     return Status::Error("cannot allocate host memory for the GPU engine");
   }
+}
+
+Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements,
+                                                    std::uint64_t /*block_elements*/, OptimizerKind kind) {
+  // Chunks may end inside a block, so the staging size does not depend on the block size.
+  return make_cuda_store(ordinal, elements, kind, CudaStoreShape{});
 }
 
 }  // namespace blockps

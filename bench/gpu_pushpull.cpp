@@ -4,19 +4,25 @@
 // throughput, what the shard costs the host: tgtd's CPU-seconds (user + system of all its threads, from
 // /proc/PID/stat before and after each engine's push phase) per GB (10^9 bytes) pushed, over all rounds.
 //
-//   gpu_pushpull [--seconds S] [--rounds N] [--request-bytes B] [--opt sgd|adam|...]
+//   gpu_pushpull [--seconds S] [--rounds N] [--request-bytes B] [--opt sgd|adam|...] [--dtype f32|bf16|f16]
+//
+// --dtype is the shards' wire dtype (the gradients pushed are finite f32 values rounded to it; the master weights
+// are f32 either way).
 //
 // Without a usable GPU it says so loudly and exits 0. Needs root and tgt (as bench/pushpull).
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "aggregator/shard_store.h"
+#include "aggregator/wire_dtype.h"
 #include "bench/bench_report.h"
 #include "client/iscsi_lun.h"
 #include "ps_backend/lu_options.h"
@@ -67,6 +73,7 @@ int main(int argc, char** argv) {
   int rounds = 5;
   std::uint64_t request = 1u << 20;
   std::string opt = "sgd";
+  std::string dtype_name = "f32";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string k = argv[i], v = argv[i + 1];
     if (k == "--seconds")
@@ -77,14 +84,19 @@ int main(int argc, char** argv) {
       if (!parse_byte_size(v, request)) return fail("--request-bytes " + v);
     } else if (k == "--opt")
       opt = v;
+    else if (k == "--dtype")
+      dtype_name = v;
     else
-      return fail("unknown option " + k + " (--seconds S --rounds N --request-bytes B --opt O)");
+      return fail("unknown option " + k + " (--seconds S --rounds N --request-bytes B --opt O --dtype D)");
   }
-  if (argc % 2 == 0) return fail("options come in pairs: --seconds S --rounds N --request-bytes B --opt O");
+  if (argc % 2 == 0) return fail("options come in pairs: --seconds S --rounds N --request-bytes B --opt O --dtype D");
+  const std::optional<WireDtype> dtype = parse_wire_dtype(dtype_name);
   if (seconds <= 0 || rounds < 1 || request == 0 || request % 512 != 0 || kLuBytes % request != 0 ||
-      !parse_optimizer(opt))
+      !parse_optimizer(opt) || !dtype)
     return fail(
-        "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer");
+        "need --seconds > 0, --rounds >= 1, --request-bytes a multiple of 512 dividing 256M, --opt an optimizer, "
+        "--dtype f32, bf16 or f16 (got --dtype " +
+        dtype_name + ")");
 
   bench::print_run_header("blockps gpu_pushpull");
   if (const Status gpu = check_device(Device::cuda(0)); !gpu.ok()) {
@@ -107,13 +119,20 @@ int main(int argc, char** argv) {
   IscsiLun luns[2];
   for (int i = 0; i < 2; ++i) {
     const std::string iqn = std::string("iqn.2026-11.io.blockps:bench-") + (i ? "gpu" : "cpu");
-    const std::string bsopts = "role=grad;size=256M;dtype=f32;lr=0.001;opt=" + opt + ";device=" + devices[i];
+    const std::string bsopts =
+        "role=grad;size=256M;dtype=" + dtype_name + ";lr=0.001;opt=" + opt + ";device=" + devices[i];
     for (auto r : {tgtd.add_target(i + 1, iqn),
                    tgtd.add_lu(i + 1, 1, dir.path(std::string(devices[i]) + ".ckpt"), "blockps", bsopts)})
       if (!r.ok()) return fail(r.describe(), &tgtd);
     if (Status s = luns[i].connect(tgtd.url(iqn, 1), kInitiator); !s.ok()) return fail(s.message(), &tgtd);
   }
-  const std::vector<std::byte> grads = bench::finite_f32_gradients(64ull << 20, 12345);
+  std::vector<std::byte> grads = bench::finite_f32_gradients(64ull << 20, 12345);
+  if (*dtype != WireDtype::f32) {  // the same values, rounded to the wire dtype
+    std::vector<float> values(grads.size() / sizeof(float));
+    std::memcpy(values.data(), grads.data(), grads.size());
+    grads.resize(values.size() * wire_size(*dtype));
+    encode_wire(*dtype, values.data(), grads.data(), values.size());
+  }
   // cpu_s and gb: what the run added to tgtd's CPU-seconds and to the GB moved (cpu_s < 0 once unreadable).
   const auto run = [&](IscsiLun& lun, IoDirection d, double secs, std::uint64_t requests, double& mbps,
                        double* cpu_s = nullptr, double* gb = nullptr) {
@@ -133,8 +152,8 @@ int main(int argc, char** argv) {
     if (gb != nullptr) *gb += static_cast<double>(r.bytes) / 1e9;
     return r.ok() ? std::string() : r.error.describe();
   };
-  std::printf("tgtd control %d, one session per LU, QD16, %s requests, opt=%s, 256M f32 shards; MB/s = 10^6 B/s\n",
-              tgtd.control(), format_byte_size(request).c_str(), opt.c_str());
+  std::printf("tgtd control %d, one session per LU, QD16, %s requests, opt=%s, 256M %s shards; MB/s = 10^6 B/s\n",
+              tgtd.control(), format_byte_size(request).c_str(), opt.c_str(), dtype_name.c_str());
   for (auto& lun : luns)  // warm-up: one pass each way
     for (auto d : {IoDirection::write, IoDirection::read}) {
       double ignored = 0;

@@ -5,7 +5,7 @@
 #   BUNDLE            the bundle (default: the folder this script is in, when it is BUNDLE/run.sh)
 #   --results DIR     where the logs go, one per part (default: BUNDLE/results-YYYYMMDD-HHMMSS)
 #   --parts LIST      comma-separated parts, of: python, unit, sanitizer, integration, gpu_aggregation,
-#                     gpu_pushpull (default: all, in that order)
+#                     gpu_pushpull, cuda_workers (default: all, in that order)
 #   --tests LIST      comma-separated integration test binaries (default: every one the bundle carries)
 #   --device DEV      the device of every blockps LU in the integration tests (BLOCKPS_TEST_DEVICE; default gpu:0)
 #   --timeout S       limit of each test binary and benchmark run, seconds (default 1800)
@@ -13,20 +13,30 @@
 #                     pointing the tests at BUNDLE/tgt-modules with BLOCKPS_BACKING_STORE_DIR
 #   --no-gpu          act as on a host without a GPU: the NOT RUN path, nothing on the host is changed
 #   -h, --help        this text; nothing else is done
-# Parts: python (python/build.sh: the binding for this host's Python; NOT RUN without python3 or pybind11),
+# Parts: python (python/build.sh: the binding for this host's Python; where the interpreter compiled into the
+# tests has no pybind11, python3 of the same Python version builds it; NOT RUN without python3 or pybind11),
 # unit (blockps_aggregator_tests, gtest filter $BLOCKPS_GPU_UNIT_FILTER, default *Gpu*), sanitizer
 # (compute-sanitizer memcheck with leak check over the same tests; NOT RUN when compute-sanitizer is not
-# found), integration (each test binary with BLOCKPS_TEST_DEVICE=DEV), gpu_aggregation, gpu_pushpull (--opt sgd
-# and --opt adam, --seconds $BLOCKPS_GPU_BENCH_SECONDS, default 2). A summary table (part, result, seconds,
-# log) ends the run and is kept in RESULTS/summary.txt.
+# found), integration (each test binary with BLOCKPS_TEST_DEVICE=DEV), gpu_aggregation, gpu_pushpull (one run
+# per OPT[:DTYPE] of $BLOCKPS_GPU_PUSHPULL_RUNS, default "sgd adam adam:bf16", part gpu_pushpull-OPT[-DTYPE],
+# --seconds $BLOCKPS_GPU_BENCH_SECONDS, default 2, --rounds $BLOCKPS_GPU_BENCH_ROUNDS, default 5), cuda_workers
+# (the Python check scripts with the model on CUDA: the bundle's blockps_torch_optimizer_tests and
+# blockps_ddp_hook_tests with BLOCKPS_CHECK_DEVICE=cuda and BLOCKPS_TEST_DEVICE=DEV, gtest filter
+# $BLOCKPS_GPU_WORKER_FILTER, default *; needs the python part's binding and a torch that sees the GPU; NOT RUN
+# without one). A summary table (part, result, seconds, log) ends the run and is kept in RESULTS/summary.txt.
 # A usable GPU: nvidia-smi found and `nvidia-smi -L` succeeds, and /dev/nvidia0 exists. Without one each GPU
 # part prints `*** NOT RUN: no usable GPU on this host (PART: WHY) ***` and the run exits 0.
 # With one, PATH and LD_LIBRARY_PATH lead to the bundle's bin/ and lib/, /usr/lib/tgt/backing-store (the mount
 # point of BLOCKPS_BACKING_STORE_DIR) and /var/run/tgtd are created, and the build paths of manifest.txt the
 # tests spawn (the CLI, blockps_lu_io, the python/ directory, the check scripts) are made symlinks into the
 # bundle where nothing is there (listed in RESULTS/links.txt; an existing file is left alone).
+# cuda_workers: the tests spawn the interpreter and torchrun compiled into them (BLOCKPS_PYTHON, BLOCKPS_TORCHRUN in
+# manifest.txt). Where this host lacks them, they are made: a script that runs the torch interpreter (PYTHON, else
+# python3), and torchrun beside it. Where BLOCKPS_PYTHON is there but cannot import torch, its user site
+# (PYTHONUSERBASE=RESULTS/pyuser) gets a .pth naming the torch interpreter's site-packages (same Python version).
 # Environment: PYTHON (the python part's interpreter; default: the one compiled into the tests as BLOCKPS_PYTHON
-# when this host has it, else python3), CXX (python part), BLOCKPS_GPU_UNIT_FILTER, BLOCKPS_GPU_BENCH_SECONDS.
+# when this host has it, else python3), CXX (python part), BLOCKPS_GPU_UNIT_FILTER, BLOCKPS_GPU_BENCH_SECONDS,
+# BLOCKPS_GPU_BENCH_ROUNDS, BLOCKPS_GPU_PUSHPULL_RUNS, BLOCKPS_GPU_WORKER_FILTER.
 # Exit 0: no part failed (NOT RUN is no failure); 1: a part failed; 2: a wrong argument or not a bundle.
 set -euo pipefail
 prog=run.sh
@@ -41,7 +51,7 @@ usage_error() {
   die "$* (--help)"
 }
 
-all_parts=(python unit sanitizer integration gpu_aggregation gpu_pushpull)
+all_parts=(python unit sanitizer integration gpu_aggregation gpu_pushpull cuda_workers)
 bundle='' results='' parts_arg='' tests_arg='' device=gpu:0 limit=1800 install_module=0 no_gpu=0
 while [ "$#" -gt 0 ]; do
   case $1 in
@@ -238,10 +248,19 @@ if wants python; then
   # The interpreter the tests spawn (BLOCKPS_PYTHON, compiled in) when this host has it, else python3.
   py=$(awk -F '\t' '$1 == "host" && $2 == "BLOCKPS_PYTHON" { print $3; exit }' "$manifest")
   if [ -n "${PYTHON:-}" ]; then py=$PYTHON; elif [ -z "$py" ] || [ ! -x "$py" ]; then py=python3; fi
+  py_version='import sys; print("%d.%d" % sys.version_info[:2])'
   log=$results/python.log
   say "python: running ($log)"
   start=$(date +%s) rc=0
   run_logged "$log" bash "$bundle/python/build.sh" "$py" || rc=$?
+  if [ "$rc" = 3 ] && [ -z "${PYTHON:-}" ] && [ "$py" != python3 ] && command -v python3 >/dev/null &&
+    [ "$("$py" -c "$py_version" 2>/dev/null)" = "$(python3 -c "$py_version")" ]; then
+    # The compiled interpreter cannot build (no pybind11 for it): python3 of the same version can, for both.
+    rc=0 py=python3
+    tail -n 1 "$log" >>"$log.first"
+    run_logged "$log" bash "$bundle/python/build.sh" "$py" || rc=$?
+    cat "$log.first" >>"$log" && rm -f "$log.first"
+  fi
   if [ "$rc" = 0 ] && ! (cd "$results" && PYTHONPATH="$bundle/python" "$py" -c 'import blockps, blockps._shard_checkpoint' >>"$log" 2>&1); then
     echo "*** $prog: python: the built package does not import ***" >>"$log"
     rc=1
@@ -292,6 +311,7 @@ if wants integration; then
 fi
 
 bench_seconds=${BLOCKPS_GPU_BENCH_SECONDS:-2}
+bench_rounds=${BLOCKPS_GPU_BENCH_ROUNDS:-5}
 if wants gpu_aggregation; then
   if [ -n "$gpu_why" ]; then
     not_run_no_gpu gpu_aggregation
@@ -300,14 +320,99 @@ if wants gpu_aggregation; then
   fi
 fi
 if wants gpu_pushpull; then
-  for opt in sgd adam; do
+  for run in ${BLOCKPS_GPU_PUSHPULL_RUNS:-sgd adam adam:bf16}; do
+    opt=${run%%:*} dtype=f32
+    [[ $run == *:* ]] && dtype=${run#*:}
+    name=gpu_pushpull-$opt
+    [ "$dtype" = f32 ] || name=$name-$dtype
     if [ -n "$gpu_why" ]; then
-      not_run_no_gpu "gpu_pushpull-$opt"
+      not_run_no_gpu "$name"
     else
-      part "gpu_pushpull-$opt" "$results/gpu_pushpull-$opt.log" bench_ran "$bundle/bin/gpu_pushpull" \
-        --opt "$opt" --seconds "$bench_seconds"
+      part "$name" "$results/$name.log" bench_ran "$bundle/bin/gpu_pushpull" \
+        --opt "$opt" --dtype "$dtype" --seconds "$bench_seconds" --rounds "$bench_rounds"
     fi
   done
+fi
+
+# The interpreter with torch for the cuda_workers part, and the compiled paths the tests spawn made to reach it;
+# torch_why says why not (then the part is NOT RUN).
+torch_why=''
+prepare_torch() {
+  local log=$1 compiled_py compiled_run candidate torch_py='' site version
+  compiled_py=$(awk -F '\t' '$1 == "host" && $2 == "BLOCKPS_PYTHON" { print $3; exit }' "$manifest")
+  compiled_run=$(awk -F '\t' '$1 == "host" && $2 == "BLOCKPS_TORCHRUN" { print $3; exit }' "$manifest")
+  if [ -z "$compiled_py" ] || [ -z "$compiled_run" ]; then
+    torch_why='the bundle carries no Python tests (BLOCKPS_PYTHON or BLOCKPS_TORCHRUN missing in manifest.txt)'
+    return
+  fi
+  for candidate in "${PYTHON:-}" python3 "$compiled_py"; do
+    if [ -z "$candidate" ] || ! command -v "$candidate" >/dev/null; then continue; fi
+    if "$candidate" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >>"$log" 2>&1; then
+      torch_py=$(command -v "$candidate")
+      break
+    fi
+  done
+  if [ -z "$torch_py" ]; then
+    torch_why="no Python here imports a torch that sees the GPU (tried: ${PYTHON:-} python3 $compiled_py)"
+    return
+  fi
+  echo "torch interpreter: $torch_py ($("$torch_py" -c 'import torch; print("torch", torch.__version__)'))" >>"$log"
+  if [ ! -e "$compiled_py" ]; then
+    if ! { mkdir -p "$(dirname "$compiled_py")" && printf '#!/bin/sh\nexec %s "$@"\n' "$torch_py" >"$compiled_py" &&
+      chmod +x "$compiled_py"; }; then
+      torch_why="cannot write $compiled_py (root needed)"
+      return
+    fi
+    echo "$compiled_py: a script that runs $torch_py" | tee -a "$results/links.txt" >>"$log"
+  elif ! "$compiled_py" -c 'import torch' >/dev/null 2>&1; then
+    version='import sys; print("%d.%d" % sys.version_info[:2])'
+    if [ "$("$compiled_py" -c "$version")" != "$("$torch_py" -c "$version")" ]; then
+      torch_why="$compiled_py (compiled into the tests) has no torch and another Python version than $torch_py"
+      return
+    fi
+    site=$("$torch_py" -c 'import site; print("\n".join(site.getsitepackages()))')
+    export PYTHONUSERBASE=$results/pyuser
+    local user_site
+    user_site=$(PYTHONUSERBASE=$PYTHONUSERBASE "$compiled_py" -c 'import site; print(site.getusersitepackages())')
+    mkdir -p "$user_site" && echo "$site" >"$user_site/blockps-gpu-torch.pth"
+    echo "$compiled_py: torch from $torch_py's site-packages through $user_site/blockps-gpu-torch.pth" >>"$log"
+  fi
+  if [ ! -e "$compiled_run" ]; then
+    if [ -x "$(dirname "$torch_py")/torchrun" ]; then
+      mkdir -p "$(dirname "$compiled_run")" && ln -s "$(dirname "$torch_py")/torchrun" "$compiled_run"
+    else
+      mkdir -p "$(dirname "$compiled_run")" &&
+        printf '#!/bin/sh\nexec %s -m torch.distributed.run "$@"\n' "$torch_py" >"$compiled_run" && chmod +x "$compiled_run"
+    fi || { torch_why="cannot make $compiled_run (root needed)"; return; }
+    echo "$compiled_run: torchrun of $torch_py" | tee -a "$results/links.txt" >>"$log"
+  fi
+  if ! (cd "$results" && PYTHONPATH="$bundle/python" "$compiled_py" -c 'import torch, blockps.torch' >>"$log" 2>&1); then
+    torch_why="$compiled_py cannot import torch and blockps.torch (the python part builds the binding; see $log)"
+  fi
+}
+if wants cuda_workers; then
+  if [ -n "$gpu_why" ]; then
+    not_run_no_gpu cuda_workers
+  else
+    log=$results/cuda_workers.log
+    : >"$log"
+    prepare_torch "$log"
+    if [ -n "$torch_why" ]; then
+      echo "*** NOT RUN: cuda_workers: $torch_why ***" | tee -a "$log"
+      row cuda_workers "NOT RUN" 0 "$log"
+    else
+      mkdir -p "$results/cuda_workers"
+      for t in blockps_torch_optimizer_tests blockps_ddp_hook_tests; do
+        if [[ " ${bundled_tests[*]} " != *" $t "* ]]; then
+          echo "*** NOT RUN: cuda_workers: $t is not in the bundle ***" | tee -a "$log"
+          row "cuda_workers:$t" "NOT RUN" 0 "$log"
+          continue
+        fi
+        part "cuda_workers:$t" "$results/cuda_workers/$t.log" no_skips env BLOCKPS_CHECK_DEVICE=cuda \
+          "BLOCKPS_TEST_DEVICE=$device" "$bundle/bin/$t" "--gtest_filter=${BLOCKPS_GPU_WORKER_FILTER:-*}"
+      done
+    fi
+  fi
 fi
 
 {

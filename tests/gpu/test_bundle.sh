@@ -112,17 +112,17 @@ start=$(date +%s)
 bash "$b/run.sh" --no-gpu --results "$scratch/results" >"$scratch/run.log" 2>&1 || rc=$?
 cat "$scratch/run.log"
 if [ "$rc" = 0 ]; then ok "run.sh --no-gpu exited 0 in $(($(date +%s) - start)) s"; else fail "run.sh --no-gpu exited $rc"; fi
-for p in unit sanitizer integration gpu_aggregation gpu_pushpull-sgd gpu_pushpull-adam; do
+for p in unit sanitizer integration gpu_aggregation gpu_pushpull-sgd gpu_pushpull-adam gpu_pushpull-adam-bf16 cuda_workers; do
   line="*** NOT RUN: no usable GPU on this host ($p: --no-gpu given) ***"
   if grep -qF -- "$line" "$scratch/run.log" && grep -qF -- "$line" "$scratch/results/$p.log"; then ok "$p: NOT RUN line"; else
     fail "$p: no '$line' in the output and $p.log"
   fi
 done
 if grep -Eq '^part +result +seconds +log$' "$scratch/run.log" && [ -f "$scratch/results/summary.txt" ] &&
-  [ "$(grep -Ec '^(python|unit|sanitizer|integration|gpu_aggregation|gpu_pushpull-sgd|gpu_pushpull-adam) +(PASS|NOT RUN) ' "$scratch/results/summary.txt")" = 7 ]; then
-  ok "summary table: 7 parts, none failed"
+  [ "$(grep -Ec '^(python|unit|sanitizer|integration|gpu_aggregation|gpu_pushpull-sgd|gpu_pushpull-adam|gpu_pushpull-adam-bf16|cuda_workers) +(PASS|NOT RUN) ' "$scratch/results/summary.txt")" = 9 ]; then
+  ok "summary table: 9 parts, none failed"
 else
-  fail "no summary table of 7 parts (PASS or NOT RUN) in the output and results/summary.txt"
+  fail "no summary table of 9 parts (PASS or NOT RUN) in the output and results/summary.txt"
 fi
 
 # Without --no-gpu on a host without a GPU, the detection itself says why.

@@ -8,6 +8,12 @@ mode prints "every check passed" (per rank) and exits 0, or prints the first fai
         the ranks' bf16-rounded gradients, rounded to bf16, bit for bit
     ddp_hook_check.py shard-down CLUSTER TGTD_PID   1 rank: a dead shard fails the step, naming it and parameters
     ddp_hook_check.py bad-input CLUSTER             a model larger than the cluster's: a ValueError that sizes it
+
+Device: the model and its batches live on the CPU (default) or, as CUDA workers do, on CUDA: `--device cuda`
+before the mode, or BLOCKPS_CHECK_DEVICE=cuda (tests/gpu/run.sh, part cuda_workers, runs the tests that call this
+script so); DDP over gloo either way. On CUDA, cuDNN runs its deterministic algorithms (the checks compare bit for
+bit); compare also trains adamw-groups+scaler (GradScaler: scaled loss, unscale_ before clipping, a scale that
+grows every 3 steps), and bf16 checks a second, scaled backward too. Every other check is the same on both.
 """
 import argparse
 import datetime
@@ -25,6 +31,18 @@ import blockps
 import blockps.torch
 
 
+DEVICE = torch.device("cpu")  # where the model and batches live: use_device()
+
+
+def use_device(name):
+    global DEVICE
+    DEVICE = torch.device(name)
+    if DEVICE.type == "cuda":
+        check(torch.cuda.is_available(), f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
 def check(cond, message):
     if not cond:
         print(f"FAILED (rank {dist.get_rank() if dist.is_initialized() else 0}): {message}", flush=True)
@@ -37,12 +55,13 @@ def model_with_batchnorm():
     BatchNorm running statistics that DDP broadcasts from rank 0 every forward."""
     torch.manual_seed(7)
     return nn.Sequential(nn.Conv2d(1, 6, 3, bias=False), nn.BatchNorm2d(6), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(6 * 5 * 5, 24, bias=False), nn.BatchNorm1d(24), nn.ReLU(), nn.Linear(24, 10))
+                         nn.Linear(6 * 5 * 5, 24, bias=False), nn.BatchNorm1d(24), nn.ReLU(),
+                         nn.Linear(24, 10)).to(DEVICE)
 
 
 def batch(step, rank):
     g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(16, 1, 12, 12, generator=g), torch.randint(0, 10, (16,), generator=g)
+    return torch.randn(16, 1, 12, 12, generator=g).to(DEVICE), torch.randint(0, 10, (16,), generator=g).to(DEVICE)
 
 
 # The optimizers a DDP script brings; the shards know none of these settings (they only average).
@@ -70,16 +89,19 @@ def adagrad(model, steps):
 
 
 OPTIMIZERS = {"momentum": momentum, "adamw-groups": adamw_groups, "rmsprop": rmsprop, "adagrad": adagrad}
+SCALED = "+scaler"  # an optimizer's name with this suffix trains through a GradScaler (CUDA only)
 
 
-def train(make_optimizer, steps, state=None, die_at=None):
+def train(make_optimizer, steps, state=None, die_at=None, scaled=False):
     """`steps` steps of DDP (small buckets: several per step, in flight at once) over gloo, or with the blockps
-    hook when `state` (its cluster) is given. Returns the parameters and buffers."""
+    hook when `state` (its cluster) is given; `scaled`: through a GradScaler, as mixed-precision scripts do.
+    Returns the parameters and buffers."""
     model = model_with_batchnorm()
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
     if state is not None:
         ddp.register_comm_hook(blockps.torch.AveragingState(ddp, state), blockps.torch.averaging_hook)
     opt, schedule, clip = make_optimizer(model, steps)
+    scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 10, growth_interval=3) if scaled else None
     rank = dist.get_rank()
     for step in range(steps):
         if die_at is not None and step == die_at:
@@ -87,10 +109,18 @@ def train(make_optimizer, steps, state=None, die_at=None):
             os.kill(os.getpid(), signal.SIGKILL)
         x, y = batch(step, rank)
         opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        if clip is not None:
-            nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
+        if scaler is not None:
+            scaler.scale(F.cross_entropy(ddp(x), y)).backward()
+            scaler.unscale_(opt)  # before clipping, as the AMP recipe does
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            scaler.step(opt)
+            scaler.update()
+        else:
+            F.cross_entropy(ddp(x), y).backward()
+            if clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), clip)
+            opt.step()
         if schedule is not None:
             schedule.step()
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
@@ -106,9 +136,15 @@ def compare(args):
         # starts attempt 1, whose training must be exact again: nothing of attempt 0 is left in the shards' rounds.
         train(OPTIMIZERS["momentum"], args.steps, cluster, die_at=3 if rank == args.die_in_attempt_0 else None)
         check(False, "attempt 0 finished although a rank was killed")
-    for name in args.optimizers.split(","):
-        reference = train(OPTIMIZERS[name], args.steps)
-        got = train(OPTIMIZERS[name], args.steps, cluster)
+    names = args.optimizers
+    if names is None:
+        names = ",".join(OPTIMIZERS) + (",adamw-groups" + SCALED if DEVICE.type == "cuda" else "")
+    for name in names.split(","):
+        base, scaled = (name[:-len(SCALED)], True) if name.endswith(SCALED) else (name, False)
+        check(base in OPTIMIZERS and (not scaled or DEVICE.type == "cuda"),
+              f"--optimizers: {name} (known: {', '.join(OPTIMIZERS)}; {SCALED} after one: CUDA only)")
+        reference = train(OPTIMIZERS[base], args.steps, scaled=scaled)
+        got = train(OPTIMIZERS[base], args.steps, cluster, scaled=scaled)
         # Both sums are f32. Over 2 ranks they are the same operation ((a + b) / 2 = a / 2 + b / 2: halving is
         # exact), so the results must be bit for bit. Over 3 ranks DDP adds a/3 + b/3 + c/3 in its ring's order and
         # the shards compute (a + b + c) / 3: the averages differ by an ulp or two (~1e-7 relative). SGD carries
@@ -135,6 +171,17 @@ def compare(args):
     finish(f"rank {rank} attempt {attempt}")
 
 
+def expect_bf16_average(model, local, world, when):
+    """The hook's gradients in `model` are the bf16 average of the ranks' gradients in `local`."""
+    for (name, p), q in zip(model.named_parameters(), local.parameters()):
+        mine = q.grad.bfloat16().float()
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine)
+        want = ((parts[0] + parts[1]) / 2).bfloat16().float()
+        check(torch.equal(p.grad, want), f"{name}: {when}the hook's gradient is not the bf16 average: worst "
+              f"difference {(p.grad - want).abs().max().item():.3g}")
+
+
 def bf16(args):
     """One step from the same weights: every rank's local gradient is gathered over gloo; the hook's result must
     be their bf16 roundings summed in f32 (the shards' fixed order: ranks 0, 1, ... log in in that order), divided
@@ -151,13 +198,16 @@ def bf16(args):
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
     ddp.register_comm_hook(blockps.torch.AveragingState(ddp, cluster), blockps.torch.averaging_hook)
     F.cross_entropy(ddp(x), y).backward()
-    for (name, p), q in zip(model.named_parameters(), local.parameters()):
-        mine = q.grad.bfloat16().float()
-        parts = [torch.empty_like(mine) for _ in range(world)]
-        dist.all_gather(parts, mine)
-        want = ((parts[0] + parts[1]) / 2).bfloat16().float()
-        check(torch.equal(p.grad, want), f"{name}: the hook's gradient is not the bf16 average: worst difference "
-              f"{(p.grad - want).abs().max().item():.3g}")
+    expect_bf16_average(model, local, world, "")
+    if DEVICE.type == "cuda":
+        # The next round through a GradScaler's scaled loss: scaling by a power of two commutes with the rounding,
+        # so the same formula holds for the scaled gradients.
+        scaler = torch.amp.GradScaler("cuda", init_scale=2.0 ** 12)
+        local.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        scaler.scale(F.cross_entropy(local(x), y)).backward()
+        scaler.scale(F.cross_entropy(ddp(x), y)).backward()
+        expect_bf16_average(model, local, world, "with GradScaler, ")
     finish(f"rank {rank} attempt 0")
 
 
@@ -199,7 +249,7 @@ def shard_down(args):
 def bad_input(args):
     """A model whose parameters outgrow the cluster's model: refused at AveragingState, with the size to set."""
     single_rank()
-    big = nn.Linear(1024, 1024)
+    big = nn.Linear(1024, 1024).to(DEVICE)
     try:
         blockps.torch.AveragingState(nn.parallel.DistributedDataParallel(big), args.cluster)
         check(False, "a model larger than the cluster's was accepted")
@@ -223,11 +273,13 @@ def finish(who):
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--device", default=os.environ.get("BLOCKPS_CHECK_DEVICE", "cpu"),
+                   help="where the model and batches live: cpu (default) or cuda[:N] (env BLOCKPS_CHECK_DEVICE)")
     sub = p.add_subparsers(dest="mode", required=True)
     c = sub.add_parser("compare")
     c.add_argument("cluster")
     c.add_argument("--steps", type=int, default=20)
-    c.add_argument("--optimizers", default=",".join(OPTIMIZERS))
+    c.add_argument("--optimizers", help="comma-separated (default: every one; on CUDA also adamw-groups" + SCALED + ")")
     c.add_argument("--die-in-attempt-0", type=int)
     sub.add_parser("bf16").add_argument("cluster")
     s = sub.add_parser("shard-down")
@@ -235,6 +287,7 @@ def main():
     s.add_argument("tgtd_pid", type=int)
     sub.add_parser("bad-input").add_argument("cluster")
     args = p.parse_args()
+    use_device(args.device)
     {"compare": compare, "bf16": bf16, "shard-down": shard_down, "bad-input": bad_input}[args.mode](args)
 
 

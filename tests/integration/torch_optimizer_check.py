@@ -12,6 +12,12 @@
     torch_optimizer_check.py checkpoint-resume CLUSTER OUT              shards started from them = torch, step for step
     torch_optimizer_check.py bad-input CLUSTER OUT CKPT...              wrong inputs: a clear ValueError, shards intact
     torch_optimizer_check.py cannot CLUSTER [--staging]                 what it cannot do is refused, pointing to the hook
+
+Device: the model and its batches live on the CPU (default) or, as CUDA workers do, on CUDA: `--device cuda`
+before the mode, or BLOCKPS_CHECK_DEVICE=cuda (tests/gpu/run.sh, part cuda_workers, runs the tests that call this
+script so). On CUDA, cuDNN runs its deterministic algorithms (the checks compare gradients bit for bit), and
+`cannot` also refuses GradScaler.step (its unscale_ changes the pushed gradients in place). Every check is the
+same on both devices.
 """
 import argparse
 import copy
@@ -28,6 +34,18 @@ import blockps.distributed
 import blockps.torch
 
 
+DEVICE = torch.device("cpu")  # where the model and batches live: use_device()
+
+
+def use_device(name):
+    global DEVICE
+    DEVICE = torch.device(name)
+    if DEVICE.type == "cuda":
+        check(torch.cuda.is_available(), f"--device {name}: this torch ({torch.__version__}) sees no CUDA GPU")
+        torch.backends.cudnn.deterministic = True
+        torch.backends.cudnn.benchmark = False
+
+
 def check(cond, message):
     if not cond:
         print(f"FAILED: {message}", flush=True)
@@ -39,12 +57,12 @@ def small_cnn():
     before any BatchNorm (its gradient would be rounding noise, which Adam magnifies to full steps)."""
     torch.manual_seed(7)
     return nn.Sequential(nn.Conv2d(1, 8, 3, bias=False), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                         nn.Linear(8 * 13 * 13, 10))
+                         nn.Linear(8 * 13 * 13, 10)).to(DEVICE)
 
 
 def batch(step, rank=0):
     g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(16, 1, 28, 28, generator=g), torch.randint(0, 10, (16,), generator=g)
+    return torch.randn(16, 1, 28, 28, generator=g).to(DEVICE), torch.randint(0, 10, (16,), generator=g).to(DEVICE)
 
 
 def train_step(model, optimizer, step, rank=0):
@@ -153,7 +171,7 @@ def compare(args):
 
 def shard_down(args):
     torch.manual_seed(7)
-    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))  # no buffers: the first write to fail is a push
+    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10)).to(DEVICE)  # no buffers: the first to fail is a push
     opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
                                              check_optimizer=False)
     train_step(model, opt, 0)
@@ -261,7 +279,7 @@ def bad_input(args):
     train_step(trained, trained_opt, 0)
     trained_opt.step()
     trained_opt.checkpoint()  # the shards' files exist from here on
-    big = nn.Linear(784, 100)  # 78,500 parameters
+    big = nn.Linear(784, 100).to(DEVICE)  # 78,500 parameters
     expect_value_error("a model larger than the cluster's", "the model needs 78500 elements",
                        lambda: blockps.torch.DistributedOptimizer(adam(big), big, args.cluster))
     model = small_cnn()
@@ -341,6 +359,15 @@ def cannot(args):
         model[5].bias.grad = model[5].bias.grad * 0.5
         opt.step()
     expect_refusal("a .grad assigned between backward and step", RuntimeError, assigned)
+    if DEVICE.type == "cuda":
+        scaler = torch.amp.GradScaler("cuda")
+
+        def scaled():
+            x, y = batch(4)
+            opt.zero_grad()
+            scaler.scale(F.cross_entropy(model(x), y)).backward()
+            scaler.step(opt)  # unscale_ divides the pushed gradients in place
+        expect_refusal("GradScaler.step (its unscale_) between backward and step", RuntimeError, scaled)
     train_step(model, opt, 3)
     opt.step()  # plain again: the wrapper still trains
     twice = small_cnn()
@@ -357,6 +384,8 @@ def cannot(args):
 
 def main():
     p = argparse.ArgumentParser()
+    p.add_argument("--device", default=os.environ.get("BLOCKPS_CHECK_DEVICE", "cpu"),
+                   help="where the model and batches live: cpu (default) or cuda[:N] (env BLOCKPS_CHECK_DEVICE)")
     sub = p.add_subparsers(dest="mode", required=True)
     e = sub.add_parser("exact")
     e.add_argument("cluster")
@@ -392,6 +421,7 @@ def main():
     n.add_argument("cluster")
     n.add_argument("--staging", action="store_true")
     args = p.parse_args()
+    use_device(args.device)
     {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down,
      "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
      "checkpoint-resume": checkpoint_resume, "bad-input": bad_input, "cannot": cannot}[args.mode](args)

@@ -14,6 +14,9 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#if BLOCKPS_HAVE_CUDA
+#include "aggregator/cuda_store.h"
+#endif
 #include "shard_snapshot.h"
 #include "tests/support/status_text.h"
 
@@ -147,6 +150,94 @@ TEST_P(GpuMatchesCpu, BitForBitOverPushesOfEveryShape) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllOptimizersAndDtypes, GpuMatchesCpu, testing::ValuesIn(all_cases()), case_name);
+
+/// The same random pushes on a CPU shard and a GPU shard (its store from `wrap`, when given) of `g`: the whole
+/// shard first, then random element-aligned ranges, then an f32 gradient; bit for bit after each.
+void expect_engines_agree(const ShardGeometry& g, const OptimizerParams& p, int pushes, unsigned seed,
+                          const ModelShard::StoreWrapper& wrap = {}) {
+  const std::size_t esize = wire_size(g.dtype);
+  ModelShard cpu(g, p, std::make_shared<CpuEngine>(2));
+  ModelShard gpu(g, p, std::make_shared<CpuEngine>(2), Device::cuda(0), wrap);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> init(0.0f, 0.5f);
+  std::vector<float> w0(g.elements());
+  for (float& v : w0) v = init(rng);
+  ASSERT_EQ(error_text(cpu.fill_weights([&](std::uint64_t e) { return w0[e]; })), "");
+  ASSERT_EQ(error_text(gpu.fill_weights([&](std::uint64_t e) { return w0[e]; })), "");
+  const std::uint64_t elements = g.elements();
+  std::uniform_int_distribution<std::uint64_t> any_element(0, elements - 1);
+  for (int round = 0; round < pushes; ++round) {
+    std::uint64_t first = 0, count = elements;
+    if (round > 0) {
+      first = any_element(rng);
+      count = 1 + any_element(rng) % (elements - first);
+    }
+    const auto grad = random_wire(rng, g.dtype, count, 1.0f);
+    ASSERT_EQ(error_text(cpu.push_gradient(first * esize, grad)), "");
+    ASSERT_EQ(error_text(gpu.push_gradient(first * esize, grad)), "") << gpu.engine_status().message();
+    expect_same(
+        cpu, gpu,
+        "after push " + std::to_string(round) + " of [" + std::to_string(first) + ", +" + std::to_string(count) + ")");
+  }
+  std::vector<float> f32(elements - 5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& v : f32) v = unit(rng);
+  ASSERT_EQ(error_text(cpu.apply_gradient_f32(5 * esize, f32)), "");
+  ASSERT_EQ(error_text(gpu.apply_gradient_f32(5 * esize, f32)), "");
+  expect_same(cpu, gpu, "after apply_gradient_f32");
+}
+
+// Requests of megabytes: many chunks of the default shape, blocks of 256 KiB split between chunks, the grid-stride
+// loop over more elements than one pass of the grid covers, a short last block.
+TEST(GpuEngine, LargeRequestsMatchCpuAcrossChunks) {
+  BLOCKPS_REQUIRE_GPU();
+  for (const Case c :
+       {Case{OptimizerKind::adam, WireDtype::f32, false}, Case{OptimizerKind::sgd, WireDtype::bf16, false},
+        Case{OptimizerKind::momentum, WireDtype::f16, true}}) {
+    SCOPED_TRACE(std::string(to_string(c.kind)) + " " + std::string(to_string(c.dtype)));
+    const std::size_t esize = wire_size(c.dtype);
+    const ShardGeometry g{.bytes = (9ull << 20) + 13 * esize, .dtype = c.dtype, .block_bytes = 256u << 10};
+    const OptimizerParams p{.kind = c.kind, .lr = 0.01f, .weight_decay = 0.01f, .nesterov = c.nesterov};
+    ASSERT_NO_FATAL_FAILURE(expect_engines_agree(g, p, 5, 11));
+  }
+}
+
+#if BLOCKPS_HAVE_CUDA
+// Every pipeline shape a benchmark may compare gives the same bits: chunks of any size (ending inside blocks, at
+// every element phase), uploads from pinned or pageable memory, the last copy-back on either stream, capped grids.
+TEST(GpuEngine, EveryPipelineShapeMatchesCpu) {
+  BLOCKPS_REQUIRE_GPU();
+  const CudaStoreShape shapes[] = {
+      {.chunk_bytes = 1000},
+      {.chunk_bytes = 1000, .last_copy_back_in_order = true},
+      {.chunk_bytes = 16, .ctas_per_multiprocessor = 0},
+      {.chunk_bytes = 1000, .stage_in_pinned = false},
+      {.stage_in_pinned = false, .last_copy_back_in_order = true},
+      {.chunk_bytes = 6u << 10, .ctas_per_multiprocessor = 1},
+  };
+  for (const CudaStoreShape& shape : shapes) {
+    for (const Case c :
+         {Case{OptimizerKind::adamw, WireDtype::bf16, false}, Case{OptimizerKind::momentum, WireDtype::f32, false},
+          Case{OptimizerKind::average, WireDtype::f16, false}}) {
+      SCOPED_TRACE("chunk " + std::to_string(shape.chunk_bytes) + (shape.stage_in_pinned ? "" : ", pageable") +
+                   (shape.last_copy_back_in_order ? ", in order" : "") + ", ctas " +
+                   std::to_string(shape.ctas_per_multiprocessor) + ", " + std::string(to_string(c.kind)) + " " +
+                   std::string(to_string(c.dtype)));
+      const ShardGeometry g{.bytes = 40 * 1024 + 512, .dtype = c.dtype, .block_bytes = 1024};
+      const OptimizerParams p{.kind = c.kind, .lr = 0.05f, .weight_decay = 0.01f};
+      ASSERT_NO_FATAL_FAILURE(expect_engines_agree(g, p, 4, 5, [&](std::unique_ptr<ShardStore>) {
+        Result<std::unique_ptr<ShardStore>> shaped = make_cuda_store(0, g.elements(), c.kind, shape);
+        if (!shaped.ok()) throw std::runtime_error(shaped.message());
+        return std::move(shaped).value();
+      }));
+    }
+  }
+  // A chunk too small to hold a vector is refused with the reason.
+  const std::string refused =
+      error_text(make_cuda_store(0, 1024, OptimizerKind::sgd, CudaStoreShape{.chunk_bytes = 8}).status());
+  EXPECT_NE(refused.find("chunk_bytes 8"), std::string::npos) << refused;
+}
+#endif
 
 TEST(GpuEngine, CheckpointStateMovesBetweenEngines) {
   BLOCKPS_REQUIRE_GPU();
