@@ -92,8 +92,9 @@ Status check_device(Device device);
 /// driver's reason when 0.
 int cuda_device_count(std::string* why = nullptr);
 
-/// The CUDA engine's store on GPU `ordinal` for a shard of `elements` with `block_elements` per block (sizes its
-/// staging buffers). Returns the store or the reason (check_device(), out of device or pinned memory ...).
+/// The CUDA engine's store on GPU `ordinal` for a shard of `elements` with `block_elements` per block (not used
+/// since the store stages each request whole: kept so both engines are made from the same shard description).
+/// Returns the store or the reason (check_device(), out of device or pinned memory ...).
 Result<std::unique_ptr<ShardStore>> make_cuda_store(int ordinal, std::uint64_t elements, std::uint64_t block_elements,
                                                     OptimizerKind kind);
 

@@ -359,6 +359,26 @@ def cannot(args):
         model[5].bias.grad = model[5].bias.grad * 0.5
         opt.step()
     expect_refusal("a .grad assigned between backward and step", RuntimeError, assigned)
+    # GradScaler.step(opt) on an optimizer that handles the loss scale itself (as DistributedOptimizer says it does:
+    # its unscale_ cannot reach gradients pushed during backward) hands the scaler to step() instead of unscaling:
+    # torch 1.13 as a grad_scaler= argument, torch 2 as the grad_scale and found_inf attributes for that call. Both
+    # refused on every device; the real GradScaler below on CUDA (torch 1.13's CPU has none).
+    check(getattr(type(opt), "_step_supports_amp_scaling", False),
+          "DistributedOptimizer does not say it handles GradScaler's scale (GradScaler would unscale the pushed "
+          "gradients in place, unseen)")
+
+    def handed_a_scaler():
+        train_step(model, opt, 4)
+        opt.step(grad_scaler=object())
+    expect_refusal("GradScaler.step as torch 1.13 calls it (grad_scaler=)", RuntimeError, handed_a_scaler)
+
+    def scale_attributes():
+        train_step(model, opt, 5)
+        opt.grad_scale, opt.found_inf = torch.ones(()), torch.zeros(())
+        opt.step()
+    expect_refusal("GradScaler.step as torch 2 calls it (grad_scale, found_inf)", RuntimeError, scale_attributes)
+    check(not hasattr(opt, "grad_scale") and not hasattr(opt, "found_inf"),
+          "the refused GradScaler's attributes stayed on the optimizer (every later step would be refused)")
     if DEVICE.type == "cuda":
         scaler = torch.amp.GradScaler("cuda")
 
