@@ -94,7 +94,7 @@ ServedShard::Admitted ServedLu::admit(const void* owner, const void* handle, std
     keep(handle, std::move(kept));  // also over what a finished command at the same address left
     return ServedShard::Admitted::run;
   }
-  const ServedShard::Admitted admitted = shard_->admit(owner, handle, role_, !is_read(op), sender, offset, len);
+  const ServedShard::Admitted admitted = shard_->admit(owner, handle, role_, !is_read(op), sender, offset, len, alive);
   if (admitted == ServedShard::Admitted::conflict) {
     keep(handle, {sender, reservation_conflict()});
     return ServedShard::Admitted::run;  // answered when it executes

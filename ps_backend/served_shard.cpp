@@ -273,7 +273,8 @@ LuOutcome ServedShard::assign(std::uint64_t offset, std::span<const std::byte> d
 }
 
 ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, LuRole lu, bool is_write,
-                                         const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
+                                         const WorkerRef& worker, std::uint64_t offset, std::uint64_t len,
+                                         const SessionProbe& alive) {
   const bool parks = lu == LuRole::grad && rounds_;
   // The claim first: a command of another job's session never reaches the rounds (it would join their membership).
   const JobClaim::Admission claim = claim_.admit(worker);
@@ -294,7 +295,7 @@ ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, 
   }
   if (!parks) return Admitted::run;
   const Admission a =
-      is_write ? rounds_->admit_push(handle, worker, offset, len) : rounds_->admit_pull(worker.itn, offset, len);
+      is_write ? rounds_->admit_push(handle, worker, offset, len, alive) : rounds_->admit_pull(worker.itn, offset, len);
   switch (a) {
     case Admission::run:
       return Admitted::run;
@@ -305,7 +306,7 @@ ServedShard::Admitted ServedShard::admit(const void* owner, const void* handle, 
     case Admission::failed:
       break;
   }
-  rounds_->park(owner, handle, is_write, worker, offset, len, rounds_->degraded_reason(),
+  rounds_->park(owner, handle, is_write, worker, offset, len, rounds_->refusal_reason(worker),
                 a == Admission::failed ? Refusal::failed : Refusal::not_ready);
   return Admitted::refused;
 }
@@ -333,7 +334,8 @@ void ServedShard::hand_back_parked(const void* owner, const std::function<bool(i
 std::string ServedShard::rounds_refusal(const ParkedCommand& p, Refusal as, const std::string& why) const {
   std::string s = path_ + ": rounds: " + (p.is_push ? "push" : "pull") + " of " + p.worker.iqn + " at byte " +
                   std::to_string(p.offset) + " failed: " + why;
-  if (as == Refusal::aborted) return s;
+  // A full membership's reason says what it counts and what to change already.
+  if (as == Refusal::aborted || why.starts_with("membership full")) return s;
   const RoundPolicy& policy = rounds_->policy();
   const std::size_t live = rounds_->live_workers();
   s += "; " + std::to_string(live) + (live == 1 ? " worker is" : " workers are") +

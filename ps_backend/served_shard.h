@@ -98,8 +98,9 @@ class ServedShard {
   /// queue it, and answer it reservation_conflict() when it executes. Every admitted command of the holder's
   /// sessions counts as the job's activity (claim_idle_s).
   enum class Admitted { run, parked, refused, conflict };
+  /// `alive` (may be empty): which sessions still exist, for a push that finds the rounds' membership full.
   Admitted admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
-                 std::uint64_t offset, std::uint64_t len);
+                 std::uint64_t offset, std::uint64_t len, const SessionProbe& alive = {});
   /// Drop workers whose session is gone (`alive` false), then give back each command of `owner` that may go on
   /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
   void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,

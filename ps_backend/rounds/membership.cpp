@@ -60,6 +60,16 @@ std::vector<std::uint64_t> Membership::silent(Clock::time_point now) const {
   return silent;
 }
 
+std::string Membership::full_reason(const WorkerRef& worker) const {
+  std::string names;
+  for (const auto& [itn, m] : members_)
+    names += (names.empty() ? "" : ", ") + m.ref.iqn + " (session " + std::to_string(itn) + ")";
+  return "membership full: workers=" + std::to_string(workers_) + " and " + std::to_string(members_.size()) +
+         " workers are live (" + names + "); " + worker.iqn + " (session " + std::to_string(worker.itn) +
+         ") would be one more: run the job with workers= ranks (or hosts), or give the shards workers= as many as "
+         "push to them";
+}
+
 std::string Membership::degraded_reason() const {
   if (!degraded()) return "";
   std::string why =

@@ -38,6 +38,11 @@ class Membership {
   std::vector<std::uint64_t> silent(Clock::time_point now) const;
 
   bool contains(std::uint64_t itn) const { return members_.count(itn) != 0; }
+  /// `worker` is not a member and `workers` are already: a push of it would make one more worker than the shard
+  /// averages over (a job with more ranks than workers=, or a second set of sessions).
+  bool full_without(const WorkerRef& worker) const { return !contains(worker.itn) && members_.size() >= workers_; }
+  /// Why `worker` is refused when full_without(worker): the count and the members, in words.
+  std::string full_reason(const WorkerRef& worker) const;
   std::size_t size() const { return members_.size(); }
   const std::map<std::uint64_t, Member>& members() const { return members_; }
 

@@ -45,13 +45,22 @@ Rounds::~Rounds() {
   keeper_cv_.notify_all();
 }
 
-Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
+Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len,
+                             const std::function<bool(int, std::uint64_t)>& alive) {
   const std::vector<BlockSpan> spans = split_into_blocks(ctx_.geometry, offset, len);
   // Anything the data path would refuse anyway runs unclaimed and fails there with its own sense.
   if (spans.empty()) return Admission::run;
   const auto now = Clock::now();
   std::lock_guard lock(ctx_.lock);
   if (!ctx_.apply_failure.empty()) return Admission::failed;
+  if (ctx_.members.full_without(worker) && alive) {
+    std::vector<std::uint64_t> gone;
+    for (const auto& [itn, m] : ctx_.members.members())
+      if (!alive(m.ref.tid, itn)) gone.push_back(itn);
+    for (std::uint64_t itn : gone) drop_member_locked(itn, "its session is gone");
+  }
+  // One more worker than workers= would change what a round averages over, and whether it closes: refused.
+  if (ctx_.members.full_without(worker)) return Admission::not_ready;
   ctx_.members.admitted_push(worker, now);
   Ticket ticket;
   const Admission a = mode_->admit_push(worker, spans, now, ticket);
@@ -178,6 +187,12 @@ std::string Rounds::degraded_reason_locked() const {
   if (!ctx_.apply_failure.empty())
     return ctx_.apply_failure + " (every grad-LU command fails until the control line reset-rounds)";
   return ctx_.members.degraded_reason();
+}
+
+std::string Rounds::refusal_reason(const WorkerRef& worker) const {
+  std::lock_guard lock(ctx_.lock);
+  if (ctx_.members.full_without(worker)) return ctx_.members.full_reason(worker);
+  return degraded_reason_locked();
 }
 
 void Rounds::drop_member_locked(std::uint64_t itn, const std::string& why) {

@@ -60,7 +60,11 @@ class Rounds {
   /// claimed for the worker and `handle` must reach land_push; park: the round mode makes it wait (sync: it
   /// overlaps what the worker already pushed in an open round; ssp: the worker is too far ahead); not_ready:
   /// it would wait while live workers are below min_workers.
-  Admission admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len);
+  /// A push from a worker the shard does not know yet while `workers` are live is refused (not_ready, and
+  /// refusal_reason() says why); `alive` (may be empty; tgt's main thread) first drops members whose session is
+  /// gone, so a restarted job's new sessions replace its dead ones at once.
+  Admission admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len,
+                       const std::function<bool(int tid, std::uint64_t itn)>& alive = {});
   /// The data of an admitted push (I/O thread). An error when `handle` was not admitted (nothing is changed),
   /// or when an update this push made due (its own in ssp, its round's in sync) was not applied: from then on
   /// every grad-LU command fails (Admission::failed) until reset().
@@ -95,6 +99,8 @@ class Rounds {
   bool idle() const;
   /// Why commands are refused now ("" when they are not): a failed update, or live workers below min_workers.
   std::string degraded_reason() const;
+  /// Why a command of `worker` was refused as not_ready: the membership is full without it, or degraded_reason().
+  std::string refusal_reason(const WorkerRef& worker) const;
   /// The members now (workers that pushed and were not dropped).
   std::size_t live_workers() const;
   const RoundPolicy& policy() const { return ctx_.policy; }

@@ -347,6 +347,36 @@ TEST_F(JobClaimTest, ANotReadyAnswerIsASentence) {
   EXPECT_TRUE(contains(s.message(), "worker_timeout_ms=1000")) << s.message();
 }
 
+// A job of 3 workers against shards of workers=2 (the 3 ranks on a 2-rank job's shards): a round closes with
+// the first 2 pushes, and the third worker's pull of a round it cannot finish fails; its error says, in words, that
+// more workers push than workers= and what to change, not only the sense code.
+TEST_F(JobClaimTest, MoreWorkersThanWorkersIsASentence) {
+  ASSERT_NO_FATAL_FAILURE(
+      start("dtype=f32;opt=sum;mode=sync;workers=2;min_workers=2;straggler_ms=60000;worker_timeout_ms=1500"));
+  std::vector<std::unique_ptr<Cluster>> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.push_back(open_job("jobA-rank" + std::to_string(r), "A"));
+    ASSERT_TRUE(ranks.back());
+  }
+  const std::vector<float> g = gradient(4);
+  std::vector<std::vector<float>> back(3, std::vector<float>(kFloats));
+  std::vector<Status> outcome(3, Status::Ok());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; ++r)
+    threads.emplace_back([&, r] {
+      for (int step = 0; step < 3 && outcome[r].ok(); ++step)
+        outcome[r] = ranks[r]->exchange(bytes_of(g), std::as_writable_bytes(std::span<float>(back[r])));
+    });
+  for (std::thread& t : threads) t.join();
+  std::string failures;
+  for (const Status& s : outcome)
+    if (!s.ok()) failures += s.message() + "\n";
+  ASSERT_FALSE(failures.empty()) << "3 workers trained through shards of workers=2 without a word";
+  std::cout << "3 workers on workers=2 shards:\n" << failures;
+  EXPECT_TRUE(contains(failures, "workers=2")) << failures;
+  EXPECT_TRUE(contains(failures, "): shard 'shard")) << "no sentence after the sense code: " << failures;
+}
+
 // The kind of shard a worker needs, checked before anything is written.
 TEST_F(JobClaimTest, TheWrongKindOfShardIsRefused) {
   ASSERT_NO_FATAL_FAILURE(start());

@@ -27,6 +27,30 @@ TEST(Rounds, ResetDropsOpenRoundsAndRestartsTheCounters) {
   EXPECT_EQ(weights(f.model), before) << "A's dropped push must not count in B's round";
 }
 
+// workers=2 and 2 live: a third worker's push is refused (not ready) with the count and the members in words, until a
+// member's session is gone (the probe tgt answers), when it takes that place at once.
+TEST(Rounds, AWorkerBeyondWorkersIsRefusedUntilAMembersSessionIsGone) {
+  Fixture f(sync_policy(2, 2));
+  const auto g = gradient(kShardBytes, 1);
+  ASSERT_EQ(f.push(kA, g), Admission::run);
+  ASSERT_EQ(f.push(kB, g), Admission::run);
+  EXPECT_EQ(f.rounds.admit_push(&g, kC, 0, g.size()), Admission::not_ready);
+  const std::string why = f.rounds.refusal_reason(kC);
+  EXPECT_NE(why.find("membership full: workers=2 and 2 workers are live (iqn.w:a (session 11), iqn.w:b (session 12))"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("iqn.w:c (session 13) would be one more"), std::string::npos) << why;
+  EXPECT_EQ(f.rounds.refusal_reason(kA), "") << "a member is not refused";
+  const auto all_alive = [](int, std::uint64_t) { return true; };
+  EXPECT_EQ(f.rounds.admit_push(&g, kC, 0, g.size(), all_alive), Admission::not_ready);
+  EXPECT_EQ(f.rounds.live_workers(), 2u);
+  // A's process died (a torchrun restart): its session is gone, and C takes its place.
+  EXPECT_EQ(f.rounds.admit_push(&g, kC, 0, g.size(), [](int, std::uint64_t itn) { return itn != kA.itn; }),
+            Admission::run);
+  ASSERT_TRUE(f.rounds.land_push(&g, g).ok());
+  EXPECT_EQ(f.rounds.live_workers(), 2u);
+}
+
 // A takeover by another job: unlike reset-rounds, the old job's workers leave the membership (the next workers
 // form anew, waiting for all `workers`), and its parked commands fail as reservation conflicts.
 TEST(Rounds, RestartDropsTheMembersTheOpenRoundsAndTheParkedCommands) {
@@ -97,7 +121,12 @@ TEST(Rounds, AWorkerBehindTheFurthestBlockSaysByHowMuch) {
   const WorkerRef a2{1, 31, "iqn.w:a2"};
   ASSERT_EQ(f.push(kA, block), Admission::run);  // block 0, round 1 (one expected worker)
   ASSERT_EQ(f.push(kA, block), Admission::run);  // round 2
-  ASSERT_EQ(f.push(a2, block, kBlockBytes), Admission::run);
+  // workers=1: A's restarted process (a new session) takes its place once A's session is gone.
+  ASSERT_EQ(f.rounds.admit_push(&block, a2, kBlockBytes, block.size(),
+                                [](int, std::uint64_t itn) { return itn != kA.itn; }),
+            Admission::run);
+  ASSERT_TRUE(f.rounds.land_push(&block, block).ok());
+  ASSERT_EQ(f.rounds.live_workers(), 1u);
   const auto s = f.status();
   EXPECT_EQ(s["rounds_max"], 2);
   EXPECT_EQ(s["rounds_min"], 0);
