@@ -53,14 +53,17 @@ Admission Rounds::admit_push(const void* handle, const WorkerRef& worker, std::u
   const auto now = Clock::now();
   std::lock_guard lock(ctx_.lock);
   if (!ctx_.apply_failure.empty()) return Admission::failed;
-  if (ctx_.members.full_without(worker) && alive) {
+  // mode=sync only: a round there is defined by its workers; ssp:K paces whoever pushes (its workers= only sizes the
+  // first formation), and its users run it without workers=.
+  const bool full = ctx_.policy.mode == RoundPolicy::Mode::sync && ctx_.members.full_without(worker);
+  if (full && alive) {
     std::vector<std::uint64_t> gone;
     for (const auto& [itn, m] : ctx_.members.members())
       if (!alive(m.ref.tid, itn)) gone.push_back(itn);
     for (std::uint64_t itn : gone) drop_member_locked(itn, "its session is gone");
   }
   // One more worker than workers= would change what a round averages over, and whether it closes: refused.
-  if (ctx_.members.full_without(worker)) return Admission::not_ready;
+  if (full && ctx_.members.full_without(worker)) return Admission::not_ready;
   ctx_.members.admitted_push(worker, now);
   Ticket ticket;
   const Admission a = mode_->admit_push(worker, spans, now, ticket);
@@ -191,7 +194,8 @@ std::string Rounds::degraded_reason_locked() const {
 
 std::string Rounds::refusal_reason(const WorkerRef& worker) const {
   std::lock_guard lock(ctx_.lock);
-  if (ctx_.members.full_without(worker)) return ctx_.members.full_reason(worker);
+  if (ctx_.policy.mode == RoundPolicy::Mode::sync && ctx_.members.full_without(worker))
+    return ctx_.members.full_reason(worker);
   return degraded_reason_locked();
 }
 

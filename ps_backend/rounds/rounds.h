@@ -60,7 +60,7 @@ class Rounds {
   /// claimed for the worker and `handle` must reach land_push; park: the round mode makes it wait (sync: it
   /// overlaps what the worker already pushed in an open round; ssp: the worker is too far ahead); not_ready:
   /// it would wait while live workers are below min_workers.
-  /// A push from a worker the shard does not know yet while `workers` are live is refused (not_ready, and
+  /// mode=sync: a push from a worker the shard does not know yet while `workers` are live is refused (not_ready, and
   /// refusal_reason() says why); `alive` (may be empty; tgt's main thread) first drops members whose session is
   /// gone, so a restarted job's new sessions replace its dead ones at once.
   Admission admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len,

@@ -1,5 +1,7 @@
-// libFuzzer target: control lines written to a shard's status LU (lr=, checkpoint, reset-rounds ...), on a
-// mode=sync shard so that every keyword has something to act on. Any text gets "" or a reason, never a crash.
+// libFuzzer target: control lines written to a shard's status LU (lr=, checkpoint, reset-rounds, job=, takeover,
+// release, place= ...), on a mode=sync shard so that every keyword has something to act on, from one of two sessions
+// or from one the shard never admitted (so jobs are claimed, joined, refused and taken over). Any text gets "" or a
+// reason, never a crash.
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -35,8 +37,11 @@ std::shared_ptr<blockps::ServedShard>& shard() {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  static const blockps::WorkerRef sessions[] = {{1, 7, "iqn.2026-11.io.blockps:fuzz-a"},
+                                                 {1, 8, "iqn.2026-11.io.blockps:fuzz-b"}};
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  (void)shard()->control(text);
+  const blockps::WorkerRef* sender = size % 3 == 2 ? nullptr : &sessions[size % 3];
+  (void)shard()->control(text, sender);
   (void)blockps::render_status_page(*shard());
   return 0;
 }
