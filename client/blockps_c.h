@@ -130,7 +130,9 @@ typedef struct blockps_open_options {
   int takeover;              /* 0/1, default 0: claim the shards even though another job holds them (needs a job) */
   int replace_place;         /* 0/1, default 0: give each shard the place this file gives it even where it holds another
                                 (a deliberate re-layout or a new model); otherwise such a shard is BLOCKPS_ERR_MISMATCH */
-  blockps_shard_kind expect; /* default BLOCKPS_SHARD_ANY; another kind of shard: BLOCKPS_ERR_MISMATCH */
+  /* a blockps_shard_kind (an int, so that a value outside the enum is refused, not undefined): default
+   * BLOCKPS_SHARD_ANY; another kind of shard: BLOCKPS_ERR_MISMATCH */
+  int expect;
 } blockps_open_options;
 
 /* The defaults (struct_size set). NULL: no-op. */

@@ -197,7 +197,7 @@ std::optional<blockps_result> shard_out_of_range(const char* what, const blockps
 }
 
 // The fields of version 6's blockps_open_options: a caller built against it passes at least this many bytes.
-constexpr size_t kOpenOptionsV6Bytes = offsetof(blockps_open_options, expect) + sizeof(blockps_shard_kind);
+constexpr size_t kOpenOptionsV6Bytes = offsetof(blockps_open_options, expect) + sizeof(int);
 
 blockps_result open_cluster(const char* what, const char* cluster_file, const blockps_open_options* options,
                             blockps_cluster** out_cluster) noexcept {
