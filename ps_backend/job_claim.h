@@ -92,6 +92,15 @@ class JobClaim {
   using SessionView = std::tuple<int, std::uint64_t, std::string_view>;
   static SessionKey key_of(const WorkerRef& w) { return {w.tid, w.itn, w.iqn}; }
   static SessionView view_of(const WorkerRef& w) { return {w.tid, w.itn, w.iqn}; }
+  // Orders keys and views alike (as views: comparing a tuple of string with one of string_view is not portable).
+  struct SessionOrder {
+    using is_transparent = void;
+    template <class A, class B>
+    bool operator()(const A& a, const B& b) const {
+      return SessionView(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
+             SessionView(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+    }
+  };
   bool lapsed_locked(Clock::time_point now) const;
   void hold_locked(const std::string& job, Clock::time_point now);
   void join_locked(const WorkerRef& session, Clock::time_point now);
@@ -102,8 +111,8 @@ class JobClaim {
   std::string holder_;
   std::uint64_t claimed_unix_ = 0;
   Clock::time_point last_active_{};
-  std::map<SessionKey, Clock::time_point, std::less<>> sessions_;  // joined, with each one's last command
-  std::set<SessionKey, std::less<>> refused_sessions_;  // refused since the holder changed (logged once each)
+  std::map<SessionKey, Clock::time_point, SessionOrder> sessions_;  // joined, with each one's last command
+  std::set<SessionKey, SessionOrder> refused_sessions_;  // refused since the holder changed (logged once each)
   std::uint64_t refused_ = 0, takeovers_ = 0;
 };
 

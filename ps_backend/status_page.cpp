@@ -134,7 +134,9 @@ std::string render_status_page(const ServedShard& shard) {
   set(page::kCheckpointErrors, rd(k.checkpoint_errors));
   set(page::kCheckpointLastUnix, last.unix_time);
   set(page::kCheckpointLastError, last.error);
-  return j.dump(2) + "\n";
+  // Text an initiator sent (a refused control line, an initiator name) may be any bytes: invalid UTF-8 becomes
+  // U+FFFD instead of an exception that would leave the page unreadable while the refusal is among the recent ones.
+  return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace blockps

@@ -14,6 +14,9 @@ never stepped locally. What happens, and the rules a user can rely on:
 - Identity: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT come from torchrun's environment (absent: rank 0 of
   1). Each rank logs in as iqn.2026-11.io.blockps:worker-<host>-rank<RANK> (unless the cluster file names an
   initiator), one session per shard, so each rank is one worker of a sync shard.
+- Job: the ranks claim the shards for their job (blockps/jobs.py names it: job=, the cluster file's [client] job,
+  BLOCKPS_JOB, or torchrun's run): a second job pointed at the same shards is refused at construction with the
+  holder named, before rank 0 writes anything; averaging shards (opt=average) are refused too.
 - Start: rank 0 assigns its model's parameters and buffers to the shards (as DDP broadcasts rank 0's), then
   every rank reads them back, so all ranks start from the same weights. init="ps" keeps the weights the shards
   hold instead (resume); it is the default after a torchrun restart. Ranks meet once, at start, in a

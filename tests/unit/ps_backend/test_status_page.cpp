@@ -74,5 +74,19 @@ TEST(StatusPage, TheHolderThePlaceAndTheRefusalsInWords) {
   EXPECT_NE(e.at(refusal::kReason).get<std::string>().find("is held by job run-a"), std::string::npos);
 }
 
+// A refused control line is quoted on the page; an initiator may send any bytes (the control fuzzer sent
+// "release" followed by 0xED bytes): the page still renders, the bytes as U+FFFD.
+TEST(StatusPage, ARefusalQuotingBytesThatAreNotUtf8StillRenders) {
+  unit::TempDir dir;
+  auto shard = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
+  const WorkerRef sender{1, 7, "iqn.2024-01.test:a"};
+  const std::string bad = "release\xed\xed\xed\n";
+  EXPECT_FALSE(shard->control(bad, &sender).ok());
+  const nlohmann::json p = page_of(*shard);
+  const auto& recent = at(p, status_page::kRefusalsRecent);
+  ASSERT_FALSE(recent.empty());
+  EXPECT_NE(recent.back()["reason"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos) << recent.dump();
+}
+
 }  // namespace
 }  // namespace blockps
