@@ -113,9 +113,31 @@ class ShardWorker {
   void post(std::function<Status()> job, std::shared_ptr<OperationState> op) {
     {
       std::lock_guard lock(mutex_);
-      jobs_.push_back({std::move(job), std::move(op)});
+      jobs_.push_back({std::move(job), std::move(op), std::nullopt});
     }
     work_cv_.notify_one();
+  }
+
+  // One exchange's commands on this shard's grad LU (each block's WRITE, then its READ after it). Exchanges queued
+  // behind each other run as one batch (serve()), so that the WRITEs of the next exchange go out while the READs
+  // of the one before are still coming back: run one at a time, each exchange drained the link before the next
+  // filled it, and a stream of small exchanges (DistributedOptimizer's 1 MiB buckets, a host's chunks) used each
+  // direction of the link half the time (bench/RESULTS.md, "Hosts with several ranks").
+  struct ExchangePart {
+    std::vector<LuCommand> commands;
+    std::vector<std::uint64_t> model_offsets;
+  };
+  void post_exchange(ExchangePart part, std::shared_ptr<OperationState> op) {
+    {
+      std::lock_guard lock(mutex_);
+      jobs_.push_back({{}, std::move(op), std::move(part)});
+    }
+    work_cv_.notify_one();
+  }
+  // Where batches of exchanges are traced (Cluster's trace, the shard's lane); none by default.
+  void trace_to(Trace* trace, int lane) {
+    trace_ = trace;
+    trace_lane_ = lane;
   }
 
   // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
@@ -187,28 +209,62 @@ class ShardWorker {
 
  private:
   struct Job {
-    std::function<Status()> work;
+    std::function<Status()> work;  // or, for an exchange:
     std::shared_ptr<OperationState> op;
+    std::optional<ExchangePart> exchange;
   };
+  // A batch of exchanges stops growing at this many bytes each way: it finishes as a whole, so an exchange at its
+  // front waits for the rest of it.
+  static constexpr std::uint64_t kMaxBatchBytes = 64ull << 20;
 
   void serve() {
     for (;;) {
-      Job job;
+      std::vector<Job> batch;
       {
         std::unique_lock lock(mutex_);
         work_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
         if (jobs_.empty()) return;  // stopping, and every queued job is done
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
+        std::uint64_t bytes = 0;
+        do {
+          for (const LuCommand& c :
+               jobs_.front().exchange ? jobs_.front().exchange->commands : std::vector<LuCommand>{})
+            bytes += c.direction == IoDirection::write ? c.bytes() : 0;
+          batch.push_back(std::move(jobs_.front()));
+          jobs_.pop_front();
+        } while (batch.front().exchange && !jobs_.empty() && jobs_.front().exchange && bytes < kMaxBatchBytes);
       }
       Status s = Status::Ok();
       try {
-        s = job.work();
+        s = batch.front().exchange ? run_exchanges(batch) : batch.front().work();
       } catch (const std::exception& e) {  // e.g. bad_alloc: an error value, never an escape
         s = Status::Error("shard '" + spec_.name + "': " + e.what());
       }
-      job.op->part_done(std::move(s));
+      // A failure fails every exchange of the batch: they were in flight together, and which of their commands
+      // completed is not known.
+      for (Job& job : batch) job.op->part_done(s);
     }
+  }
+
+  // The exchanges of `batch` as one run of commands on the grad LU: each one's commands after the ones before, its
+  // READs' predecessors renumbered.
+  Status run_exchanges(const std::vector<Job>& batch) {
+    std::vector<LuCommand> commands;
+    std::vector<std::uint64_t> model_offsets;
+    for (const Job& job : batch) {
+      const std::size_t base = commands.size();
+      for (LuCommand c : job.exchange->commands) {
+        if (c.after != kNoPredecessor) c.after += base;
+        commands.push_back(std::move(c));
+      }
+      model_offsets.insert(model_offsets.end(), job.exchange->model_offsets.begin(), job.exchange->model_offsets.end());
+    }
+    if (trace_ == nullptr) return run(LuRole::grad, commands, model_offsets);
+    const auto begin = Trace::Clock::now();
+    Status s = run(LuRole::grad, commands, model_offsets);
+    std::uint64_t bytes = 0;
+    for (const LuCommand& c : commands) bytes += c.bytes();
+    trace_->span("exchange", trace_lane_, begin, Trace::Clock::now(), bytes);
+    return s;
   }
 
   ShardSpec spec_;
@@ -220,6 +276,8 @@ class ShardWorker {
   std::condition_variable work_cv_;
   std::deque<Job> jobs_;
   bool stopping_ = false;
+  Trace* trace_ = nullptr;
+  int trace_lane_ = 0;
 };
 
 }  // namespace detail
@@ -456,6 +514,7 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config, cons
       for (std::size_t i = 0; i < cluster->shards_.size(); ++i) {
         ShardWorker& shard = *cluster->shards_[i];
         trace->name_lane(Trace::shard_lane(i), "shard " + shard.spec().name);
+        shard.trace_to(trace, Trace::shard_lane(i));
         const int lane = Trace::command_lane(i);
         trace->name_lane(lane, "shard " + shard.spec().name + ": commands");
         for (LuRole role : {LuRole::grad, LuRole::weights}) {
@@ -738,6 +797,10 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].commands.empty()) continue;
     ShardWorker* shard = shards_[i].get();
+    if (exchanging) {
+      shard->post_exchange({std::move(parts[i].commands), std::move(parts[i].model_offsets)}, state);
+      continue;
+    }
     shard->post(
         [shard, role, part = std::move(parts[i]), trace = trace_.get(), what, lane = Trace::shard_lane(i)] {
           if (trace == nullptr) return shard->run(role, part.commands, part.model_offsets);

@@ -3,11 +3,14 @@
 # torchrun script client/examples/train.py. It sets up the machine (scripts/setup.sh: packages, dataset, build),
 # then runs and compares, with the same total threads (2) and the same global batch per step:
 #   local       1 worker, 2 threads, the torch optimizer in the process, no PS (the reference)
-#   ddp         torchrun, 2 workers: DistributedDataParallel over gloo (what a PyTorch user has without a PS)
-#   ddp-blockps torchrun, 2 workers: the same DDP, its gradients averaged by the PS (the blockps communication
+#   ddp         torchrun, 2 ranks: DistributedDataParallel over gloo (what a PyTorch user has without a PS)
+#   ddp-blockps torchrun, 2 ranks: the same DDP, its gradients averaged by the PS (the blockps communication
 #               hook: one added line; the shards run opt=average in mode=sync, the optimizer stays in the script)
-#   ps-sync     torchrun, 2 workers through the PS in mode=sync (BSP: a pull returns the round's average)
-#   ps-async    torchrun, 2 workers through the PS in mode=async
+#   ps-sync     torchrun, 2 ranks through the PS in mode=sync (BSP: a pull returns the round's average)
+#   ps-async    torchrun, 2 ranks through the PS in mode=async
+# The 2 ranks run on this one host, as the GPUs of one machine do: they combine their gradients in shared memory
+# and the host's leader (rank 0) pushes and pulls each block once for both (client/python/blockps/host.py), so the
+# shards see one worker (workers=1 in sync mode). Several hosts' ranks: bench/cluster --ranks-per-host.
 # Each ps- run starts 2 shards (one tgtd each, scripts/ps-up.sh) that run the script's optimizer, the script
 # wraps its optimizer in blockps.torch.DistributedOptimizer (rank 0's weights go to the shards at start), prints
 # loss, test accuracy and images/s at every evaluation, and the shards stop. Then a summary table (final
@@ -158,7 +161,7 @@ write_cluster_file() {
 }
 
 train_args=(--model "$model" --epochs "$epochs" --batch "$batch" --evals-per-epoch "$evals")
-# train RUN ARGS...: the training script under torchrun with 2 workers (Debian bookworm's torchrun crashes with
+# train RUN ARGS...: the training script under torchrun with 2 ranks (Debian bookworm's torchrun crashes with
 # its default --redirects 0 on Python 3.11: docs/OPTIONS.md), its rank 0's lines shown as they come.
 train_torchrun() {
   local run=$1
@@ -167,7 +170,7 @@ train_torchrun() {
     "$trainer" "${train_args[@]}" --name "$run" --out "$out/$run.json" "$@"
 }
 
-# run_ps RUN BSOPTS TRAIN_FLAG: one run with 2 workers through 2 shards (BSOPTS: their optimizer and mode; the
+# run_ps RUN BSOPTS TRAIN_FLAG: one run with 2 ranks through 2 shards (BSOPTS: their optimizer and mode; the
 # script's TRAIN_FLAG, --ps or --ddp-blockps, takes the cluster file).
 run_ps() {
   local run=$1 extra=$2 flag=$3 i
@@ -185,8 +188,8 @@ run_ps() {
   running_confs=()
 }
 
-# Sync: a round closes when both workers pushed (a straggler's 5 s, or a dead worker, closes it with 1).
-sync_bsopts="mode=sync;workers=2;min_workers=1;straggler_ms=5000"
+# Sync: a round closes when the host pushed (its 2 ranks combine first: one worker for the shards).
+sync_bsopts="mode=sync;workers=1;min_workers=1;straggler_ms=5000"
 report_args=()
 for run in "${run_list[@]}"; do
   echo

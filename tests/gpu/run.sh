@@ -20,8 +20,8 @@
 # found), integration (each test binary with BLOCKPS_TEST_DEVICE=DEV), gpu_aggregation, gpu_pushpull (one run
 # per OPT[:DTYPE] of $BLOCKPS_GPU_PUSHPULL_RUNS, default "sgd adam adam:bf16", part gpu_pushpull-OPT[-DTYPE],
 # --seconds $BLOCKPS_GPU_BENCH_SECONDS, default 2, --rounds $BLOCKPS_GPU_BENCH_ROUNDS, default 5), cuda_workers
-# (the Python check scripts with the model on CUDA: the bundle's blockps_torch_optimizer_tests and
-# blockps_ddp_hook_tests with BLOCKPS_CHECK_DEVICE=cuda and BLOCKPS_TEST_DEVICE=DEV, gtest filter
+# (the Python check scripts with the model on CUDA: the bundle's blockps_torch_optimizer_tests,
+# blockps_ddp_hook_tests and blockps_torch_hosts_tests with BLOCKPS_CHECK_DEVICE=cuda and BLOCKPS_TEST_DEVICE=DEV, gtest filter
 # $BLOCKPS_GPU_WORKER_FILTER, default *; needs the python part's binding and a torch that sees the GPU; NOT RUN
 # without one). A summary table (part, result, seconds, log) ends the run and is kept in RESULTS/summary.txt.
 # A usable GPU: nvidia-smi found and `nvidia-smi -L` succeeds, and /dev/nvidia0 exists. Without one each GPU
@@ -402,7 +402,7 @@ if wants cuda_workers; then
       row cuda_workers "NOT RUN" 0 "$log"
     else
       mkdir -p "$results/cuda_workers"
-      for t in blockps_torch_optimizer_tests blockps_ddp_hook_tests; do
+      for t in blockps_torch_optimizer_tests blockps_ddp_hook_tests blockps_torch_hosts_tests; do
         if [[ " ${bundled_tests[*]} " != *" $t "* ]]; then
           echo "*** NOT RUN: cuda_workers: $t is not in the bundle ***" | tee -a "$log"
           row "cuda_workers:$t" "NOT RUN" 0 "$log"

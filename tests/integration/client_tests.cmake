@@ -45,40 +45,41 @@ if(TARGET blockps_python)
     BLOCKPS_PYTHON="${BLOCKPS_PYTHON}")
 endif()
 
-# blockps.torch.DistributedOptimizer (torch_optimizer_check.py) against real shards: gradients pushed during
-# backward bit for bit, one worker = torch.optim step for step, 2 torchrun ranks agree, a killed rank, a dead shard.
-blockps_integration_test(blockps_torch_optimizer_tests test_torch_optimizer.cpp)
-target_link_libraries(blockps_torch_optimizer_tests PRIVATE blockps_test_cluster)
+# A test whose checks are torch scripts: the cluster fixture and, where the Python package is built, the
+# interpreter, torchrun and the package's directory compiled in, with DEFINITIONS (NAME="path" of its scripts).
 if(TARGET blockps_python)
   find_program(BLOCKPS_TORCHRUN torchrun PATHS /usr/bin NO_DEFAULT_PATH)
   if(NOT BLOCKPS_TORCHRUN)
     set(BLOCKPS_TORCHRUN /usr/bin/torchrun)  # python3-torch's; the test fails loudly where it is missing
   endif()
-  add_dependencies(blockps_torch_optimizer_tests blockps_python)
-  target_compile_definitions(blockps_torch_optimizer_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
-    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
-    BLOCKPS_TORCH_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/torch_optimizer_check.py")
 endif()
+function(blockps_torch_test name source)
+  blockps_integration_test(${name} ${source})
+  target_link_libraries(${name} PRIVATE blockps_test_cluster)
+  if(TARGET blockps_python)
+    add_dependencies(${name} blockps_python)
+    target_compile_definitions(${name} PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
+      BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}" ${ARGN})
+  endif()
+endfunction()
+
+# blockps.torch.DistributedOptimizer (torch_optimizer_check.py) against real shards: gradients pushed during
+# backward bit for bit, one worker = torch.optim step for step, 2 torchrun ranks agree, a killed rank, a dead shard.
+blockps_torch_test(blockps_torch_optimizer_tests test_torch_optimizer.cpp
+  BLOCKPS_TORCH_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/torch_optimizer_check.py")
 
 # blockps.torch.averaging_hook (ddp_hook_check.py): DDP with the hook over averaging shards against DDP over gloo in
 # the same torchrun ranks (2 and 3 ranks, four optimizers), the bf16 wire, a killed rank, a dead shard.
-blockps_integration_test(blockps_ddp_hook_tests test_ddp_hook.cpp)
-target_link_libraries(blockps_ddp_hook_tests PRIVATE blockps_test_cluster)
-if(TARGET blockps_python)
-  add_dependencies(blockps_ddp_hook_tests blockps_python)
-  target_compile_definitions(blockps_ddp_hook_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
-    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
-    BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py"
-    BLOCKPS_DDP_EXAMPLE="${PROJECT_SOURCE_DIR}/client/examples/ddp_finetune.py")
-endif()
+blockps_torch_test(blockps_ddp_hook_tests test_ddp_hook.cpp
+  BLOCKPS_DDP_HOOK_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/ddp_hook_check.py"
+  BLOCKPS_DDP_EXAMPLE="${PROJECT_SOURCE_DIR}/client/examples/ddp_finetune.py")
 
 # A shard serves one job at a time, in the place it holds, through the torch paths (job_check.py): two torchrun jobs
 # on the same shards (the hook and DistributedOptimizer), a takeover, a cluster file in another order, the wrong kind.
-blockps_integration_test(blockps_torch_jobs_tests test_torch_jobs.cpp)
-target_link_libraries(blockps_torch_jobs_tests PRIVATE blockps_test_cluster)
-if(TARGET blockps_python)
-  add_dependencies(blockps_torch_jobs_tests blockps_python)
-  target_compile_definitions(blockps_torch_jobs_tests PRIVATE BLOCKPS_PYTHON_DIR="${BLOCKPS_PYTHON_DIR}"
-    BLOCKPS_PYTHON="${BLOCKPS_PYTHON}" BLOCKPS_TORCHRUN="${BLOCKPS_TORCHRUN}"
-    BLOCKPS_JOB_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/job_check.py")
-endif()
+blockps_torch_test(blockps_torch_jobs_tests test_torch_jobs.cpp
+  BLOCKPS_JOB_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/job_check.py")
+
+# Hosts with several ranks (host_check.py): 2 hosts x 2 ranks whose ranks combine before the host's leader pushes;
+# the hook against DDP over gloo, DistributedOptimizer with and without, a dead local rank, two torchrun agents.
+blockps_torch_test(blockps_torch_hosts_tests test_torch_hosts.cpp
+  BLOCKPS_HOST_CHECK="${CMAKE_CURRENT_SOURCE_DIR}/host_check.py")

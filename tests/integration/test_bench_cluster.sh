@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # bench/cluster cannot rot: its --help, its refusals, a tiny real run (2 workers, 2 dedicated shard hosts, a
 # 4M model on 100 Mbit/s links, async) that must print every figure (iperf3 both ways, step, exchange, gloo) and
-# leave no namespace, tgtd or work directory behind, the same in both modes in one run with --timeline (rows per
+# leave no namespace, tgtd or work directory behind, 2 hosts x 2 ranks in sync mode (every rank a worker, and the
+# host path: its rows, ideals 2:1, and M each way per step through each worker host's link, from the counters),
+# the same in both modes in one run with --timeline (rows per
 # mode, sync/async, every worker's command trace, link samples, the report and its figure), and a tiny training workload (--workload train: the MLP for
 # 0.05 epochs over DDP and sync shards) that must report both runs against the link bound. Not timed: the figures are checked for presence and sanity
 # (a step cannot beat its ideal at the nominal rate by more than the measurement's noise), not for speed.
@@ -26,7 +28,7 @@ trap 'finish_test $? "$tmp"' EXIT
 
 step "--help names every option"
 "$cluster" --help >"$tmp/help" || fail "--help exited $?"
-for option in --workers --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
+for option in --workers --ranks-per-host --host-aggregation --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
   --exchange-writes --mtu \
   --iperf-seconds --prefix --build-dir --keep --workload --model --epochs --batch --evals-per-epoch --runs --plot \
   --ops --push-lead --timeline; do
@@ -51,7 +53,10 @@ refused "--runs: unknown run 'horovod'" --workload train --runs ddp,horovod
 refused "--epochs '0': must be a number > 0" --workload train --epochs 0
 refused "--mode 'async,ssp': each mode must be async or sync" --mode async,ssp
 refused "--mode 'sync,sync': a mode is named twice" --mode sync,sync
-refused "--ops 'push': each op must be step or exchange" --ops push
+refused "--ops 'push': each op must be step, exchange or host" --ops push
+refused "--ranks-per-host '0': must be a whole number in 1..16" --ranks-per-host 0
+refused "--workers 64 x --ranks-per-host 4: at most 128 ranks" --workers 64 --ranks-per-host 4
+refused "--host-aggregation 'yes': must be on or off" --host-aggregation yes
 refused "--push-lead '-1': must be a whole number in 0..1000000" --push-lead -1
 
 [ "$(id -u)" = 0 ] || skip "bench/cluster needs root (network namespaces, tgtd)"
@@ -94,6 +99,31 @@ for op in step exchange; do
     fail "no link use line for '$op'"
 done
 grep -Eq "^cluster: cpu busy .*: step [0-9]+%, exchange [0-9]+%$" "$tmp/run" || fail "no cpu busy line with both runs"
+
+step "2 hosts x 2 ranks: every rank a worker (exchange) and the host path (host), bytes per host link"
+rc=0
+"$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --ranks-per-host 2 --shards 2 --model-size 4M \
+  --rate 100mbit --steps 3 --warmup 1 --iperf-seconds 1 --mode sync >"$tmp/hosts" 2>&1 || rc=$?
+cat "$tmp/hosts"
+[ "$rc" -eq 0 ] || fail "bench/cluster --ranks-per-host 2 exited $rc"
+# A row: op, r0..r3 (the host path: rank 0's figure, the others '-'), slowest, ideal, fraction, gloo/blockps.
+for op in exchange host gloo; do
+  grep -Eq "^cluster: $op( +([0-9.]+|-)){4} +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+$" "$tmp/hosts" ||
+    fail "no complete '$op' row in the report"
+done
+# The host path's ideal is one exchange per host, every rank a worker's is two: the report's ideal column says so.
+awk '$2 == "exchange" && NF == 10 { e = $(NF - 2) } $2 == "host" && NF == 10 { h = $(NF - 2) }
+     END { exit !(e > 0 && h > 0 && e > 1.9 * h && e < 2.1 * h) }' "$tmp/hosts" ||
+  fail "the ideals of exchange and host are not 2:1"
+# What each worker host's link carried per timed step of the host path, from its counters: M each way (plus the
+# frames' headers, about 4.5% at MTU 1500); every rank a worker: about 2 M (the whole run, logins included).
+grep -E "^cluster: bytes per timed step .*, host " "$tmp/hosts" | grep -oE "w[0-9] [0-9.]+/[0-9.]+" |
+  awk '{ split($2, v, "/"); n++; if (v[1] < 0.98 || v[1] > 1.10 || v[2] < 0.98 || v[2] > 1.10) bad = 1 }
+       END { exit !(n == 2 && !bad) }' || fail "the host path's links did not carry M each way per step"
+grep -E "^cluster: bytes per step .*, exchange " "$tmp/hosts" | grep -oE "w[0-9] [0-9.]+/[0-9.]+" |
+  awk '{ split($2, v, "/"); n++; if (v[1] < 1.9 || v[2] < 1.9) bad = 1 } END { exit !(n == 2 && !bad) }' ||
+  fail "with every rank a worker the links did not carry 2 M each way per step"
+if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
 
 step "async and sync in one run, with the timeline: 2 workers, 2 shard hosts, 4M model, 100mbit links"
 rc=0

@@ -356,6 +356,43 @@ TEST_F(ClientTest, ExchangeReturnsTheWeightsWithItsOwnPushOfEveryBlock) {
             "exchange: the weights buffer holds 100 bytes, blocks [0, 32) are 2097152 bytes");
 }
 
+// Exchanges queued behind each other run on a shard as one batch: the next exchange's WRITEs go out while the
+// READs before it are still in flight (each exchange alone drained the link first). 32 exchanges of one block each,
+// queued at once: every pulled block holds its own push (a READ renumbered onto the wrong WRITE would return the
+// weights before it), and the two directions shared the session's queue, which one-block exchanges run one at a
+// time never do.
+TEST_F(ClientTest, QueuedExchangesRunAsOneBatchEachReadingAfterItsOwnWrite) {
+  const ModelShape m{2048 * K, 64 * K, LayoutKind::stripe};  // 32 blocks
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  auto cluster = open(cluster_file(m));
+  ASSERT_TRUE(cluster);
+  const std::size_t n = cluster->model_bytes() / 4, per_block = m.block / 4;
+  const auto init = whole_numbers(n, 1);
+  ASSERT_TRUE(cluster->write_weights(f32_bytes(init)).ok());
+  auto before = cluster->grad_queue_counters();
+  ASSERT_TRUE(before.ok()) << before.message();
+  const auto g = whole_numbers(n, 7);
+  const auto g_bytes = f32_bytes(g);
+  std::vector<std::byte> pulled(cluster->model_bytes());
+  const std::span<const std::byte> grads(g_bytes);
+  std::vector<Operation> ops;
+  for (std::uint64_t b = 0; b < 32; ++b)
+    ops.push_back(cluster->exchange_blocks_async(b, 1, grads.subspan(b * m.block, m.block),
+                                                 std::span(pulled).subspan(b * m.block, m.block)));
+  for (const Operation& op : ops) ASSERT_TRUE(op.wait().ok());
+  std::vector<float> expected(n);
+  for (std::size_t i = 0; i < n; ++i) expected[i] = init[i] + g[i];
+  EXPECT_EQ(f32_values(pulled), expected);
+  auto after = cluster->grad_queue_counters();
+  ASSERT_TRUE(after.ok()) << after.message();
+  std::uint64_t beside = 0;
+  for (int s = 0; s < kShards; ++s)
+    beside += (*after)[s].issued_beside_other_direction - (*before)[s].issued_beside_other_direction;
+  EXPECT_GT(beside, 0u) << "no WRITE of a queued exchange went out beside a READ of the one before: they ran one "
+                           "at a time ("
+                        << per_block << " elements per block)";
+}
+
 // BLOCKPS_TRACE: every transfer is a span on its shard's lane with the bytes it moved, every double-buffer step
 // a compute and a wait span on the loop's lane, and the file is a trace-event array that a JSON parser reads.
 TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {

@@ -41,7 +41,7 @@ class DdpHookTest : public ::testing::Test {
   }
   std::vector<std::string> python(const std::vector<std::string>& args) const {
     std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
-                                     "OMP_NUM_THREADS=1"};
+                                     "OMP_NUM_THREADS=1", kEveryRankAWorker};
     command.insert(command.end(), args.begin(), args.end());
     return command;
   }

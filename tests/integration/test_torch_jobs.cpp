@@ -28,15 +28,14 @@ class TorchJobsTest : public ::testing::Test {
   void start(const std::string& shard_options) {
     const Status made = dir_.create("blockps-torch-jobs-markers-");
     ASSERT_TRUE(made.ok()) << made.message();
-    const Status s = local_.start(
-        {.model_bytes = 64 * K,
-         .block_bytes = 4 * K,
-         .shards = 2,
-         .layout = LayoutKind::stripe,
-         .dtype = "f32",
-         .shard_options = shard_options,
-         .client_options = {}},
-        "blockps-torch-jobs-");
+    const Status s = local_.start({.model_bytes = 64 * K,
+                                   .block_bytes = 4 * K,
+                                   .shards = 2,
+                                   .layout = LayoutKind::stripe,
+                                   .dtype = "f32",
+                                   .shard_options = shard_options,
+                                   .client_options = {}},
+                                  "blockps-torch-jobs-");
     ASSERT_TRUE(s.ok()) << s.message();
   }
   void start_averaging(int workers) {
@@ -46,7 +45,7 @@ class TorchJobsTest : public ::testing::Test {
   std::string torchrun_line(int ranks, const std::vector<std::string>& args) {
     std::vector<std::string> command = torchrun_command(BLOCKPS_TORCHRUN, ranks);
     if (command.empty()) return {};
-    std::string line = "env PYTHONPATH=" + std::string(BLOCKPS_PYTHON_DIR) + " OMP_NUM_THREADS=1";
+    std::string line = "env PYTHONPATH=" + std::string(BLOCKPS_PYTHON_DIR) + " OMP_NUM_THREADS=1 " + kEveryRankAWorker;
     for (const std::string& word : command) line += " '" + word + "'";
     line += " '" + std::string(BLOCKPS_JOB_CHECK) + "'";
     for (const std::string& word : args) line += " '" + word + "'";
@@ -73,8 +72,9 @@ class TorchJobsTest : public ::testing::Test {
   }
   // job_check.py in one process; it must say every check passed.
   void single(const std::vector<std::string>& args) {
-    std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
-                                     "OMP_NUM_THREADS=1", BLOCKPS_PYTHON, BLOCKPS_JOB_CHECK};
+    std::vector<std::string> command{"/usr/bin/env",      std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
+                                     "OMP_NUM_THREADS=1", kEveryRankAWorker,
+                                     BLOCKPS_PYTHON,      BLOCKPS_JOB_CHECK};
     command.insert(command.end(), args.begin(), args.end());
     const CommandResult r = run_command(command, {.timeout = std::chrono::seconds(120), .cwd = {}});
     std::cout << r.output;

@@ -38,8 +38,9 @@ class TorchOptimizerTest : public ::testing::Test {
   }
   // The check script in `mode` with `args` after it; its output must say every check passed.
   void run_check(std::vector<std::string> args, std::chrono::milliseconds timeout = std::chrono::seconds(120)) {
-    std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
-                                     "OMP_NUM_THREADS=1", BLOCKPS_PYTHON, BLOCKPS_TORCH_CHECK};
+    std::vector<std::string> command{"/usr/bin/env",      std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
+                                     "OMP_NUM_THREADS=1", kEveryRankAWorker,
+                                     BLOCKPS_PYTHON,      BLOCKPS_TORCH_CHECK};
     command.insert(command.end(), args.begin(), args.end());
     const CommandResult r = run_command(command, {.timeout = timeout, .cwd = {}});
     EXPECT_TRUE(r.ok()) << r.describe();
@@ -83,8 +84,8 @@ TEST_F(TorchOptimizerTest, OneWorkerMatchesTorchOptimAdam) {
 TEST_F(TorchOptimizerTest, TorchrunRanksEndWithTheSameParametersAndBuffers) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01;mode=sync;workers=2"));
   const std::string out = local_.cluster_file() + ".state";
-  std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
-                                   "OMP_NUM_THREADS=1"};
+  std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR, "OMP_NUM_THREADS=1",
+                                   kEveryRankAWorker};
   const std::vector<std::string> torchrun = torchrun_command(BLOCKPS_TORCHRUN, 2);
   ASSERT_FALSE(torchrun.empty()) << "no free loopback port for torchrun's rendezvous";
   command.insert(command.end(), torchrun.begin(), torchrun.end());
@@ -101,8 +102,9 @@ TEST_F(TorchOptimizerTest, KilledRankDoesNotHangTheOther) {
   const std::string out = local_.cluster_file() + ".state";
   const int port = free_loopback_port();
   ASSERT_NE(port, 0);
-  const std::string env = std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR +
-                          " OMP_NUM_THREADS=1 WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);
+  const std::string env = std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR + " OMP_NUM_THREADS=1 " +
+                          std::string(kEveryRankAWorker) +
+                          " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + std::to_string(port);
   const std::string worker = std::string(BLOCKPS_PYTHON) + " " + BLOCKPS_TORCH_CHECK + " worker " +
                              local_.cluster_file() + " " + out + " 10 --die-after 3";
   const auto begin = std::chrono::steady_clock::now();

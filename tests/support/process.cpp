@@ -111,15 +111,23 @@ int free_loopback_port() {
 std::vector<std::string> torchrun_command(const std::string& torchrun, int ranks, int max_restarts) {
   const int port = free_loopback_port();
   if (port == 0) return {};
-  return {torchrun,
-          "--rdzv_backend=c10d",
-          "--rdzv_endpoint=127.0.0.1:" + std::to_string(port),
-          "--nnodes=1",
-          "--nproc_per_node=" + std::to_string(ranks),
-          "--max_restarts=" + std::to_string(max_restarts),
-          "--monitor_interval=1",
-          "--redirects=1",
-          "--tee=1"};
+  return torchrun_node_command(torchrun, {.port = port, .nodes = 1, .ranks_per_node = ranks, .run_id = {}},
+                               max_restarts);
+}
+
+std::vector<std::string> torchrun_node_command(const std::string& torchrun, const TorchrunNodes& nodes,
+                                               int max_restarts) {
+  std::vector<std::string> command{torchrun,
+                                   "--rdzv_backend=c10d",
+                                   "--rdzv_endpoint=127.0.0.1:" + std::to_string(nodes.port),
+                                   "--nnodes=" + std::to_string(nodes.nodes),
+                                   "--nproc_per_node=" + std::to_string(nodes.ranks_per_node),
+                                   "--max_restarts=" + std::to_string(max_restarts),
+                                   "--monitor_interval=1",
+                                   "--redirects=1",
+                                   "--tee=1"};
+  if (!nodes.run_id.empty()) command.push_back("--rdzv_id=" + nodes.run_id);
+  return command;
 }
 
 std::string read_text_file(const std::string& path) {

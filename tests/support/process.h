@@ -56,6 +56,22 @@ int free_loopback_port();
 // default `--redirects 0`: docs/OPTIONS.md). Empty when no port could be had.
 std::vector<std::string> torchrun_command(const std::string& torchrun, int ranks, int max_restarts = 0);
 
+// The environment setting that makes every rank of a torch test a worker of its own (blockps/host.py's host
+// aggregation off): the tests of the per-rank paths run their ranks on one machine, which is one host to blockps.
+inline constexpr char kEveryRankAWorker[] = "BLOCKPS_HOST_AGGREGATION=0";
+
+// One of `nodes` torchrun agents of one job on this machine (each is a host to blockps: torchrun's node), meeting
+// at the c10d rendezvous on loopback `port` under `run_id` (a multi-node job needs one: blockps names the job by
+// it). Start one command per node, side by side.
+struct TorchrunNodes {
+  int port = 0;
+  int nodes = 1;
+  int ranks_per_node = 1;
+  std::string run_id;
+};
+std::vector<std::string> torchrun_node_command(const std::string& torchrun, const TorchrunNodes& nodes,
+                                               int max_restarts = 0);
+
 // The contents of a file; empty when it cannot be read.
 std::string read_text_file(const std::string& path);
 

@@ -26,8 +26,8 @@ import threading
 
 import torch
 
-from .distributed import (_WIRE_DTYPES, ModelLayout, _bytes_of, _wire_buffer, open_for_job, torchrun_identity,
-                          wire_element_bytes)
+from .distributed import _WIRE_DTYPES, ModelLayout, _wire_buffer, exchanger, open_for_job, torchrun_identity, wire_element_bytes
+from .host import host_of_this_rank, leader_opens
 from .jobs import check_shard_kind
 
 
@@ -50,17 +50,25 @@ class AveragingState:
     holds them (that job's next command is refused). The shards must average (opt=average): checked here, before
     any push."""
 
-    def __init__(self, model, cluster, *, job=None, takeover=False):
+    def __init__(self, model, cluster, *, job=None, takeover=False, host_aggregation=True):
         rank, _, _ = torchrun_identity()
-        self.cluster = open_for_job(cluster, f"rank{rank}", job, takeover)
-        check_shard_kind(self.cluster, averaging=True, user="blockps.torch.averaging_hook")
+
+        def open_checked():
+            opened = open_for_job(cluster, f"rank{rank}", job, takeover)
+            check_shard_kind(opened, averaging=True, user="blockps.torch.averaging_hook")
+            return opened
+        self.host = host_of_this_rank(host_aggregation)
+        if self.host is None:
+            self.cluster = shape = open_checked()
+        else:
+            self.cluster, shape = leader_opens(self.host, open_checked)
         model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-        wire = _WIRE_DTYPES[self.cluster.dtype]
-        self.layout = layout = ModelLayout(model, self.cluster.block_bytes // wire_element_bytes(self.cluster.dtype))
-        if layout.parameter_blocks * layout.block_elements > self.cluster.elements:
-            need = averaging_model_bytes(model, self.cluster.block_bytes, self.cluster.dtype, self.cluster.shard_count)
+        wire = _WIRE_DTYPES[shape.dtype]
+        self.layout = layout = ModelLayout(model, shape.block_bytes // wire_element_bytes(shape.dtype))
+        if layout.parameter_blocks * layout.block_elements > shape.elements:
+            need = averaging_model_bytes(model, shape.block_bytes, shape.dtype, shape.shard_count)
             raise ValueError(f"blockps: the model's trainable parameters ({layout.parameter_elements} elements) need "
-                             f"{layout.parameter_blocks} blocks; the cluster's model has {self.cluster.elements} "
+                             f"{layout.parameter_blocks} blocks; the cluster's model has {shape.elements} "
                              f"elements: set its [model] size to {need} bytes or more "
                              "(blockps.torch.averaging_model_bytes(model, block_bytes, dtype, shards))")
         self.slot_of = {id(s.tensor): s for s in layout.parameters}
@@ -75,6 +83,7 @@ class AveragingState:
             for b in layout.blocks_of(s):
                 self.parameters_per_block[b] += 1
         self.lock = threading.Lock()
+        self.exchange = exchanger(self.cluster, self.host, elements, layout.block_elements, wire)
         self._new_step()
         self._start_rounds(rank)
 
@@ -127,9 +136,8 @@ class AveragingState:
             self.waiting.append((future, bucket, slots))
             for first, end in _runs(sorted(ready)):
                 try:
-                    op = self.cluster.exchange_blocks_async(first, end - first,
-                                                            _bytes_of(self._blocks(self.grads, first, end)),
-                                                            _bytes_of(self._blocks(self.averages, first, end)))
+                    op = self.exchange.exchange_async(first, end - first, self._blocks(self.grads, first, end),
+                                              self._blocks(self.averages, first, end))
                 except Exception as e:  # blockps.Error (a shard already known dead): this bucket's future fails
                     self._land(first, end, self._failure(first, end, e))
                     continue

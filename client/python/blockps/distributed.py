@@ -31,7 +31,8 @@ never stepped locally. What happens, and the rules a user can rely on:
   pipelined exchanges (each block's READ follows its WRITE), overlapping the rest of backward. step() sends
   what is left (parameters that got no gradient push zeros), waits for every pull and installs the weights.
 - Learning rate: when the optimizer's lr changes (an LR scheduler), rank 0 sends lr= to every shard's status
-  LU at the next step() (the shards must accept its control lines: admins=).
+  LU before its first push of the next step, so on sync shards that step's rounds run it (the shards must accept
+  its control lines: admins=).
 - Buffers (BatchNorm running mean/var): after every step() each rank's floating-point buffers equal rank 0's
   of that step or a later one. Rank 0 writes them to the weights LUs when its backward starts (they are final
   after forward), before any of its pushes of that step; the others read them in step() after their pulls. On
@@ -50,7 +51,6 @@ never stepped locally. What happens, and the rules a user can rely on:
   are refused at construction. Each error points to DDP with blockps.torch.averaging_hook, where the optimizer
   stays in the script and any of these work.
 """
-import json
 import math
 import os
 import queue
@@ -60,7 +60,8 @@ import numpy as np
 import torch
 
 from ._blockps import Cluster
-from .jobs import check_shard_kind, derived_job_name, require_job
+from .host import HostExchange, host_of_this_rank, leader_opens
+from .jobs import check_shard_kind, derived_job_name, require_job, shard_options  # noqa: F401 (shard_options: tests)
 
 _WIRE_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 _PAGE = 4096  # device paths (posix transport) use O_DIRECT
@@ -157,6 +158,26 @@ def open_for_job(cluster, worker, job, takeover):
     return cluster
 
 
+class _ClusterExchange:
+    """exchange_async(first, count, grads, pulled) over wire-dtype tensors: the cluster's own pipelined exchange
+    (each rank a worker of its own); HostExchange (blockps/host.py) answers the same call for a host's ranks."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def exchange_async(self, first, count, grads, pulled):
+        return self.cluster.exchange_blocks_async(first, count, _bytes_of(grads), _bytes_of(pulled))
+
+
+def exchanger(cluster, host, elements, block_elements, wire_dtype):
+    """The exchange of a worker path: the cluster's own (host None), or through the ranks of `host`, where the
+    cluster is the leader's (None on the other local ranks)."""
+    if host is None:
+        return _ClusterExchange(cluster)
+    leader_part = _ClusterExchange(cluster).exchange_async if host.is_leader else None
+    return HostExchange(host, elements, block_elements, wire_dtype, leader_part)
+
+
 def shard_optimizer_for(optimizer):
     """The shard bsopts (opt and its hyper-parameters) that run what `optimizer` would, or ValueError."""
     groups = optimizer.param_groups
@@ -186,15 +207,6 @@ def shard_optimizer_for(optimizer):
                      f"Adam, AdamW are): {_USE_THE_HOOK}")
 
 
-def shard_options(cluster):
-    """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
-    out = []
-    for shard, page in cluster.status_pages():
-        options = json.loads(page)["shard"]["options"]
-        out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
-    return out
-
-
 def check_shards_run(optimizer, cluster):
     """ValueError naming the shard and the setting where a shard would not run what `optimizer` says."""
     want = shard_optimizer_for(optimizer)
@@ -222,32 +234,43 @@ class DistributedOptimizer(torch.optim.Optimizer):
     """
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
-                 backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False):
+                 backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False,
+                 host_aggregation=True):
         self.rank, self.world_size, restarts = torchrun_identity()
         if cluster is None:
             cluster = os.environ.get("BLOCKPS_CLUSTER")
             if not cluster:
                 raise ValueError("blockps: no cluster: pass cluster= (a file or blockps.Cluster) or set BLOCKPS_CLUSTER")
-        self.cluster = open_for_job(cluster, f"rank{self.rank}", job, takeover)
-        check_shard_kind(self.cluster, averaging=False, user="blockps.torch.DistributedOptimizer")
         if init is None:
             init = "ps" if restarts > 0 else "model"
         if init not in ("model", "ps"):
             raise ValueError(f"blockps: init={init!r}: must be 'model' or 'ps'")
         if backward_passes_per_step < 1:
             raise ValueError(f"blockps: backward_passes_per_step={backward_passes_per_step}: must be >= 1")
-        if check_optimizer:
-            check_shards_run(optimizer, self.cluster)
+
+        def open_checked():
+            opened = open_for_job(cluster, f"rank{self.rank}", job, takeover)
+            check_shard_kind(opened, averaging=False, user="blockps.torch.DistributedOptimizer")
+            if check_optimizer:
+                check_shards_run(optimizer, opened)
+            return opened
+        self._join_process_group()
+        self.host = host_of_this_rank(host_aggregation)
+        if self.host is None:
+            self.cluster = shape = open_checked()
+        else:
+            self.cluster, shape = leader_opens(self.host, open_checked)
+        self.shape = shape
         # The torch.optim.Optimizer surface (param_groups, state, defaults) is the wrapped optimizer's, so
         # schedulers and state_dict() see it; its base __init__ is not run (it would regroup the parameters).
         self.optimizer = optimizer
         self.defaults, self.param_groups, self.state = optimizer.defaults, optimizer.param_groups, optimizer.state
         self._sent_lr = optimizer.param_groups[0]["lr"]
 
-        wire = _WIRE_DTYPES[self.cluster.dtype]
-        block_elements = self.cluster.block_bytes // wire_element_bytes(self.cluster.dtype)
+        wire = _WIRE_DTYPES[shape.dtype]
+        block_elements = shape.block_bytes // wire_element_bytes(shape.dtype)
         self.layout = layout = ModelLayout(model, block_elements)
-        self.elements = self.cluster.elements
+        self.elements = shape.elements
         if layout.elements > self.elements:
             raise ValueError(f"blockps: the model needs {layout.elements} elements (parameters, then buffers from a "
                              f"block boundary: blockps.torch.ModelLayout), the cluster's model has {self.elements}")
@@ -260,10 +283,11 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # Direct: the parameters are views of _weights[_current]; exchanges pull into the other one.
         self._weights = [_wire_buffer(self.elements, wire, cuda) for _ in range(2 if self._direct else 1)]
         self._current = 0
-        self._bucket_blocks = max(1, bucket_bytes // self.cluster.block_bytes)
+        self._bucket_blocks = max(1, bucket_bytes // shape.block_bytes)
         self._passes_per_step = backward_passes_per_step
         self._lock = threading.Lock()
         self._ops = []  # (first block, end block, blockps Operation) of this step
+        self._exchange_path = exchanger(self.cluster, self.host, self.elements, block_elements, wire)
         self._submitter = None
         if cuda:
             self._queue = queue.Queue()
@@ -279,6 +303,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._accumulators.append(node)
 
     # ---- start -------------------------------------------------------------------------------------------
+    def _join_process_group(self):
+        """Several ranks meet in torch.distributed's process group (gloo, unless the script made one): at start, to
+        find the hosts and to wait for rank 0's weights."""
+        if self.world_size > 1 and not torch.distributed.is_initialized():
+            if "MASTER_ADDR" not in os.environ:
+                raise ValueError("blockps: WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT: launch with torchrun")
+            torch.distributed.init_process_group("gloo")
+
+    def _from_shards(self, first, count, flat, fill=None):
+        """Blocks first..first+count-1 of `flat` as the shards hold them (fill(), on a host's leader, instead of
+        reading them): read by this rank, or by its host's leader and shared with the host's ranks."""
+        target = self._blocks(flat, first, first + count)
+        if fill is None:
+            def fill():
+                self.cluster.read_weights_blocks(first, count, _bytes_of(target))
+        if self.host is None:
+            fill()
+        else:
+            self._exchange_path.share_async(target, fill).wait()
+
     def _start(self, init):
         layout, w = self.layout, self._weights[0]
         used_blocks = layout.buffer_offset // layout.block_elements + layout.buffer_blocks
@@ -288,13 +332,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     w[s.offset:s.end].copy_(s.tensor.detach().reshape(-1))
             self.cluster.write_weights_blocks(0, used_blocks, _bytes_of(self._blocks(w, 0, used_blocks)))
         if self.world_size > 1:
-            import torch.distributed as dist
-            if not dist.is_initialized():
-                if "MASTER_ADDR" not in os.environ:
-                    raise ValueError("blockps: WORLD_SIZE > 1 without MASTER_ADDR/MASTER_PORT: launch with torchrun")
-                dist.init_process_group("gloo")
-            dist.barrier()
-        self.cluster.read_weights_blocks(0, used_blocks, _bytes_of(self._blocks(w, 0, used_blocks)))
+            torch.distributed.barrier()
+        self._from_shards(0, used_blocks, w)
         if self._direct:
             self._weights[1].copy_(w)
         self._install(w, layout.parameters + layout.buffers)
@@ -328,6 +367,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 self._missing[b] += 1
         self._frontier = 0
         self._buffers_sent = False
+        self._lr_checked = False
         self._hook_failure = None
         # What each gradient was when it was staged for its push: (the .grad tensor, its version counter). An
         # in-place change afterwards bumps the counter (views and detach() share it); an assignment swaps the
@@ -357,12 +397,26 @@ class DistributedOptimizer(torch.optim.Optimizer):
                                        "step()); call step() after each step's backward passes")
                 if self._passes[index] < self._passes_per_step:
                     return
+            if not self._lr_checked:
+                self._send_lr_if_changed()
             if self.rank == 0 and not self._buffers_sent:
                 self._send_buffers()
             self._stage_gradient(slot)
             for b in self.layout.blocks_of(slot):
                 self._missing[b] -= 1
             self._advance(flushing=False)
+
+    def _send_lr_if_changed(self):
+        """Once per step, before this rank's first push: an lr the script changed since the last step (an LR
+        scheduler after step()) goes to every shard first, from rank 0. On sync shards the step's rounds wait for
+        rank 0's pushes, which follow the control line, so they run the new lr (sent at step() instead, the step's
+        pushes were already out: the change landed a step late or not, by timing)."""
+        self._lr_checked = True
+        lr = self.param_groups[0]["lr"]
+        if lr != self._sent_lr:
+            self._sent_lr = lr
+            if self.rank == 0:
+                self.cluster.control(f"lr={lr!r}")
 
     def _stage_gradient(self, slot):
         target = self._grads[slot.offset:slot.end]
@@ -435,8 +489,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def _exchange(self, first, end):
         pulled = self._weights[1 - self._current] if self._direct else self._weights[0]
-        op = self.cluster.exchange_blocks_async(first, end - first, _bytes_of(self._blocks(self._grads, first, end)),
-                                                _bytes_of(self._blocks(pulled, first, end)))
+        op = self._exchange_path.exchange_async(first, end - first, self._blocks(self._grads, first, end),
+                                                self._blocks(pulled, first, end))
         self._ops.append((first, end, op))
 
     def _submit_loop(self):
@@ -487,11 +541,6 @@ class DistributedOptimizer(torch.optim.Optimizer):
         except (RuntimeError, TypeError) as e:  # finish the step's exchanges first: shards and rank stay in step
             if self._hook_failure is None:
                 self._hook_failure = e
-        lr = self.param_groups[0]["lr"]
-        if lr != self._sent_lr:  # an LR scheduler (or the script) changed it: the shards run it from now on
-            if self.rank == 0:
-                self.cluster.control(f"lr={lr!r}")
-            self._sent_lr = lr
         for i, passes in enumerate(self._passes):
             if passes < self._passes_per_step:
                 self._gradient_ready(i, flushing=True)
@@ -516,14 +565,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if self._direct:
             self._current = 1 - self._current
         self._install(self._weights[self._current], self.layout.parameters)
-        if self.rank != 0 and self.layout.buffers:
-            layout = self.layout
-            first = layout.buffer_offset // layout.block_elements
-            flat = self._weights[self._current]
-            self.cluster.read_weights_blocks(first, layout.buffer_blocks,
-                                             _bytes_of(self._blocks(flat, first, first + layout.buffer_blocks)))
-            self._install(flat, layout.buffers)
+        if self.layout.buffers and (self.rank != 0 or self.host is not None):
+            self._receive_buffers()
         return loss
+
+    def _receive_buffers(self):
+        """Every rank but 0 takes the buffers rank 0 sent (rank 0's host: from rank 0 itself, its leader)."""
+        layout = self.layout
+        first = layout.buffer_offset // layout.block_elements
+        flat = self._weights[self._current]
+        fill = None
+        if self.rank == 0:
+            def fill():
+                with torch.no_grad():
+                    for s in layout.buffers:
+                        flat[s.offset:s.end].copy_(s.tensor.reshape(-1))
+        self._from_shards(first, layout.buffer_blocks, flat, fill)
+        if self.rank != 0:
+            self._install(flat, layout.buffers)
 
     def synchronize(self):
         """Horovod's synchronize() (gradients reduced before step(), to change them in between) cannot work here:
@@ -554,4 +613,4 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __repr__(self):
         return (f"blockps.torch.DistributedOptimizer({type(self.optimizer).__name__}, rank {self.rank} of "
-                f"{self.world_size}, {self.cluster.shard_count} shards, {self.layout.elements} elements)")
+                f"{self.world_size}, {self.shape.shard_count} shards, {self.layout.elements} elements)")

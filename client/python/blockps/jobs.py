@@ -58,6 +58,15 @@ def check_shard_kind(cluster, averaging, user):
                          "blockps.torch.averaging_hook, or point the cluster file at optimizer shards")
 
 
+def shard_options(cluster):
+    """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
+    out = []
+    for shard, page in cluster.status_pages():
+        options = json.loads(page)["shard"]["options"]
+        out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
+    return out
+
+
 def require_job(cluster):
     """ValueError when `cluster` claimed no job because none could be named (a multi-host torchrun without a run id
     and without a name in the cluster file or BLOCKPS_JOB)."""
