@@ -43,7 +43,7 @@ fi
 # Left out of the sanitized integration run, and run by the main build's ctest: tests under python, torch, fio or
 # qemu-nbd or prometheus (Go), which a preloaded ASan runtime breaks or slows past use, and the demo (a torch training run: 135 s
 # sanitized, its shards' code is what the other tests run).
-sanitized_integration_left_out='PythonBindingAndTorchHelper|TorchOptimizerTest|DdpHookTest|TorchJobsTest|ThePythonClusterTakesTheJobKeywords|PythonRaisesShardUnreachableError|blockps_fio_jobs|blockps_attach_dry_run|blockps_bench_cluster_tiny|blockps_demo_short|blockps_exporter|blockps_pip_install|blockps_demo_options|blockps_docs_match_code'
+sanitized_integration_left_out='PythonBindingAndTorchHelper|TorchOptimizerTest|DdpHookTest|TorchJobsTest|TorchHostsTest|ThePythonClusterTakesTheJobKeywords|PythonRaisesShardUnreachableError|blockps_fio_jobs|blockps_attach_dry_run|blockps_bench_cluster_tiny|blockps_demo_short|blockps_exporter|blockps_pip_install|blockps_demo_options|blockps_docs_match_code'
 for type in $types; do
   case $type in Release | Debug | RelWithDebInfo | MinSizeRel) ;; *) die "build type '$type' is not a CMake one" ;; esac
   dir=$work/$type

@@ -11,6 +11,9 @@ every rank's gradient in a fixed order and divide by the round's contributors, a
 returns that average. The script's own optimizer then steps on every rank, as with DDP over gloo or NCCL: any
 optimizer, param groups, clip_grad_norm_, GradScaler.
 
+- Hosts: the ranks of a host combine their gradients and its leader alone exchanges with the shards
+  (blockps/host.py; host_aggregation=False or BLOCKPS_HOST_AGGREGATION=0: every rank a worker), so the shards'
+  workers= counts hosts; a rank of the host that dies fails the host's buckets naming it.
 - Layout: the trainable parameters end to end in reverse registration order (blockps.torch.ModelLayout; the
   cluster file's [model] size must be at least averaging_model_bytes(model, block, dtype, shards)). Each bucket
   is mapped by parameter, not by bucket index: DDP rebuilds its buckets after the first iteration.
@@ -48,7 +51,8 @@ class AveragingState:
     job: the job's name (blockps/jobs.py: default the cluster file's [client] job, BLOCKPS_JOB, or torchrun's run);
     the shards serve one job at a time and refuse another's. takeover: claim the shards even though another job
     holds them (that job's next command is refused). The shards must average (opt=average): checked here, before
-    any push."""
+    any push. host_aggregation: combine the gradients of a host's ranks before the host's leader pushes (see the
+    module's doc)."""
 
     def __init__(self, model, cluster, *, job=None, takeover=False, host_aggregation=True):
         rank, _, _ = torchrun_identity()

@@ -12,8 +12,10 @@ checked against every shard's, so a script cannot silently train with other sett
 never stepped locally. What happens, and the rules a user can rely on:
 
 - Identity: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT come from torchrun's environment (absent: rank 0 of
-  1). Each rank logs in as iqn.2026-11.io.blockps:worker-<host>-rank<RANK> (unless the cluster file names an
-  initiator), one session per shard, so each rank is one worker of a sync shard.
+  1). Each rank that talks to the shards logs in as iqn.2026-11.io.blockps:worker-<host>-rank<RANK> (unless the
+  cluster file names an initiator), one session per shard. With several ranks on a host (blockps/host.py), only
+  the host's leader does: the host's ranks combine their gradients and the host is one worker of a sync shard;
+  host_aggregation=False (or BLOCKPS_HOST_AGGREGATION=0) makes every rank a worker of its own.
 - Job: the ranks claim the shards for their job (blockps/jobs.py names it: job=, the cluster file's [client] job,
   BLOCKPS_JOB, or torchrun's run): a second job pointed at the same shards is refused at construction with the
   holder named, before rank 0 writes anything; averaging shards (opt=average) are refused too.
@@ -230,7 +232,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     one block). backward_passes_per_step: backward passes accumulated before a step (gradient accumulation).
     staging: force copies through staging buffers even for f32 CPU parameters (the CUDA path's code, testable
     on a CPU). check_optimizer: compare the optimizer with the shards' bsopts. job, takeover: the job that claims
-    the shards, and whether it takes them from another job (blockps/jobs.py; as AveragingState).
+    the shards, and whether it takes them from another job (blockps/jobs.py; as AveragingState). host_aggregation:
+    combine the gradients of a host's ranks before its leader pushes (blockps/host.py).
     """
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
