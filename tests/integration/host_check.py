@@ -12,10 +12,11 @@ rank prints "rank R: every check passed" and exits 0, or prints the first failed
         saw one worker per host (its leader); with --die, RANK kills itself before step STEP: its host's other
         ranks fail naming it, the other hosts' ranks end without a hang (DDP's own buffer broadcast needs every rank);
         --die-in-attempt-0 under torchrun: RANK dies in attempt 0, attempt 1 must compare as without --die
-    host_check.py optimizer AGGREGATING_CLUSTER [FLAT_CLUSTER] [--steps N] [--die RANK --die-at STEP]    a rank
+    host_check.py optimizer AGGREGATING_CLUSTER [FLAT_CLUSTER] [--steps N] [--die RANK --die-at STEP [--stop]]    a rank
         DistributedOptimizer with host aggregation (shards of workers=H) against without (shards of workers=N):
         parameters and buffers, an LR change on the way, one worker per host on each shard; with --die (and no
-        FLAT_CLUSTER), RANK kills itself: its host's other ranks fail naming it, the other hosts train on
+        FLAT_CLUSTER), RANK kills itself: its host's other ranks fail naming it, the other hosts train on; with
+        --stop it stops itself instead (SIGSTOP): its host's ranks fail after BLOCKPS_HOST_TIMEOUT_S, saying so
     host_check.py too-many-workers FLAT_CLUSTER    a rank: shards of workers=N refused while the host aggregates
     host_check.py bf16 AVERAGING_BF16_CLUSTER    a rank: the hook's averages on the bf16 wire, bit for bit as rounded
 """
@@ -158,7 +159,10 @@ def expect_failure_naming_the_dead(args, run, others_go_on):
         took = time.monotonic() - began
         text = str(e)
         check(mine == host_of_dead or not others_go_on, f"a rank of another host than the dead one's failed: {text}")
-        if mine == host_of_dead:
+        if mine == host_of_dead and getattr(args, "stop", False):  # stopped, not gone: the host's ranks and the limit
+            check(f"host{host_of_dead}" in text and "BLOCKPS_HOST_TIMEOUT_S" in text and str(args.die) in text,
+                  f"the error does not name host{host_of_dead}, its ranks and BLOCKPS_HOST_TIMEOUT_S: {text}")
+        elif mine == host_of_dead:
             check(f"rank {args.die}" in text and f"host{host_of_dead}" in text,
                   f"the error does not name rank {args.die} and its host host{host_of_dead}: {text}")
         print(f"rank {RANK}: failed after {took:.1f} s: {text}", flush=True)
@@ -179,8 +183,8 @@ def optimizer(args):
         check((opt.host is not None) == aggregate, f"host_aggregation={aggregate} but the host is {opt.host}")
         for step in range(args.steps):
             if die_at is not None and step == die_at and RANK == args.die:
-                print(f"rank {RANK} dies before step {step}", flush=True)
-                os.kill(os.getpid(), signal.SIGKILL)
+                print(f"rank {RANK} {'stops' if args.stop else 'dies'} before step {step}", flush=True)
+                os.kill(os.getpid(), signal.SIGSTOP if args.stop else signal.SIGKILL)
             if step == args.steps // 2:
                 for g in opt.param_groups:
                     g["lr"] = 0.02  # sent to the shards at the next step()
@@ -310,10 +314,13 @@ def spawn(args, command):
     for t in relays:
         t.start()
     failed = False
-    for rank, proc in enumerate(procs):
+    told = int(command[command.index("--die") + 1]) if "--die" in command else None
+    # A rank told to stop never ends by itself: it is killed once every other rank ended.
+    for rank, proc in sorted(enumerate(procs), key=lambda rp: rp[0] == told and "--stop" in command):
+        if rank == told and "--stop" in command:
+            proc.kill()
         code = proc.wait()
-        told_to_die = "--die" in command and str(rank) == command[command.index("--die") + 1]
-        if code != 0 and not (told_to_die and code == -signal.SIGKILL):
+        if code != 0 and not (rank == told and code == -signal.SIGKILL):
             print(f"spawn: rank {rank} exited with {code}", flush=True)
             failed = True
     for t in relays:
@@ -345,6 +352,7 @@ def main():
     o.add_argument("--steps", type=int, default=12)
     o.add_argument("--die", type=int)
     o.add_argument("--die-at", type=int, default=3)
+    o.add_argument("--stop", action="store_true", help="--die RANK stops (SIGSTOP) instead of dying")
     sub.add_parser("too-many-workers").add_argument("cluster")
     sub.add_parser("bf16").add_argument("cluster")
     args = p.parse_args(argv)

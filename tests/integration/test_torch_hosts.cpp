@@ -113,6 +113,18 @@ TEST_F(TorchHostsTest, ADeadLocalRankFailsItsHostNamingItAndTheOtherHostTrainsOn
   std::cout << "(" << std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() << " s)\n";
 }
 
+// Rank 3 stops (SIGSTOP) instead: nothing closes, so its host's leader waits in the reduction until
+// BLOCKPS_HOST_TIMEOUT_S (5 s here) and fails the step saying so, naming the host and its ranks, never a hang; host0
+// trains on.
+TEST_F(TorchHostsTest, AStoppedLocalRankFailsItsHostAfterTheTimeoutAndTheOtherHostTrainsOn) {
+  ASSERT_NO_FATAL_FAILURE(start(optimizer_, momentum() + sync(kHosts, 2000), "blockps-hosts-stop-"));
+  const auto begin = std::chrono::steady_clock::now();
+  expect_every_rank_passed(spawn({"optimizer", optimizer_.cluster_file(), "--die", "3", "--stop", "--steps", "8"},
+                                 {"BLOCKPS_HOST_TIMEOUT_S=5"}),
+                           {0, 1, 2});
+  std::cout << "(" << std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count() << " s)\n";
+}
+
 // The same death under DDP with the hook: rank 2 fails naming rank 3; host0's ranks end too, without a hang (DDP
 // broadcasts rank 0's buffers over every rank each forward, which the dead rank breaks).
 TEST_F(TorchHostsTest, ADeadLocalRankFailsTheHooksHostNamingIt) {
