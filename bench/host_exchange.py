@@ -28,7 +28,8 @@ import torch
 import torch.distributed as dist
 
 import blockps
-from blockps.host import Host, HostExchange, leader_opens
+from blockps.distributed import exchanger
+from blockps.host import Host, leader_opens
 
 
 def link_counters(link):
@@ -58,10 +59,7 @@ def main():
         sys.exit(f"host_exchange: the cluster's dtype is {shape.dtype}; this bench moves f32")
     block_elements = shape.block_bytes // 4
     blocks = shape.elements // block_elements
-    def shards_part(first, count, grads, pulled):  # the leader's: the library's pipelined exchange
-        return cluster.exchange_blocks_async(first, count, grads.numpy(), pulled.numpy())
-    exchange = HostExchange(host, shape.elements, block_elements, torch.float32,
-                            shards_part if host.is_leader else None)
+    exchange = exchanger(cluster, host, shape.elements, block_elements, torch.float32)  # as the torch paths
     grads = torch.full((shape.elements,), 1e-3 * (dist.get_rank() + 1), dtype=torch.float32)
     pulled = torch.zeros(shape.elements, dtype=torch.float32)
     laps = []

@@ -134,7 +134,7 @@ class ShardWorker {
     }
     work_cv_.notify_one();
   }
-  // Where batches of exchanges are traced (Cluster's trace, the shard's lane); none by default.
+  // Where run_traced() records its spans (Cluster's trace, the shard's lane); none by default.
   void trace_to(Trace* trace, int lane) {
     trace_ = trace;
     trace_lane_ = lane;
@@ -161,6 +161,18 @@ class ShardWorker {
       if (std::string why = explain_from_page(*answer, issued_unix_ms); !why.empty()) reason += ": " + why;
     }
     return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + reason);
+  }
+
+  // run(), as a span named `what` with the bytes it moved on this shard's lane of the cluster's trace (if any).
+  Status run_traced(const char* what, LuRole role, const std::vector<LuCommand>& commands,
+                    const std::vector<std::uint64_t>& model_offsets) {
+    if (trace_ == nullptr) return run(role, commands, model_offsets);
+    const auto begin = Trace::Clock::now();
+    Status s = run(role, commands, model_offsets);
+    std::uint64_t bytes = 0;
+    for (const LuCommand& c : commands) bytes += c.bytes();
+    trace_->span(what, trace_lane_, begin, Trace::Clock::now(), bytes);
+    return s;
   }
 
   // The sentence the shard's status page gives for `answer` to a command issued at `issued_unix_ms`; "" when the
@@ -226,9 +238,8 @@ class ShardWorker {
         if (jobs_.empty()) return;  // stopping, and every queued job is done
         std::uint64_t bytes = 0;
         do {
-          for (const LuCommand& c :
-               jobs_.front().exchange ? jobs_.front().exchange->commands : std::vector<LuCommand>{})
-            bytes += c.direction == IoDirection::write ? c.bytes() : 0;
+          if (const std::optional<ExchangePart>& exchange = jobs_.front().exchange)
+            for (const LuCommand& c : exchange->commands) bytes += c.direction == IoDirection::write ? c.bytes() : 0;
           batch.push_back(std::move(jobs_.front()));
           jobs_.pop_front();
         } while (batch.front().exchange && !jobs_.empty() && jobs_.front().exchange && bytes < kMaxBatchBytes);
@@ -258,13 +269,7 @@ class ShardWorker {
       }
       model_offsets.insert(model_offsets.end(), job.exchange->model_offsets.begin(), job.exchange->model_offsets.end());
     }
-    if (trace_ == nullptr) return run(LuRole::grad, commands, model_offsets);
-    const auto begin = Trace::Clock::now();
-    Status s = run(LuRole::grad, commands, model_offsets);
-    std::uint64_t bytes = 0;
-    for (const LuCommand& c : commands) bytes += c.bytes();
-    trace_->span("exchange", trace_lane_, begin, Trace::Clock::now(), bytes);
-    return s;
+    return run_traced("exchange", LuRole::grad, commands, model_offsets);
   }
 
   ShardSpec spec_;
@@ -801,17 +806,9 @@ Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block,
       shard->post_exchange({std::move(parts[i].commands), std::move(parts[i].model_offsets)}, state);
       continue;
     }
-    shard->post(
-        [shard, role, part = std::move(parts[i]), trace = trace_.get(), what, lane = Trace::shard_lane(i)] {
-          if (trace == nullptr) return shard->run(role, part.commands, part.model_offsets);
-          const auto begin = Trace::Clock::now();
-          Status s = shard->run(role, part.commands, part.model_offsets);
-          std::uint64_t bytes = 0;
-          for (const LuCommand& c : part.commands) bytes += c.bytes();
-          trace->span(what, lane, begin, Trace::Clock::now(), bytes);
-          return s;
-        },
-        state);
+    shard->post([shard, role, part = std::move(parts[i]),
+                 what] { return shard->run_traced(what, role, part.commands, part.model_offsets); },
+                state);
   }
   return Operation(std::move(state));
 }

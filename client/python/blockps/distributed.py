@@ -62,7 +62,7 @@ import numpy as np
 import torch
 
 from ._blockps import Cluster
-from .host import HostExchange, host_of_this_rank, leader_opens
+from .host import HostExchange, element_size, host_of_this_rank, integer_view, leader_opens
 from .jobs import check_shard_kind, derived_job_name, require_job, shard_options  # noqa: F401 (shard_options: tests)
 
 _WIRE_DTYPES = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
@@ -121,7 +121,7 @@ def _wire_buffer(elements, dtype, pinned):
     """A zeroed flat tensor of the wire dtype over page-aligned memory (pinned for CUDA copies)."""
     if pinned:
         return torch.zeros(elements, dtype=dtype, pin_memory=True)  # cudaHostAlloc: page-aligned
-    itemsize = torch.tensor([], dtype=dtype).element_size()
+    itemsize = element_size(dtype)
     raw = np.zeros(elements * itemsize + _PAGE, np.uint8)
     start = (-raw.ctypes.data) % _PAGE
     return torch.from_numpy(raw[start:start + elements * itemsize]).view(dtype)
@@ -129,12 +129,12 @@ def _wire_buffer(elements, dtype, pinned):
 
 def wire_element_bytes(dtype_name):
     """Bytes per element of the cluster dtype ("f32", "bf16", "f16")."""
-    return torch.tensor([], dtype=_WIRE_DTYPES[dtype_name]).element_size()
+    return element_size(_WIRE_DTYPES[dtype_name])
 
 
 def _bytes_of(t):
     """The tensor's memory as a numpy array the binding can take (numpy has no bfloat16)."""
-    return t.view(torch.int16 if t.element_size() == 2 else torch.int32).numpy()
+    return integer_view(t).numpy()
 
 
 def torchrun_identity():

@@ -222,11 +222,11 @@ class _SharedSlots:
         slot_bytes = ranks * elements * 4
         self.slots = memory[:slot_bytes].view(torch.float32).view(ranks, elements)
         offset = _page_rounded(slot_bytes)
-        self.result = memory[offset:offset + elements * _element_size(wire_dtype)].view(wire_dtype)
+        self.result = memory[offset:offset + elements * element_size(wire_dtype)].view(wire_dtype)
 
     @staticmethod
     def bytes_for(ranks, elements, wire_dtype):
-        return _page_rounded(ranks * elements * 4) + elements * _element_size(wire_dtype)
+        return _page_rounded(ranks * elements * 4) + elements * element_size(wire_dtype)
 
     @classmethod
     def open(cls, host, elements, wire_dtype):
@@ -275,7 +275,8 @@ def _page_rounded(n):
     return -(-n // 4096) * 4096
 
 
-def _element_size(dtype):
+def element_size(dtype):
+    """Bytes per element of a torch dtype (torch 1.13's dtypes have no itemsize)."""
     return torch.tensor([], dtype=dtype).element_size()
 
 
@@ -411,7 +412,7 @@ class HostExchange:
                     header[1:1 + len(message)] = torch.frombuffer(bytearray(message), dtype=torch.uint8)
             dist.broadcast(header, self.host.leader, group=self.host.broadcast_group)
             if header[0] == 0 and over_gloo:
-                dist.broadcast(_as_bytes(tensor), self.host.leader, group=self.host.broadcast_group)
+                dist.broadcast(integer_view(tensor), self.host.leader, group=self.host.broadcast_group)
         except RuntimeError as e:
             self._broken = self.host.failure(what, e)
             return self._broken
@@ -424,10 +425,10 @@ class HostExchange:
                             f"({self.host.describe(self.host.leader)}) failed {what}: {text}")
 
 
-def _as_bytes(tensor):
-    """A view gloo can broadcast whatever the dtype (bf16 among them): the tensor's bytes."""
-    return tensor.view(torch.uint8) if tensor.element_size() == 1 else tensor.view(
-        {2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
+def integer_view(tensor):
+    """The tensor's memory as integers of its element size: what gloo broadcasts and numpy takes whatever the dtype
+    (neither has bfloat16)."""
+    return tensor.view({1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[tensor.element_size()])
 
 
 class ClusterShape:
