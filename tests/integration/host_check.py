@@ -18,6 +18,8 @@ rank prints "rank R: every check passed" and exits 0, or prints the first failed
         FLAT_CLUSTER), RANK kills itself: its host's other ranks fail naming it, the other hosts train on; with
         --stop it stops itself instead (SIGSTOP): its host's ranks fail after BLOCKPS_HOST_TIMEOUT_S, saying so
     host_check.py too-many-workers FLAT_CLUSTER    a rank: shards of workers=N refused while the host aggregates
+    host_check.py wrong-settings CLUSTER    a rank: ranks that disagree on aggregation, bad BLOCKPS_HOST_* values
+        refused on every rank
     host_check.py bf16 AVERAGING_BF16_CLUSTER    a rank: the hook's averages on the bf16 wire, bit for bit as rounded
 """
 import argparse
@@ -290,6 +292,28 @@ def too_many_workers(args):
     check(False, "shards whose rounds wait for every rank were accepted while the ranks push once per host")
 
 
+def wrong_settings(args):
+    """Each wrong setting refused on every rank with what to change, before any push: ranks that disagree on host
+    aggregation, BLOCKPS_HOST_AGGREGATION not 0/1, BLOCKPS_HOST_TIMEOUT_S not a number of seconds."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    cases = [("ranks that disagree", {}, RANK != 1, "host aggregation is off on ranks [1] and on on the others"),
+             ("BLOCKPS_HOST_AGGREGATION=2", {"BLOCKPS_HOST_AGGREGATION": "2"}, True, "must be 0"),
+             ("BLOCKPS_HOST_TIMEOUT_S=soon", {"BLOCKPS_HOST_TIMEOUT_S": "soon"}, True, "1..86400")]
+    for what, env, aggregate, expected in cases:
+        os.environ.update(env)
+        model = model_with_batchnorm()
+        try:
+            blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9), model,
+                                               args.cluster, host_aggregation=aggregate)
+            check(False, f"{what}: accepted")
+        except ValueError as e:
+            check(expected in str(e), f"{what}: the refusal does not say '{expected}': {e}")
+            print(f"rank {RANK}: {what}: refused: {e}", flush=True)
+        for key in env:
+            del os.environ[key]
+    finish()
+
+
 def spawn(args, command):
     """H x L ranks of `command` (this script's mode and arguments) as local processes."""
     world = args.hosts * args.ranks_per_host
@@ -355,8 +379,10 @@ def main():
     o.add_argument("--stop", action="store_true", help="--die RANK stops (SIGSTOP) instead of dying")
     sub.add_parser("too-many-workers").add_argument("cluster")
     sub.add_parser("bf16").add_argument("cluster")
+    sub.add_parser("wrong-settings").add_argument("cluster")
     args = p.parse_args(argv)
-    {"hook": hook, "optimizer": optimizer, "too-many-workers": too_many_workers, "bf16": bf16}[args.mode](args)
+    {"hook": hook, "optimizer": optimizer, "too-many-workers": too_many_workers, "bf16": bf16,
+     "wrong-settings": wrong_settings}[args.mode](args)
 
 
 if __name__ == "__main__":

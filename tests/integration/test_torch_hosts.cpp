@@ -86,6 +86,14 @@ TEST_F(TorchHostsTest, DistributedOptimizerWithHostAggregationEqualsItWithout) {
   expect_every_rank_passed(spawn({"optimizer", optimizer_.cluster_file(), flat_.cluster_file()}), {0, 1, 2, 3});
 }
 
+// Ranks that disagree on host aggregation (one says host_aggregation=False), BLOCKPS_HOST_AGGREGATION=2,
+// BLOCKPS_HOST_TIMEOUT_S=soon: each refused on every rank with what to change (not one side waiting for the other's
+// collectives).
+TEST_F(TorchHostsTest, WrongHostSettingsAreRefusedOnEveryRank) {
+  ASSERT_NO_FATAL_FAILURE(start(optimizer_, momentum() + sync(kHosts), "blockps-hosts-wrong-"));
+  expect_every_rank_passed(spawn({"wrong-settings", optimizer_.cluster_file()}), {0, 1, 2, 3});
+}
+
 // Where /dev/shm cannot hold the slots (here: BLOCKPS_HOST_SHM=0), the ranks combine over gloo: said on stderr,
 // and the same results.
 TEST_F(TorchHostsTest, WithoutSharedMemoryTheRanksCombineOverGlooWithTheSameResults) {

@@ -97,15 +97,17 @@ class Host:
     key: this host's name; ranks: its global ranks, ascending; leader: ranks[0]; local_rank: this rank's index in
     ranks; hosts: how many hosts the job has; world_size: N. is_leader: this rank talks to the shards."""
 
-    def __init__(self):
+    def __init__(self, everyone=None):
+        """everyone: every rank's _whoami() as host_of_this_rank gathered them; None: gathered here."""
         if not (dist.is_available() and dist.is_initialized()):
             raise ValueError("blockps: host aggregation needs torch.distributed's process group (torchrun, then "
                              "init_process_group) before the worker path is built")
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         self.timeout_s = _timeout_s()
-        mine = (host_key(), socket.gethostname(), os.getpid())
-        everyone = [None] * self.world_size
-        dist.all_gather_object(everyone, mine)
+        if everyone is None:
+            everyone = [None] * self.world_size
+            dist.all_gather_object(everyone, _whoami())
+        mine = everyone[self.rank]
         keys = []
         for key, _, _ in everyone:
             if key not in keys:
@@ -439,14 +441,28 @@ class ClusterShape:
                                                                                    shard_count, job)
 
 
+def _whoami():
+    """What a rank tells the others of itself: (host key, hostname, pid)."""
+    return (host_key(), socket.gethostname(), os.getpid())
+
+
 def host_of_this_rank(host_aggregation=True):
     """This rank's Host when host aggregation is on and some host of the job runs several ranks; else None (each
-    rank a worker of its own). A collective: every rank calls it at the same point."""
-    if not aggregation_requested(host_aggregation):
-        return None
+    rank a worker of its own). A collective: every rank calls it at the same point, also with aggregation off, so
+    that ranks which disagree on it are refused (ValueError on every rank) instead of one side waiting for the
+    other's collectives."""
+    wanted = aggregation_requested(host_aggregation)
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
         return None
-    host = Host()
+    everyone = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, (_whoami(), wanted))
+    off = [r for r, (_, w) in enumerate(everyone) if not w]
+    if off and len(off) < len(everyone):
+        raise ValueError(f"blockps: host aggregation is off on ranks {off} and on on the others: every rank must "
+                         f"agree (the same host_aggregation= and {_ENV_SWITCH} everywhere)")
+    if not wanted:
+        return None
+    host = Host([who for who, _ in everyone])
     return host if host.in_use else None
 
 
