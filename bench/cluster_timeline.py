@@ -24,6 +24,15 @@
       With --plot, a figure of the median step of each measurement: the links' use over time, one shard's flows
       (each worker's WRITE completions and READ completions of that shard's blocks) and the rounds' closes.
 
+  cluster_timeline.py train-report --dir DIR --runs RUN,... --rate-bps B [--ranks-per-host L] [--warmup 3]
+                                   [--plot FILE]
+      For bench/cluster --workload train: reads DIR/RUN-rG.loop.json (client/examples/train.py --timeline: each
+      step's forward, backward and optimizer step), DIR/RUN-rG.*.json (BLOCKPS_TRACE, where the run used blockps)
+      and DIR/RUN-links.tsv, and prints per run, over the steps after the warm-up with no evaluation before the
+      next: the step period and the phases' medians, how far apart the ranks' backward passes end, per phase of
+      each worker host's first rank its share of the step and its host link's use and idle time each way, the shard
+      links' use, and when blockps's WRITEs and READs ran against the phases. With --plot, a figure of two steps.
+
 The figures are measured, not modelled: every number comes from the traces and the link counters.
 """
 import argparse
@@ -38,6 +47,7 @@ import time
 
 
 MAX_SAMPLE_SPREAD_S = 0.002
+COMMAND_LANES = 1000  # client/trace.h: shard i's commands are on lane kCommandLanes + i
 
 
 def sample(args):
@@ -80,9 +90,29 @@ def sample(args):
 def load_trace(path):
     with open(path) as f:
         text = f.read().rstrip()
-    if not text.endswith("]"):  # a run that died leaves the array open
-        text = text.rstrip(",") + "]"
+    if not text.endswith("]"):  # a run that died (or ended with os._exit) leaves the array open, its last line cut
+        text = text[:text.rfind("\n")].rstrip().rstrip(",") + "]"
     return json.loads(text)
+
+
+def load_links(path):
+    """The link sampler's file: [(t, {host: (bytes sent, bytes received)})], in time order."""
+    links = []
+    with open(path) as f:
+        for line in f:
+            t, *fields = line.split()
+            links.append((float(t), {h: (int(s), int(r)) for h, s, r in (x.split(":") for x in fields)}))
+    return links
+
+
+def counter_at(links, times, host, t, which):
+    """A host's byte counter (which: 0 sent, 1 received) at time t, interpolated between the samples around t
+    (the samples' times jitter under load; the counters do not)."""
+    i = bisect.bisect_right(times, t)
+    i = min(max(i, 1), len(times) - 1)
+    (ta, a), (tb, b) = links[i - 1], links[i]
+    va, vb = a[host][which], b[host][which]
+    return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else vb
 
 
 def percentile(values, q):
@@ -109,14 +139,14 @@ class Measurement:
             # The exchange (or push, pull) span of each shard lane, in order, numbers the steps of this worker.
             spans = {}
             for e in events:
-                if e.get("cat") == "blockps" and 0 < e["tid"] < 1000:
+                if e.get("cat") == "blockps" and 0 < e["tid"] < COMMAND_LANES:
                     spans.setdefault(e["tid"] - 1, []).append((e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6))
             for shard in spans:
                 spans[shard].sort()
             for e in events:
                 if e.get("cat") != "command":
                     continue
-                shard = e["tid"] - 1000
+                shard = e["tid"] - COMMAND_LANES
                 t0, t1 = e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6
                 step = next((i for i, (a, b) in enumerate(spans.get(shard, [])) if a - 1e-4 <= t0 <= b + 1e-4), None)
                 if step is None or step < warmup:
@@ -128,11 +158,7 @@ class Measurement:
         if workers == 0:
             raise SystemExit(f"cluster_timeline.py: no trace {directory}/{label}-w0.*.json")
         self.workers = workers
-        self.links = []  # (t, {host: (sent, received)})
-        with open(os.path.join(directory, f"{label}-links.tsv")) as f:
-            for line in f:
-                t, *fields = line.split()
-                self.links.append((float(t), {h: (int(s), int(r)) for h, s, r in (x.split(":") for x in fields)}))
+        self.links = load_links(os.path.join(directory, f"{label}-links.tsv"))
 
     def steps(self):
         return sorted(self.step_windows)
@@ -239,31 +265,24 @@ def report(args):
         plot(measurements, args)
 
 
-def binned_use(m, t0, t1, rate_bps, bin_s=0.05):
-    """Each host's link use over fixed bins of bin_s seconds in [t0, t1]: the byte counters interpolated at the
-    bins' edges (the samples' times jitter under load; the counters do not)."""
+def binned_use(links, t0, t1, rate_bps, bin_s=0.05):
+    """Each host's link use over fixed bins of bin_s seconds in [t0, t1]: host -> [(bin end, sent share, received
+    share)], the byte counters interpolated at the bins' edges."""
     out = {}
-    if len(m.links) < 2:
+    if len(links) < 2:
         return out
-    times = [t for t, _ in m.links]
+    times = [t for t, _ in links]
     edges = []
     t = max(t0, times[0])
     while t + bin_s <= min(t1, times[-1]):
         edges.append(t)
         t += bin_s
     edges.append(t)
-
-    def counter_at(host, t, which):
-        i = bisect.bisect_right(times, t)
-        i = min(max(i, 1), len(times) - 1)
-        (ta, a), (tb, b) = m.links[i - 1], m.links[i]
-        va, vb = a[host][which], b[host][which]
-        return va + (vb - va) * (t - ta) / (tb - ta) if tb > ta else vb
-
     cap = rate_bps / 8 * bin_s
-    for host in m.links[0][1]:
-        out[host] = [(b, (counter_at(host, b, 0) - counter_at(host, a, 0)) / cap,
-                      (counter_at(host, b, 1) - counter_at(host, a, 1)) / cap) for a, b in zip(edges, edges[1:])]
+    for host in links[0][1]:
+        def at(t, which):
+            return counter_at(links, times, host, t, which)
+        out[host] = [(b, (at(b, 0) - at(a, 0)) / cap, (at(b, 1) - at(a, 1)) / cap) for a, b in zip(edges, edges[1:])]
     return out
 
 
@@ -279,7 +298,7 @@ def plot(measurements, args):
         step = m.median_step()
         start, end = m.step_windows[step]
         cmds = m.of_step(step)
-        use = binned_use(m, start - 0.02, end + 0.02, args.rate_bps)
+        use = binned_use(m.links, start - 0.02, end + 0.02, args.rate_bps)
         ax = axes[0][col]
         for host, samples in sorted(use.items()):
             if not host.startswith("s"):
@@ -328,6 +347,235 @@ def plot(measurements, args):
     print(f"timeline: figure {args.plot}")
 
 
+# ---- training runs (bench/cluster --workload train --timeline) -------------------------------------------------
+PHASES = ("forward", "backward", "step")
+PHASE_COLORS = {"forward": "tab:green", "backward": "tab:orange", "step": "tab:purple", "other": "tab:gray"}
+
+
+class TrainRun:
+    """One bench/cluster training run: every rank's loop phases (train.py --timeline: RUN-rG.loop.json), its
+    blockps commands (BLOCKPS_TRACE: RUN-rG.PID.N.json; none for DDP over gloo, nor on the ranks of a host that are
+    not its leader) and the link samples (RUN-links.tsv)."""
+
+    def __init__(self, directory, run, ranks_per_host, warmup):
+        self.run, self.ranks_per_host = run, ranks_per_host
+        self.phases = {}  # rank -> {step: {phase: (t0, t1)}}
+        self.commands = {}  # rank -> [(shard, READ or WRITE, t_issue, t_done)], by issue
+        evaluated = set()  # steps that an evaluation preceded
+        for path in glob.glob(os.path.join(directory, f"{run}-r*.loop.json")):
+            rank = int(os.path.basename(path)[len(run) + 2:].split(".")[0])
+            steps = self.phases.setdefault(rank, {})
+            for e in load_trace(path):
+                if e.get("ph") != "X":
+                    continue
+                span = (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+                if e["name"] in PHASES:
+                    steps.setdefault(e["args"]["step"], {})[e["name"]] = span
+                elif e["name"] == "evaluation":
+                    evaluated.add(e["args"]["step"])
+            commands = []
+            for trace in glob.glob(os.path.join(directory, f"{run}-r{rank}.[0-9]*.json")):
+                commands += [(e["tid"] - COMMAND_LANES, e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+                             for e in load_trace(trace) if e.get("ph") == "X" and e.get("cat") == "command"]
+            self.commands[rank] = sorted(commands, key=lambda c: c[2])
+        if not self.phases:
+            raise SystemExit(f"cluster_timeline.py: no loop timeline {directory}/{run}-r0.loop.json")
+        self.ranks = sorted(self.phases)
+        whole = [{s for s, p in self.phases[r].items() if len(p) == len(PHASES)} for r in self.ranks]
+        common = sorted(set.intersection(*whole))
+        # A step counts when every rank timed it and the next one (its end is the next forward's start), after the
+        # warm-up, with no evaluation before the next.
+        self.steps = [s for s in common[warmup:] if s + 1 in common and s + 1 not in evaluated]
+        if not self.steps:
+            raise SystemExit(f"cluster_timeline.py: {run}: no step to report after {warmup} warm-up steps")
+        self.links = load_links(os.path.join(directory, f"{run}-links.tsv"))
+        self.times = [t for t, _ in self.links]
+
+    def window(self, step):
+        """The cluster's step: the first rank's forward start to the first rank's next forward start."""
+        start = min(self.phases[r][step]["forward"][0] for r in self.ranks)
+        return start, min(self.phases[r][step + 1]["forward"][0] for r in self.ranks)
+
+    def leaders(self):
+        """Each worker host's first rank: its phases stand for the host's link (with host aggregation it is the
+        rank that pushes)."""
+        return [r for r in self.ranks if r % self.ranks_per_host == 0]
+
+    def host_of(self, rank):
+        return f"w{rank // self.ranks_per_host}"
+
+    def phase_at(self, rank, step, t):
+        p = self.phases[rank][step]
+        for name in PHASES:
+            if p[name][0] <= t < p[name][1]:
+                return name
+        return "other"
+
+    def bytes_between(self, host, t0, t1):
+        """(sent, received) bytes of a host's link in [t0, t1]."""
+        return tuple(counter_at(self.links, self.times, host, t1, k) - counter_at(self.links, self.times, host, t0, k)
+                     for k in (0, 1))
+
+
+def analyse_train(r, rate_bps, bin_s=0.01):
+    """Per phase of the hosts' leaders: time, link use each way, and the time their link idled (under half the
+    rate) in it; the shard hosts' use; the blockps commands' timing against the loop's phases."""
+    per_phase = {p: {"s": 0.0, "sent": 0.0, "received": 0.0, "idle_up": 0.0, "idle_down": 0.0}
+                 for p in PHASES + ("other",)}
+    periods, durations, backward_end_spread = [], {p: [] for p in PHASES}, []
+    shard_use, shard_quiet = {"sent": [], "received": []}, []
+    cap = rate_bps / 8 * bin_s
+    for step in r.steps:
+        start, end = r.window(step)
+        periods.append(end - start)
+        for p in PHASES:
+            durations[p] += [r.phases[k][step][p][1] - r.phases[k][step][p][0] for k in r.ranks]
+        backward_ends = [r.phases[k][step]["backward"][1] for k in r.ranks]
+        backward_end_spread.append(max(backward_ends) - min(backward_ends))
+        for rank in r.leaders():
+            host = r.host_of(rank)
+            t = start
+            while t + bin_s <= end:
+                sent, received = r.bytes_between(host, t, t + bin_s)
+                f = per_phase[r.phase_at(rank, step, t + bin_s / 2)]
+                f["s"] += bin_s
+                f["sent"] += sent
+                f["received"] += received
+                f["idle_up"] += bin_s if sent < cap / 2 else 0.0
+                f["idle_down"] += bin_s if received < cap / 2 else 0.0
+                t += bin_s
+        for host in r.links[0][1] if r.links else ():
+            if host.startswith("s"):
+                sent, received = r.bytes_between(host, start, end)
+                shard_use["sent"].append(sent / (rate_bps / 8 * (end - start)))
+                shard_use["received"].append(received / (rate_bps / 8 * (end - start)))
+                for _, up, _ in binned_use(r.links, start, end, rate_bps, bin_s).get(host, []):
+                    shard_quiet.append(1.0 if up < 0.5 else 0.0)
+    # The blockps commands of each step: issued from its backward's start to the next backward's start.
+    push_start, push_end, pull_tail, read_wait = [], [], [], []
+    for rank in r.ranks:
+        commands = r.commands.get(rank) or []
+        if not commands:
+            continue
+        issues = [c[2] for c in commands]
+        for step in r.steps:
+            p, q = r.phases[rank][step], r.phases[rank][step + 1]
+            lo, hi = bisect.bisect_left(issues, p["backward"][0]), bisect.bisect_left(issues, q["backward"][0])
+            mine = commands[lo:hi]
+            writes = [c for c in mine if c[1] == "WRITE"]
+            reads = [c for c in mine if c[1] == "READ"]
+            if not writes:
+                continue
+            push_start.append(min(c[2] for c in writes) - p["backward"][0])
+            push_end.append(max(c[3] for c in writes) - p["backward"][1])
+            if reads:
+                pull_tail.append(max(c[3] for c in reads) - max(c[3] for c in writes))
+                read_wait += [c[3] - c[2] for c in reads]
+    return {"per_phase": per_phase, "periods": periods, "durations": durations,
+            "backward_end_spread": backward_end_spread, "shard_use": shard_use, "shard_quiet": shard_quiet,
+            "push_start": push_start, "push_end": push_end, "pull_tail": pull_tail, "read_wait": read_wait}
+
+
+def train_report(args):
+    runs = [TrainRun(args.dir, run, args.ranks_per_host, args.warmup) for run in args.runs.split(",") if run]
+    lines = []
+    say = lines.append
+    ms = 1000.0
+    med = statistics.median
+    say(f"timeline: {args.dir}; each run's timed steps after {args.warmup} warm-up steps (no evaluation between two "
+        "steps); link use as a share of the rate; a link idles in a 10 ms sample carrying under half the rate")
+    for r in runs:
+        f = analyse_train(r, args.rate_bps)
+        period = med(f["periods"])
+        say(f"timeline: {r.run}: {len(r.ranks)} ranks, {len(r.steps)} timed steps, a step every {period * ms:.0f} ms "
+            f"(median; first rank's forward to its next); per rank (medians): " +
+            ", ".join(f"{p} {med(f['durations'][p]) * ms:.0f} ms" for p in PHASES) +
+            f"; the ranks' backward ends {med(f['backward_end_spread']) * ms:.0f} ms apart")
+        total = sum(v["s"] for v in f["per_phase"].values()) or 1.0
+        say(f"timeline:   {'phase (host leaders)':<22}{'of the step':>12}{'uplink use':>12}{'downlink use':>14}"
+            f"{'uplink idle':>13}{'downlink idle':>15}")
+        for name, v in f["per_phase"].items():
+            if v["s"] == 0:
+                continue
+            full = args.rate_bps / 8 * v["s"]
+            label = {"step": "step()", "other": "other (between them)"}.get(name, name)
+            say(f"timeline:   {label:<22}{100 * v['s'] / total:>11.0f}%{100 * v['sent'] / full:>11.0f}%"
+                f"{100 * v['received'] / full:>13.0f}%{v['idle_up'] * ms / len(r.steps) / len(r.leaders()):>10.0f} ms"
+                f"{v['idle_down'] * ms / len(r.steps) / len(r.leaders()):>12.0f} ms")
+        up = sum(v["sent"] for v in f["per_phase"].values()) / (args.rate_bps / 8 * total)
+        down = sum(v["received"] for v in f["per_phase"].values()) / (args.rate_bps / 8 * total)
+        say(f"timeline:   worker links over the step: up {100 * up:.0f}%, down {100 * down:.0f}% of the rate")
+        if f["shard_use"]["sent"]:
+            say(f"timeline:   shard links over the step: up {100 * statistics.mean(f['shard_use']['sent']):.0f}%, down "
+                f"{100 * statistics.mean(f['shard_use']['received']):.0f}%; shard uplinks idle in "
+                f"{100 * statistics.mean(f['shard_quiet']):.0f}% of the 10 ms samples")
+        if f["push_start"]:
+            say(f"timeline:   blockps (medians over ranks and steps): first WRITE issued "
+                f"{med(f['push_start']) * ms:.0f} ms after backward began; last WRITE completed "
+                f"{med(f['push_end']) * ms:+.0f} ms after backward() returned" +
+                (f"; last READ {med(f['pull_tail']) * ms:.0f} ms after the last WRITE; READ issue to completion "
+                 f"{med(f['read_wait']) * ms:.0f} ms [p90 {percentile(f['read_wait'], 0.9) * ms:.0f}]"
+                 if f["pull_tail"] else ""))
+    text = "\n".join(lines)
+    print(text)
+    if args.plot:
+        plot_train(runs, args)
+
+
+def plot_train(runs, args):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(3, len(runs), figsize=(6.5 * len(runs), 10), squeeze=False)
+    for col, r in enumerate(runs):
+        # Two consecutive steps from the median one (by length), so that one step's end meets the next's start.
+        by_length = sorted(r.steps, key=lambda s: r.window(s)[1] - r.window(s)[0])
+        step = by_length[len(by_length) // 2]
+        start = r.window(step)[0]
+        end = max(r.phases[k][step + 1]["step"][1] for k in r.ranks)
+        ax = axes[0][col]
+        for k in r.ranks:
+            for s in (step, step + 1):
+                for name in PHASES:
+                    a, b = r.phases[k][s][name]
+                    ax.broken_barh([((a - start) * 1000, (b - a) * 1000)], (k - 0.4, 0.8), color=PHASE_COLORS[name])
+            for shard, kind, a, b in r.commands.get(k) or []:
+                if start <= a <= end:
+                    y = k + (0.25 if kind == "WRITE" else -0.25)
+                    ax.plot([(a - start) * 1000, (b - start) * 1000], [y, y], lw=1.2, zorder=3,
+                            color="tab:blue" if kind == "WRITE" else "tab:red", alpha=0.5)
+        for name in PHASES:
+            ax.bar(0, 0, color=PHASE_COLORS[name], label=name if name != "step" else "step()")
+        ax.plot([], [], color="tab:blue", lw=1, label="blockps WRITEs (issue to completion)")
+        ax.plot([], [], color="tab:red", lw=1, label="blockps READs")
+        ax.set_ylabel("rank")
+        ax.set_title(f"{r.run}: steps {step} and {step + 1}", fontsize=10, pad=28)
+        ax.legend(loc="lower left", fontsize=7, ncol=3, bbox_to_anchor=(0, 1.06))
+        use = binned_use(r.links, start, end, args.rate_bps, bin_s=0.02)
+        for row, prefix, what in ((1, "w", "worker"), (2, "s", "shard")):
+            ax = axes[row][col]
+            for host, samples in sorted(use.items()):
+                if not host.startswith(prefix):
+                    continue
+                ts = [(t - start) * 1000 for t, _, _ in samples]
+                ax.plot(ts, [100 * u for _, u, _ in samples], color="tab:red", alpha=0.4, lw=0.8)
+                ax.plot(ts, [100 * d for _, _, d in samples], color="tab:blue", alpha=0.4, lw=0.8)
+            ax.plot([], [], color="tab:red", label=f"{what} hosts sending")
+            ax.plot([], [], color="tab:blue", label=f"{what} hosts receiving")
+            ax.set_ylim(0, 110)
+            ax.set_ylabel(f"{what} links, % of rate per 20 ms")
+            ax.legend(loc="upper right", fontsize=7)
+        axes[2][col].set_xlabel("ms since the first rank's forward of the first step")
+        for row in range(3):
+            axes[row][col].set_xlim(0, (end - start) * 1000)
+    fig.suptitle(args.title or "bench/cluster --workload train: where a step's time goes")
+    fig.tight_layout()
+    fig.savefig(args.plot, dpi=80)
+    print(f"timeline: figure {args.plot}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -343,8 +591,20 @@ def main():
     r.add_argument("--warmup", type=int, default=0)
     r.add_argument("--plot")
     r.add_argument("--title")
+    t = sub.add_parser("train-report")
+    t.add_argument("--dir", required=True)
+    t.add_argument("--runs", required=True)
+    t.add_argument("--ranks-per-host", type=int, default=1)
+    t.add_argument("--rate-bps", type=float, required=True)
+    t.add_argument("--warmup", type=int, default=3)
+    t.add_argument("--plot")
+    t.add_argument("--title")
     args = parser.parse_args()
-    if args.command == "sample":
+    if args.command == "train-report":
+        if args.ranks_per_host < 1 or args.warmup < 0:
+            parser.error("--ranks-per-host must be >= 1 and --warmup >= 0")
+        train_report(args)
+    elif args.command == "sample":
         if args.interval_ms <= 0:
             parser.error("--interval-ms must be > 0")
         sample(args)

@@ -11,12 +11,14 @@ Run with Debian's python3-torch: /usr/bin/python3 bench/gloo_allreduce.py --byte
 
 Across hosts (bench/cluster runs it so, one process per worker host, GLOO_SOCKET_IFNAME set to the host's link):
 --rank R --master ADDR:PORT runs this process as rank R of --world-size, rendezvous over TCP at ADDR:PORT (rank 0
-listens there). Each timed allreduce is timed on its own and rank 0 prints the same JSON line with two more keys:
-"seconds": [one per iteration] and "median_s".
+listens there). Each timed allreduce is timed on its own and rank 0 prints the same JSON line with three more keys:
+"seconds": [one per iteration], "median_s" and "cpu_s" (the CPU-seconds, user + system, this process used from the
+process group's start to its end, torch's import left out); every other rank prints {"rank": R, "cpu_s": S}.
 """
 import argparse
 import json
 import os
+import resource
 import sys
 import statistics
 import tempfile
@@ -27,6 +29,11 @@ def parse_bytes(text):
     text = text.strip().upper()
     mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
     return int(text[:-1] if text[-1:] in "KMG" else text) * mult
+
+
+def process_cpu_seconds():
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 def worker(rank, args, init_method, results):
@@ -61,14 +68,19 @@ def one_rank_of_many(args):
         def put(self, item):
             self.item = item
 
+    import torch.distributed  # noqa: F401  (imported before the CPU count starts: not the all-reduce's cost)
+
     collected = Collected()
+    cpu_start = process_cpu_seconds()
     worker(args.rank, args, "tcp://" + args.master, collected)
+    cpu_s = process_cpu_seconds() - cpu_start  # bench/cluster's CPU per byte: the process group and every all-reduce
     if args.rank != 0:
+        print(json.dumps({"rank": args.rank, "cpu_s": cpu_s}))
         return 0
     _, elapsed, laps = collected.item
     print(json.dumps({"backend": "gloo", "world_size": args.world_size, "bytes": args.bytes,
                       "iterations": args.iterations, "seconds_per_allreduce": elapsed / args.iterations,
-                      "seconds": laps, "median_s": statistics.median(laps),
+                      "seconds": laps, "median_s": statistics.median(laps), "cpu_s": cpu_s,
                       "torch": torch.__version__, "threads": args.threads}))
     return 0
 

@@ -4,6 +4,8 @@
 // Pushes send a zero gradient: all-zero bytes are 0.0 in every wire dtype (f32, bf16, f16), so no conversion is
 // needed, and sgd/momentum/adam/sum leave the weights as they are (adamw's decoupled weight decay still
 // shrinks them, and adam's step counters advance: bench a scratch cluster, or `save` first).
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -164,7 +166,19 @@ double percentile(const std::vector<double>& sorted, double q) {
   return sorted[std::clamp<std::size_t>(rank, 1, sorted.size()) - 1];
 }
 
-// {"op": "exchange", "iterations": N, "warmup": K, "model_bytes": B, "seconds": [...], "median_s": M}
+// The CPU-seconds (user + system, every thread) this process has used so far: bench/cluster divides them by the
+// bytes the worker's link carried, for the CPU cost per byte against gloo's and iperf3's.
+double process_cpu_seconds() {
+  rusage usage{};
+  if (getrusage(RUSAGE_SELF, &usage) != 0) return 0.0;
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// {"op": "exchange", "iterations": N, "warmup": K, "model_bytes": B, "seconds": [...], "median_s": M,
+//  "cpu_s": the process's CPU-seconds so far (its earlier ops included)}
 void print_json(const PhaseResult& r, std::uint64_t model_bytes, std::uint64_t warmup) {
   std::vector<double> sorted = r.latencies_s;
   std::sort(sorted.begin(), sorted.end());
@@ -173,7 +187,8 @@ void print_json(const PhaseResult& r, std::uint64_t model_bytes, std::uint64_t w
                       {"warmup", warmup},
                       {"model_bytes", model_bytes},
                       {"seconds", r.latencies_s},
-                      {"median_s", percentile(sorted, 0.5)}};
+                      {"median_s", percentile(sorted, 0.5)},
+                      {"cpu_s", process_cpu_seconds()}};
   std::cout << j.dump() << std::endl;
 }
 

@@ -47,12 +47,41 @@ def parse_args():
     p.add_argument("--threads", type=int, help="torch threads (default: torch's; torchrun sets 1 per rank)")
     p.add_argument("--name", help="the run's name in the report (default: local, ddp or ps)")
     p.add_argument("--out", help="rank 0 writes the run's records here (JSON)")
+    p.add_argument("--timeline", metavar="PREFIX",
+                   help="every rank writes PREFIX.loop.json: each step's forward, backward and optimizer step, and "
+                        "each evaluation, as Chrome trace events on the monotonic clock (that of BLOCKPS_TRACE)")
     a = p.parse_args()
     if not a.epochs > 0:
         p.error(f"--epochs {a.epochs}: must be > 0")
     if a.batch < 1 or a.evals_per_epoch < 1 or (a.threads is not None and a.threads < 1):
         p.error("--batch, --evals-per-epoch and --threads must be >= 1")
     return a
+
+
+class LoopTimeline:
+    """The training loop's phases as Chrome trace-event spans ("ts"/"dur": microseconds of CLOCK_MONOTONIC, the
+    clock of the library's BLOCKPS_TRACE and of bench/cluster_timeline.py's link samples), one line per span
+    written as it ends, so that a run that dies still leaves a readable file (the array may stay open)."""
+
+    def __init__(self, prefix, rank):
+        self.file = open(f"{prefix}.loop.json", "w", buffering=1) if prefix else None
+        self.rank = rank
+        self.separator = "[\n"
+
+    def now(self):
+        return time.monotonic_ns() // 1000
+
+    def span(self, name, begin_us, step):
+        if self.file:
+            event = {"name": name, "cat": "loop", "ph": "X", "pid": self.rank, "tid": 0, "ts": begin_us,
+                     "dur": self.now() - begin_us, "args": {"step": step}}
+            self.file.write(self.separator + json.dumps(event))
+            self.separator = ",\n"
+
+    def close(self):
+        if self.file:
+            self.file.write("]\n" if self.separator != "[\n" else "[]\n")
+            self.file.close()
 
 
 def main():
@@ -114,15 +143,22 @@ def main():
               f"batch {batch} each, {total_steps} steps ({a.epochs:g} epochs), {torch.get_num_threads()} threads "
               f"per worker", flush=True)
     records, train_s, images, loss_sum, loss_n, step = [], 0.0, 0, 0.0, 0, 0
+    timeline = LoopTimeline(a.timeline, rank)
     epoch = 0
     while step < total_steps:
         for idx in fashion_mnist.epoch_batches(epoch, rank, world, len(train_y), batch):
             t0 = time.monotonic()
+            phase = timeline.now()
             optimizer.zero_grad()
             loss = F.cross_entropy(net(train_x[idx]), train_y[idx])
+            timeline.span("forward", phase, step)
             try:
+                phase = timeline.now()
                 loss.backward()  # DDP with the blockps hook: the averages come back before it returns
+                timeline.span("backward", phase, step)
+                phase = timeline.now()
                 optimizer.step()
+                timeline.span("step", phase, step)
             except Exception as e:  # blockps.Error (or the hook's RuntimeError) names the shard and the parameters
                 sys.exit(f"train.py rank {rank}: step {step} failed: {e}")
             train_s += time.monotonic() - t0
@@ -130,7 +166,9 @@ def main():
             images += len(idx)
             loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
             if step % eval_every == 0 or step == total_steps:
+                phase = timeline.now()
                 acc, all_images = evaluate(images)
+                timeline.span("evaluation", phase, step)
                 rec = {"epoch": step / steps_per_epoch, "step": step, "wall_s": train_s, "test_acc": acc,
                        "loss": loss_sum / loss_n, "images_per_s": all_images / train_s}
                 loss_sum, loss_n = 0.0, 0
@@ -142,6 +180,7 @@ def main():
                 break
         epoch += 1
         scheduler.step()
+    timeline.close()
     if rank == 0 and a.out:
         with open(a.out, "w") as f:
             json.dump({"run": name, "model": a.model, "workers": world, "batch": batch, "threads":

@@ -5,7 +5,8 @@
 # host path: its rows, ideals 2:1, and M each way per step through each worker host's link, from the counters),
 # the same in both modes in one run with --timeline (rows per
 # mode, sync/async, every worker's command trace, link samples, the report and its figure), and a tiny training workload (--workload train: the MLP for
-# 0.05 epochs over DDP and sync shards) that must report both runs against the link bound. Not timed: the figures are checked for presence and sanity
+# 0.05 epochs over DDP and sync shards) that must report both runs against the link bound, with its timeline (each
+# run's phases against the links) and the CPU per byte of every side. Not timed: the figures are checked for presence and sanity
 # (a step cannot beat its ideal at the nominal rate by more than the measurement's noise), not for speed.
 # Skipped (77) without root, iperf3, tc's tbf or python3-torch, said loudly.
 #   test_bench_cluster.sh --repo REPO --build-dir BUILD
@@ -99,6 +100,10 @@ for op in step exchange; do
     fail "no link use line for '$op'"
 done
 grep -Eq "^cluster: cpu busy .*: step [0-9]+%, exchange [0-9]+%$" "$tmp/run" || fail "no cpu busy line with both runs"
+# CPU per byte of both blockps runs (workers and tgtd), of gloo's ranks and of iperf3, each a positive figure.
+grep -E "^cluster: CPU-seconds per GB through a host link" "$tmp/run" |
+  grep -Eq "; step: workers [0-9]+\.[0-9]+ \+ shards \(tgtd\) [0-9]+\.[0-9]+; exchange: workers [0-9]+\.[0-9]+ \+ shards \(tgtd\) [0-9]+\.[0-9]+; gloo ranks [0-9]+\.[0-9]+; iperf3 \(sender \+ receiver\) [0-9]+\.[0-9]+$" ||
+  fail "no CPU-per-byte line with step, exchange, gloo and iperf3"
 
 step "2 hosts x 2 ranks: every rank a worker (exchange) and the host path (host), bytes per host link"
 rc=0
@@ -155,7 +160,8 @@ if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip 
 step "a tiny training workload: the MLP, 0.05 epochs, DDP, DDP with the blockps hook and sync shards on 100mbit links"
 rc=0
 "$cluster" --build-dir "$build" --prefix "$prefix" --workers 2 --shards 2 --rate 100mbit --iperf-seconds 1 \
-  --workload train --model mlp --epochs 0.05 --evals-per-epoch 40 --runs ddp,ddp-blockps,ps-sync >"$tmp/train" 2>&1 || rc=$?
+  --workload train --model mlp --epochs 0.05 --evals-per-epoch 40 --runs ddp,ddp-blockps,ps-sync \
+  --timeline "$tmp/train-timeline" >"$tmp/train" 2>&1 || rc=$?
 cat "$tmp/train"
 [ "$rc" -eq 0 ] || fail "bench/cluster --workload train exited $rc"
 if ip netns list | grep -q "^$prefix-"; then fail "namespaces left behind: $(ip netns list | grep "^$prefix-")"; fi
@@ -166,3 +172,16 @@ for run in ddp ddp-blockps ps-sync; do
   awk -v run="$run" '$2 == run && /of the link bound/ { found = 1; if ($(NF - 4) <= 0 || $(NF - 4) > 1.05) bad = 1 }
        END { exit !found || bad }' "$tmp/train" || fail "no plausible fraction of the link bound for $run"
 done
+# The training timeline: every run's per-phase table (the four phases' link use), its blockps timing where blockps
+# carried the gradients, each rank's loop phases and the figure.
+for run in ddp ddp-blockps ps-sync; do
+  grep -Eq "^cluster: $run: 2 ranks, [0-9]+ timed steps, a step every [0-9]+ ms" "$tmp/train" || fail "no timeline summary of $run"
+  grep -Eq "^timeline: +backward +[0-9]+% +[0-9]+% +[0-9]+% +[0-9]+ ms +[0-9]+ ms$" "$tmp/train-timeline/train-report.txt" ||
+    fail "no backward row in the training timeline"
+  for g in 0 1; do
+    grep -q '"name": "forward"' "$tmp/train-timeline/$run-r$g.loop.json" || fail "no forward span of $run rank $g"
+  done
+done
+[ "$(grep -cE "^cluster: +blockps \(medians over ranks and steps\): first WRITE issued" "$tmp/train")" -eq 2 ] ||
+  fail "the training timeline did not time blockps's commands of ddp-blockps and ps-sync (and only those)"
+[ -s "$tmp/train-timeline/train-timeline.png" ] || fail "no training timeline figure"
