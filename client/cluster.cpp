@@ -9,6 +9,7 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -106,6 +107,14 @@ class ShardWorker {
   }
 
   void start() {
+    // Every completed command goes to the trace (if any) and, on the grad LU, to the batch of exchanges that runs
+    // (run_exchanges): both are told on this shard's I/O thread, which runs the batch.
+    for (LuRole role : {LuRole::grad, LuRole::weights}) {
+      lu(role).observe_commands([this, role](const LuCommand& c, auto issued, auto completed, bool ok) {
+        if (trace_ != nullptr) trace_->command(command_lane_, c, issued, completed);
+        if (role == LuRole::grad && running_exchanges_ != nullptr) running_exchanges_->completed(c, ok);
+      });
+    }
     thread_ = std::thread([this] { serve(); });
   }
 
@@ -134,10 +143,12 @@ class ShardWorker {
     }
     work_cv_.notify_one();
   }
-  // Where run_traced() records its spans (Cluster's trace, the shard's lane); none by default.
-  void trace_to(Trace* trace, int lane) {
+  // Where run_traced() records its spans (Cluster's trace, the shard's lane) and every command of the grad and
+  // weights LUs (`command_lane`); none by default. Before start().
+  void trace_to(Trace* trace, int lane, int command_lane) {
     trace_ = trace;
     trace_lane_ = lane;
+    command_lane_ = command_lane;
   }
 
   // Runs commands on one LU (on the I/O thread). `model_offsets[i]` is where command i's first byte is in
@@ -225,9 +236,28 @@ class ShardWorker {
     std::shared_ptr<OperationState> op;
     std::optional<ExchangePart> exchange;
   };
-  // A batch of exchanges stops growing at this many bytes each way: it finishes as a whole, so an exchange at its
-  // front waits for the rest of it.
+  // A batch of exchanges stops growing at this many bytes each way: the exchanges queued after it wait for the whole
+  // of it.
   static constexpr std::uint64_t kMaxBatchBytes = 64ull << 20;
+
+  // The exchanges of the batch that runs: how many of each one's commands are still to complete with success. An
+  // exchange whose commands all did is finished at once (`on_finished`), not when the whole batch is; the last one
+  // to finish does so with the batch, after the batch's recovery lines are logged (as a batch of one always did).
+  struct ExchangeCompletions {
+    std::vector<std::size_t> left;  // by exchange (LuCommand::tag)
+    std::vector<bool> failed;       // by exchange: a command failed, so the batch's outcome is this exchange's
+    std::size_t unfinished = 0;
+    std::function<void(std::size_t)> on_finished;
+    void completed(const LuCommand& c, bool ok) {
+      if (c.tag >= left.size()) return;
+      if (!ok)
+        failed[c.tag] = true;
+      else if (--left[c.tag] == 0 && !failed[c.tag] && unfinished > 1) {
+        --unfinished;
+        on_finished(c.tag);
+      }
+    }
+  };
 
   void serve() {
     for (;;) {
@@ -245,31 +275,66 @@ class ShardWorker {
         } while (batch.front().exchange && !jobs_.empty() && jobs_.front().exchange && bytes < kMaxBatchBytes);
       }
       Status s = Status::Ok();
+      std::vector<bool> finished(batch.size(), false);  // exchanges finished while the batch ran
       try {
-        s = batch.front().exchange ? run_exchanges(batch) : batch.front().work();
+        s = batch.front().exchange ? run_exchanges(batch, finished) : batch.front().work();
       } catch (const std::exception& e) {  // e.g. bad_alloc: an error value, never an escape
         s = Status::Error("shard '" + spec_.name + "': " + e.what());
       }
-      // A failure fails every exchange of the batch: they were in flight together, and which of their commands
-      // completed is not known.
-      for (Job& job : batch) job.op->part_done(s);
+      running_exchanges_ = nullptr;
+      // A failure fails every exchange of the batch not finished yet: they were in flight together, and which of
+      // their commands completed is not known.
+      for (std::size_t i = 0; i < batch.size(); ++i)
+        if (!finished[i]) batch[i].op->part_done(s);
     }
   }
 
-  // The exchanges of `batch` as one run of commands on the grad LU: each one's commands after the ones before, its
-  // READs' predecessors renumbered.
-  Status run_exchanges(const std::vector<Job>& batch) {
+  // The exchanges of `batch` as one run of commands on the grad LU, each one's READs' predecessors renumbered. The
+  // most recently queued exchange goes first (P3's order: in a backward pass each newly ready bucket is nearer the
+  // model's input, which the next forward needs first), unless two of them share a block: their pushes then reach
+  // the shard in the order they were made. Each exchange is finished (its op's part done, `finished`) as soon as
+  // its own commands completed, not with the whole batch: a forward that waits for the first layers' weights
+  // (DistributedOptimizer's early_forward) need not wait for the rest.
+  Status run_exchanges(std::vector<Job>& batch, std::vector<bool>& finished) {
+    std::vector<std::size_t> order(batch.size());
+    if (exchanges_share_a_block(batch))
+      std::iota(order.begin(), order.end(), std::size_t{0});
+    else
+      std::iota(order.rbegin(), order.rend(), std::size_t{0});
     std::vector<LuCommand> commands;
     std::vector<std::uint64_t> model_offsets;
-    for (const Job& job : batch) {
+    ExchangeCompletions completions{std::vector<std::size_t>(batch.size(), 0), std::vector<bool>(batch.size(), false),
+                                    batch.size(), [&](std::size_t j) {
+                                      finished[j] = true;
+                                      batch[j].op->part_done(Status::Ok());
+                                    }};
+    for (std::size_t j : order) {
+      const ExchangePart& part = *batch[j].exchange;
       const std::size_t base = commands.size();
-      for (LuCommand c : job.exchange->commands) {
+      for (LuCommand c : part.commands) {
         if (c.after != kNoPredecessor) c.after += base;
+        c.tag = static_cast<std::uint32_t>(j);
         commands.push_back(std::move(c));
       }
-      model_offsets.insert(model_offsets.end(), job.exchange->model_offsets.begin(), job.exchange->model_offsets.end());
+      completions.left[j] = part.commands.size();
+      model_offsets.insert(model_offsets.end(), part.model_offsets.begin(), part.model_offsets.end());
     }
-    return run_traced("exchange", LuRole::grad, commands, model_offsets);
+    running_exchanges_ = &completions;
+    Status s = run_traced("exchange", LuRole::grad, commands, model_offsets);
+    running_exchanges_ = nullptr;
+    return s;
+  }
+
+  // Whether two exchanges of `batch` write a byte of the same block (a worker pushing one block twice).
+  static bool exchanges_share_a_block(const std::vector<Job>& batch) {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> writes;  // [offset, end) on the shard
+    for (const Job& job : batch)
+      for (const LuCommand& c : job.exchange->commands)
+        if (c.direction == IoDirection::write) writes.emplace_back(c.offset, c.offset + c.bytes());
+    std::sort(writes.begin(), writes.end());
+    for (std::size_t i = 1; i < writes.size(); ++i)
+      if (writes[i].first < writes[i - 1].second) return true;
+    return false;
   }
 
   ShardSpec spec_;
@@ -283,6 +348,8 @@ class ShardWorker {
   bool stopping_ = false;
   Trace* trace_ = nullptr;
   int trace_lane_ = 0;
+  int command_lane_ = 0;
+  ExchangeCompletions* running_exchanges_ = nullptr;  // while run_exchanges() runs, on the I/O thread
 };
 
 }  // namespace detail
@@ -519,14 +586,8 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config, cons
       for (std::size_t i = 0; i < cluster->shards_.size(); ++i) {
         ShardWorker& shard = *cluster->shards_[i];
         trace->name_lane(Trace::shard_lane(i), "shard " + shard.spec().name);
-        shard.trace_to(trace, Trace::shard_lane(i));
-        const int lane = Trace::command_lane(i);
-        trace->name_lane(lane, "shard " + shard.spec().name + ": commands");
-        for (LuRole role : {LuRole::grad, LuRole::weights}) {
-          shard.lu(role).observe_commands([trace, lane](const LuCommand& c, auto issued, auto completed) {
-            trace->command(lane, c, issued, completed);
-          });
-        }
+        trace->name_lane(Trace::command_lane(i), "shard " + shard.spec().name + ": commands");
+        shard.trace_to(trace, Trace::shard_lane(i), Trace::command_lane(i));
       }
     }
     for (auto& shard : cluster->shards_) shard->start();

@@ -35,10 +35,11 @@
 
 namespace blockps {
 
-// Told of every command of a batch as it completes, with when it was issued and when it completed: the
-// per-command spans of a worker's trace (client/trace.h), which show where an exchange's time goes.
+// Told of every command of a batch as it completes, with when it was issued, when it completed and whether it
+// succeeded: the per-command spans of a worker's trace (client/trace.h), which show where an exchange's time goes,
+// and the end of each exchange of a batch (client/cluster.cpp), which need not wait for the whole batch.
 using CommandObserver = std::function<void(const LuCommand& command, std::chrono::steady_clock::time_point issued,
-                                           std::chrono::steady_clock::time_point completed)>;
+                                           std::chrono::steady_clock::time_point completed, bool ok)>;
 
 class CommandOrder {
  public:
@@ -103,7 +104,7 @@ class CommandOrder {
 
   // Command i (issued by next()) completed; with success its successors become ready.
   void completed(std::size_t i, bool ok) {
-    if (observer_) observer_(commands_[i], issued_at_[i], std::chrono::steady_clock::now());
+    if (observer_) observer_(commands_[i], issued_at_[i], std::chrono::steady_clock::now(), ok);
     --in_flight_[static_cast<int>(commands_[i].direction)];
     if (commands_[i].after != kNoPredecessor) --dependents_in_flight_;
     if (!ok) return;

@@ -28,6 +28,9 @@ struct LuCommand {
   // The index of an earlier command of the same batch that must complete with success before this one is
   // issued (the exchange: a block's READ after its WRITE); kNoPredecessor: none. See client/command_order.h.
   std::size_t after = kNoPredecessor;
+  // Whose command this is, for whoever observes the batch's completions (client/command_order.h's
+  // CommandObserver): a batch of exchanges numbers its exchanges (client/cluster.cpp). Transports copy it along.
+  std::uint32_t tag = 0;
   std::uint64_t bytes() const {
     std::uint64_t n = 0;
     for (const IoSegment& s : segments) n += s.bytes;

@@ -275,12 +275,11 @@ class PosixTransport final : public LuTransport {
         PreparedCommand& p = slots[slot];
         --in_flight;
         std::optional<LuFailure> f = check(p, res);
+        // The data is in the caller's buffer before the observer hears of the command: an exchange may be
+        // finished, and its buffer read, from the observer (client/cluster.cpp, run_exchanges).
+        if (!f) finish(p);
         order.completed(p.index, !f);
-        if (f) {
-          if (!failure || f->command < failure->command) failure = f;
-        } else {
-          finish(p);
-        }
+        if (f && (!failure || f->command < failure->command)) failure = f;
         free_slots.push_back(slot);
       };
       if (engine_ == PosixEngine::libaio) {

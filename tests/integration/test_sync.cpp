@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <barrier>
 #include <chrono>
 #include <cmath>
@@ -219,6 +220,41 @@ TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
 // The client's pipelined exchange against BSP: each worker's one session carries its WRITEs and its READs (a
 // READ parked until the block's round closes while the worker's later WRITEs still go out), and every worker
 // reads exactly the averaged step of each round. One session per worker: the shard counts 3 workers, not 6.
+// The library runs a worker's queued exchanges as one batch; each of them finishes as soon as its own commands
+// did, not with the whole batch: here exchange Z (block 3) is answered when its round closes, while exchange Y
+// (block 2), queued before it, still waits for its own. (DistributedOptimizer's early forward waits for one
+// module's blocks at a time and relies on this.)
+TEST_F(SyncModeTest, AnExchangeOfABatchFinishesWithItsOwnRoundNotWithTheWholeBatch) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000"));
+  std::unique_ptr<Cluster> a = open_worker("a"), b = open_worker("b");
+  ASSERT_TRUE(a && b);
+  constexpr std::uint64_t kBlock = 64 * 1024;
+  const std::vector<float> ga = values(1), gb = values(2);
+  std::vector<std::byte> pulled_a(kBytes), pulled_b(kBytes);
+  const auto block_of = [&](const std::vector<float>& g, std::uint64_t k) {
+    return bytes_of(g).subspan(k * kBlock, kBlock);
+  };
+  const auto into = [&](std::vector<std::byte>& p, std::uint64_t k) {
+    return std::span(p).subspan(k * kBlock, kBlock);
+  };
+  // X runs first, its READ parked until b pushes block 0; Y and Z queue behind it and run together.
+  const Operation x = a->exchange_blocks_async(0, 1, block_of(ga, 0), into(pulled_a, 0));
+  const Operation y = a->exchange_blocks_async(2, 1, block_of(ga, 2), into(pulled_a, 2));
+  const Operation z = a->exchange_blocks_async(3, 1, block_of(ga, 3), into(pulled_a, 3));
+  ASSERT_TRUE(b->exchange_blocks(0, 1, block_of(gb, 0), into(pulled_b, 0)).ok());
+  ASSERT_TRUE(x.wait().ok());
+  ASSERT_TRUE(b->exchange_blocks(3, 1, block_of(gb, 3), into(pulled_b, 3)).ok());
+  const auto deadline = Clock::now() + 10s;
+  while (!z.ready() && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  EXPECT_TRUE(z.ready()) << "exchange Z waited for Y, whose round is still open: the batch finished as a whole";
+  EXPECT_FALSE(y.ready()) << "Y finished before b pushed its block";
+  EXPECT_TRUE(std::equal(pulled_a.begin() + 3 * kBlock, pulled_a.end(), pulled_b.begin() + 3 * kBlock))
+      << "Z's pull is not the round's weights that b read";
+  ASSERT_TRUE(b->exchange_blocks(2, 1, block_of(gb, 2), into(pulled_b, 2)).ok());
+  ASSERT_TRUE(y.wait().ok());
+  ASSERT_TRUE(z.wait().ok());
+}
+
 TEST_F(SyncModeTest, ThreeWorkersExchangingReadTheAveragedStepOfEveryRound) {
   ASSERT_NO_FATAL_FAILURE(start_shard("workers=3;min_workers=3;straggler_ms=60000"));
   std::vector<std::unique_ptr<Cluster>> workers;

@@ -105,24 +105,27 @@ TEST(CommandOrderTest, OnlyEarlierCommandsCanBePredecessors) {
   EXPECT_NE(CommandOrder::check(c), "");
 }
 
-TEST(CommandOrderTest, AnObserverHearsOfEveryCompletionWithItsOwnIssueTime) {
+TEST(CommandOrderTest, AnObserverHearsOfEveryCompletionWithItsOwnIssueTimeAndOutcome) {
   const auto c = exchange_batch(2);
   struct Heard {
     const LuCommand* command;
     std::chrono::steady_clock::time_point issued, completed;
+    bool ok;
   };
   std::vector<Heard> heard;
-  CommandOrder order(c, {.depth = 4}, nullptr, [&](const LuCommand& command, auto issued, auto completed) {
-    heard.push_back({&command, issued, completed});
+  CommandOrder order(c, {.depth = 4}, nullptr, [&](const LuCommand& command, auto issued, auto completed, bool ok) {
+    heard.push_back({&command, issued, completed, ok});
   });
   EXPECT_EQ(order.next(), 0u);
   const auto between = std::chrono::steady_clock::now();
   EXPECT_EQ(order.next(), 1u);
-  order.completed(1, true);
+  order.completed(1, false);
   order.completed(0, true);
   ASSERT_EQ(heard.size(), 2u);
   EXPECT_EQ(heard[0].command, &c[1]);
   EXPECT_EQ(heard[1].command, &c[0]);
+  EXPECT_FALSE(heard[0].ok);
+  EXPECT_TRUE(heard[1].ok);
   EXPECT_GE(heard[0].issued, between) << "WRITE 1 was issued after WRITE 0";
   EXPECT_LE(heard[1].issued, between);
   for (const Heard& h : heard) EXPECT_LE(h.issued, h.completed);
