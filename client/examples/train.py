@@ -47,6 +47,9 @@ def parse_args():
     p.add_argument("--threads", type=int, help="torch threads (default: torch's; torchrun sets 1 per rank)")
     p.add_argument("--name", help="the run's name in the report (default: local, ddp or ps)")
     p.add_argument("--out", help="rank 0 writes the run's records here (JSON)")
+    p.add_argument("--early-forward", action="store_true",
+                   help="with --ps: DistributedOptimizer(early_forward=True): step() returns once the pushes are out, "
+                        "each module's forward waits for its own weights")
     p.add_argument("--timeline", metavar="PREFIX",
                    help="every rank writes PREFIX.loop.json: each step's forward, backward and optimizer step, and "
                         "each evaluation, as Chrome trace events on the monotonic clock (that of BLOCKPS_TRACE)")
@@ -116,7 +119,8 @@ def main():
         import blockps
         import blockps.torch
         try:
-            optimizer = blockps.torch.DistributedOptimizer(optimizer, model, cluster=a.ps)  # the one line
+            optimizer = blockps.torch.DistributedOptimizer(optimizer, model, cluster=a.ps,  # the one line
+                                                           early_forward=a.early_forward)
         except (blockps.Error, ValueError) as e:
             sys.exit(f"train.py rank {rank}: {e}")
     # After the wrapper: the scheduler's lr changes reach the shards through it.

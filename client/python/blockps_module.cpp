@@ -1,7 +1,8 @@
 // The Python binding (module blockps._blockps; the package blockps re-exports it): Cluster and DoubleBuffer of
 // the C++ API. Buffers cross without copies: push/pull take any contiguous writable buffer (numpy arrays,
 // torch tensors through .numpy()), and DoubleBuffer.weights / .grads are numpy views of the library's own
-// buffers. Errors raise blockps.Error with the library's message. The GIL is released while I/O runs.
+// buffers. Errors raise blockps.Error with the library's message. The GIL is released while I/O runs, and
+// wherever the library may wait for its I/O threads: they take it to run Python completion callbacks.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 
 #include "client/blockps.h"
@@ -38,6 +40,93 @@ void check(const blockps::Status& s) {
   if (s.code() == blockps::StatusCode::unreachable) throw ShardUnreachable(s.message());
   throw BlockpsError(s.message());
 }
+
+// With the GIL: the exception instance check(s) raises in Python (None when s is ok). pybind11 turns a C++
+// exception into its registered Python type only where it leaves a bound function, so check() runs as one.
+py::object exception_of(const blockps::Status& s) {
+  try {
+    py::cpp_function([&s] { check(s); })();
+  } catch (py::error_already_set& e) {
+    return e.value();
+  }
+  return py::none();
+}
+
+// True once Python must not be entered: while the interpreter finalizes, a thread that takes the GIL is stopped
+// (pthread_exit, fatal on a library thread), and after it there is no interpreter.
+bool python_finalizing() {
+#if PY_VERSION_HEX >= 0x030D0000
+  return Py_IsFinalizing() != 0 || Py_IsInitialized() == 0;
+#else
+  return _Py_IsFinalizing() != 0 || Py_IsInitialized() == 0;
+#endif
+}
+
+// Set on a thread while it runs or drops a Python completion callback. The callable may let go of the last
+// reference to its Cluster (or a DoubleBuffer over it) there, on one of that cluster's I/O threads, which its
+// destructor waits for.
+thread_local bool in_completion_callback = false;
+
+class InCompletionCallback {
+ public:
+  InCompletionCallback() { in_completion_callback = true; }
+  ~InCompletionCallback() { in_completion_callback = was_; }
+  InCompletionCallback(const InCompletionCallback&) = delete;
+  InCompletionCallback& operator=(const InCompletionCallback&) = delete;
+
+ private:
+  bool was_ = in_completion_callback;
+};
+
+// How the binding destroys a Cluster or a DoubleBuffer: each waits for the operations in flight, whose Python
+// completion callbacks take the GIL on the cluster's I/O threads, so it runs with the GIL released. On one of those
+// threads (a callback dropped the last reference) it runs on a thread of its own instead: it would wait for itself.
+template <class T>
+struct DeleteWithoutGil {
+  void operator()(T* object) const {
+    if (in_completion_callback) {
+      std::thread([object] { delete object; }).detach();
+      return;
+    }
+    py::gil_scoped_release release;
+    delete object;
+  }
+};
+template <class T>
+using HeldWithoutGil = std::unique_ptr<T, DeleteWithoutGil<T>>;
+
+// A Python callable as the library's CompletionCallback: called once with None or the exception the operation
+// failed with, on one of the cluster's I/O threads (or on the caller's, for a request refused before any I/O).
+// Copies of the std::function may be dropped on any thread: the callable is released with the GIL held.
+class PyCompletion {
+ public:
+  explicit PyCompletion(py::object on_done) : on_done_(new py::object(std::move(on_done)), release) {}
+
+  void operator()(const blockps::Status& s) const noexcept {
+    if (python_finalizing()) return;  // the interpreter is going away: the callable can no longer be called
+    const InCompletionCallback scope;
+    const py::gil_scoped_acquire gil;
+    try {
+      (*on_done_)(exception_of(s));
+    } catch (py::error_already_set& e) {
+      // Nothing to raise it into: the thread is the library's. Reported as Python reports a __del__'s error.
+      e.discard_as_unraisable(*on_done_);
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      PyErr_WriteUnraisable(on_done_->ptr());
+    }
+  }
+
+ private:
+  static void release(py::object* on_done) {
+    if (python_finalizing()) return;  // leaked: touching a Python object now could stop this thread
+    const InCompletionCallback scope;
+    const py::gil_scoped_acquire gil;
+    delete on_done;
+  }
+
+  std::shared_ptr<py::object> on_done_;
+};
 
 // The bytes of a C-contiguous buffer (no copy is made, so a strided one is refused).
 std::span<std::byte> contiguous_span(const py::buffer& b, bool writable, const char* what) {
@@ -166,7 +255,7 @@ PYBIND11_MODULE(_blockps, m) {
   // After Error: pybind11 tries the translators registered last first.
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
 
-  py::class_<Cluster>(m, "Cluster")
+  py::class_<Cluster, HeldWithoutGil<Cluster>>(m, "Cluster")
       .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker,
                        const std::optional<std::string>& job, bool takeover, bool replace_place,
                        const std::string& expect, const std::optional<std::string>& default_job) {
@@ -186,7 +275,7 @@ PYBIND11_MODULE(_blockps, m) {
              py::gil_scoped_release release;
              auto c = Cluster::open(config.value(), options);
              check(c.status());
-             return std::move(c.value());
+             return HeldWithoutGil<Cluster>(c.value().release());
            }),
            py::arg("cluster_file"), py::arg("worker") = py::none(), py::kw_only(), py::arg("job") = py::none(),
            py::arg("takeover") = false, py::arg("replace_place") = false, py::arg("expect") = "any",
@@ -237,20 +326,31 @@ PYBIND11_MODULE(_blockps, m) {
           "weights may be the same buffer as grads.")
       .def(
           "exchange_blocks_async",
-          [](Cluster& c, std::uint64_t first, std::uint64_t count, const py::buffer& grads, const py::buffer& weights) {
+          [](Cluster& c, std::uint64_t first, std::uint64_t count, const py::buffer& grads, const py::buffer& weights,
+             const std::optional<py::function>& on_done) {
             const std::span<const std::byte> g = contiguous_span(grads, false, "exchange_blocks_async (grads)");
             const std::span<std::byte> w = contiguous_span(weights, true, "exchange_blocks_async (weights)");
+            blockps::CompletionCallback done;
+            if (on_done) done = PyCompletion(*on_done);
             blockps::Operation op;
             {
+              // A refusal calls on_done here, on this thread: it takes the GIL back for the call.
               py::gil_scoped_release release;
-              op = c.exchange_blocks_async(first, count, g, w);
+              op = c.exchange_blocks_async(first, count, g, w, std::move(done));
             }
             return std::make_unique<PyOperation>(std::move(op), grads, weights);
           },
           py::arg("first_block"), py::arg("block_count"), py::arg("grads"), py::arg("weights"),
+          py::arg("on_done") = py::none(),
           "Start a pipelined push+pull of global blocks [first_block, first_block + block_count): grads and "
           "weights hold exactly those blocks' wire bytes. Returns an Operation; both buffers are kept alive "
-          "until it is finished.")
+          "until it is finished. on_done(error): called once when the operation finished, with None, or with the "
+          "blockps.Error (ShardUnreachableError) that wait() raises; on one of the cluster's I/O threads, or at "
+          "once on this thread for a request refused before any I/O (blocks outside the model, a buffer of the "
+          "wrong size). A buffer refused here (ValueError: not C-contiguous) raises and never calls it. wait() "
+          "returns at once in it. The I/O thread waits for it: keep it short, and do not wait for (or drop the "
+          "last reference to) another unfinished operation of this cluster in it. What it raises goes to "
+          "sys.unraisablehook.")
       .def("write_weights_blocks", block_transfer<&Cluster::write_weights_blocks>("write_weights_blocks"),
            py::arg("first_block"), py::arg("block_count"), py::arg("weights"),
            "Assign the weights of blocks [first_block, first_block + block_count) (weights LUs; no optimizer).")
@@ -271,7 +371,10 @@ PYBIND11_MODULE(_blockps, m) {
           "Send control lines ('lr=0.001', 'checkpoint', ...; docs/OPTIONS.md) to every shard's status LU.")
       .def("status_pages",
            [](Cluster& c) {
-             auto pages = c.status_pages();
+             Result<std::vector<blockps::ShardStatusPage>> pages = [&] {
+               py::gil_scoped_release release;
+               return c.status_pages();
+             }();
              check(pages.status());
              py::list out;
              for (const auto& p : pages.value()) out.append(py::make_tuple(p.shard, p.json));
@@ -346,7 +449,7 @@ PYBIND11_MODULE(_blockps, m) {
   m.def("worker_initiator", &blockps::worker_initiator_iqn, py::arg("worker"),
         "The iSCSI name Cluster(..., worker=W) logs in with when the cluster file names none.");
 
-  py::class_<DoubleBuffer>(m, "DoubleBuffer")
+  py::class_<DoubleBuffer, HeldWithoutGil<DoubleBuffer>>(m, "DoubleBuffer")
       .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, double smoothing, double safety,
                        int warmup_steps) {
              blockps::PipelineOptions o;
@@ -363,7 +466,7 @@ PYBIND11_MODULE(_blockps, m) {
              py::gil_scoped_release release;
              auto db = DoubleBuffer::create(c, o);
              check(db.status());
-             return std::move(db.value());
+             return HeldWithoutGil<DoubleBuffer>(db.value().release());
            }),
            py::arg("cluster"), py::arg("mode") = "double", py::arg("adaptive_pull") = true, py::arg("smoothing") = 0.2,
            py::arg("safety") = 0.05, py::arg("warmup_steps") = 3, py::keep_alive<1, 2>(),

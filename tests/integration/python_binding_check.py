@@ -2,7 +2,11 @@
 """The Python package blockps against a running cluster (opt=sum shards, so every value is exact); run by
 test_double_buffer.cpp as: python_binding_check.py CLUSTER_FILE. Exit 0 when every check passed; otherwise the
 first failed check's message and exit 1."""
+import faulthandler
 import sys
+import threading
+import time
+import weakref
 
 import numpy as np
 import torch
@@ -68,6 +72,100 @@ counters = c.counters()
 check(len(counters) >= 1 and all(k["commands"] > 0 and k["reconnects"] == 0 and k["unanswered_pushes_dropped"] == 0
                                  and k["unit_attentions_resent"] == 0 and k["shard"] for k in counters),
       f"counters() per shard: {counters}")
+
+# exchange_blocks_async's on_done: called once with None or the error, on one of the cluster's I/O threads, or at
+# once on the calling thread for a request refused before any I/O.
+faulthandler.dump_traceback_later(60, exit=True)  # a deadlock fails the check (tracebacks on stderr), not hangs it
+main_thread = threading.get_ident()
+blocks, block_elements = c.block_count, c.block_bytes // 4
+
+
+def recorder():
+    """(calls, called, on_done): on_done appends (its argument, the calling thread) to calls and sets called."""
+    calls, called = [], threading.Event()
+
+    def on_done(error):
+        calls.append((error, threading.get_ident()))
+        called.set()
+    return calls, called, on_done
+
+
+def called_once(calls, called, what):
+    check(called.wait(30), f"{what}: on_done was not called")
+    time.sleep(0.1)  # room for a second call, which must not come
+    check(len(calls) == 1, f"{what}: on_done called {len(calls)} times: {calls}")
+    return calls[0]
+
+
+c.pull(w)
+quarter = np.full(n, 0.25, np.float32)
+pulled = np.empty(n, np.float32)
+calls, called, on_done = recorder()
+op = c.exchange_blocks_async(0, blocks, quarter, pulled, on_done=on_done)
+op.wait()
+error, thread = called_once(calls, called, "a successful exchange")
+check(error is None and thread != main_thread, f"a successful exchange: on_done({error!r}) on the calling thread")
+check(np.array_equal(pulled, w + 0.25), "exchange_blocks_async with on_done pulls base + 3.25")
+
+calls, called, on_done = recorder()
+op = c.exchange_blocks_async(blocks, 1, quarter[:block_elements], pulled[:block_elements], on_done=on_done)
+error, thread = called_once(calls, called, "a refused exchange")
+check(type(error) is blockps.Error and "outside the model" in str(error) and thread == main_thread,
+      f"a refused exchange: on_done({error!r}) on {'this' if thread == main_thread else 'another'} thread")
+raises(blockps.Error, op.wait, "outside the model")
+
+# What on_done raises goes to sys.unraisablehook; the cluster goes on.
+unraisable, hook = [], sys.unraisablehook
+sys.unraisablehook = unraisable.append
+
+
+def raising(error):
+    raise RuntimeError(f"on_done raised on purpose ({error})")
+
+
+c.exchange_blocks_async(0, blocks, quarter, pulled, on_done=raising).wait()
+c.exchange_blocks_async(blocks, 1, quarter[:block_elements], pulled[:block_elements], on_done=raising)
+deadline = time.monotonic() + 30
+while len(unraisable) < 2 and time.monotonic() < deadline:
+    time.sleep(0.01)
+sys.unraisablehook = hook
+check(len(unraisable) == 2 and all(isinstance(u.exc_value, RuntimeError) and u.object is raising for u in unraisable)
+      and sorted("outside the model" in str(u.exc_value) for u in unraisable) == [False, True],
+      f"what on_done raised: {unraisable}")
+c.exchange(quarter, pulled)
+check(np.array_equal(pulled, w + 0.75), "after on_done raised, the cluster exchanges on: base + 3.75")
+c.push(np.full(n, -0.75, np.float32))  # back to base + 3 for what follows
+
+# Dropping the Cluster waits for its exchanges in flight, whose callbacks take the GIL meanwhile: none deadlocks.
+second = blockps.Cluster(sys.argv[1])
+zeros = np.zeros(n, np.float32)
+pulls = [np.empty(n, np.float32) for _ in range(32)]
+calls, called, on_done = recorder()
+ops = [second.exchange_blocks_async(0, blocks, zeros, p, on_done=on_done) for p in pulls]
+del second
+check(len(calls) == len(ops) and all(e is None for e, _ in calls), f"callbacks when the Cluster was dropped: {calls}")
+check(all(op.ready() for op in ops) and all(np.array_equal(p, base + 3) for p in pulls),
+      "the exchanges of a dropped Cluster finished and pulled base + 3")
+
+
+# A callback may hold its Cluster's last reference, and drop it on that cluster's I/O thread (which ~Cluster waits
+# for): the Cluster goes away all the same.
+def holding(cluster, go):
+    """An on_done that returns once `go` is set, and keeps `cluster` alive until it is dropped."""
+    def on_done(error):
+        go.wait(30)
+        return cluster
+    return on_done
+
+
+third, go, gone = blockps.Cluster(sys.argv[1]), threading.Event(), threading.Event()
+weakref.finalize(third, gone.set)
+op = third.exchange_blocks_async(0, blocks, zeros, pulled, on_done=holding(third, go))
+del third
+go.set()
+check(gone.wait(30), "a Cluster whose last reference its own callback held was never dropped")
+op.wait()
+faulthandler.cancel_dump_traceback_later()
 
 # DoubleBuffer: numpy views of its two buffers; step swaps them (two addresses, alternating) with no copy, and
 # hands back exactly the weights its pull read (one-step staleness: step k gives base + 3 + (k - 1)).

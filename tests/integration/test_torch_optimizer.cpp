@@ -2,8 +2,8 @@
 // pushes during backward are backward's, bit for bit (f32 wire; bf16 rounded as the wire rounds; through the
 // staging path CUDA parameters take); one worker trains as torch.optim does, step for step (sgd, momentum,
 // adam); two torchrun ranks on sync shards end with the same parameters and BatchNorm buffers; a rank killed
-// mid-run does not hang the other; a dead shard's error names it and the parameters. The checks are in
-// torch_optimizer_check.py; each test starts its own shards.
+// mid-run does not hang the other; a dead shard's error names it and the parameters; early_forward trains the
+// same, bit for bit. The checks are in torch_optimizer_check.py; each test starts its own shards.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -27,13 +27,17 @@ class TorchOptimizerTest : public ::testing::Test {
   // 2 shards, 128 KiB model in 8 KiB blocks: the small CNN's parameters span several blocks, so buckets of one
   // block are sent while backward still runs.
   void start(const std::string& shard_options, const std::string& dtype = "f32", const std::string& client = {}) {
-    const Status s = local_.start({.model_bytes = 128 * K,
-                                   .block_bytes = 8 * K,
-                                   .shards = 2,
-                                   .dtype = dtype,
-                                   .shard_options = "dtype=" + dtype + ";" + shard_options,
-                                   .client_options = client},
-                                  "blockps-torch-opt-");
+    start_cluster(local_, shard_options, dtype, client);
+  }
+  static void start_cluster(LocalCluster& cluster, const std::string& shard_options, const std::string& dtype = "f32",
+                            const std::string& client = {}) {
+    const Status s = cluster.start({.model_bytes = 128 * K,
+                                    .block_bytes = 8 * K,
+                                    .shards = 2,
+                                    .dtype = dtype,
+                                    .shard_options = "dtype=" + dtype + ";" + shard_options,
+                                    .client_options = client},
+                                   "blockps-torch-opt-");
     ASSERT_TRUE(s.ok()) << s.message();
   }
   // The check script in `mode` with `args` after it; its output must say every check passed.
@@ -45,6 +49,28 @@ class TorchOptimizerTest : public ::testing::Test {
     const CommandResult r = run_command(command, {.timeout = timeout, .cwd = {}});
     EXPECT_TRUE(r.ok()) << r.describe();
     EXPECT_NE(r.output.find("every check passed"), std::string::npos) << r.output;
+  }
+  // torchrun's 2 ranks of the check script's `worker` mode, 8 steps on `cluster_file`, `extra` after it; each rank
+  // saves its state as OUT.rankR.pt.
+  static void run_torchrun_workers(const std::string& cluster_file, const std::string& out,
+                                   const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR,
+                                     "OMP_NUM_THREADS=1", kEveryRankAWorker};
+    const std::vector<std::string> torchrun = torchrun_command(BLOCKPS_TORCHRUN, 2);
+    ASSERT_FALSE(torchrun.empty()) << "no free loopback port for torchrun's rendezvous";
+    command.insert(command.end(), torchrun.begin(), torchrun.end());
+    command.insert(command.end(), {BLOCKPS_TORCH_CHECK, "worker", cluster_file, out, "8"});
+    command.insert(command.end(), extra.begin(), extra.end());
+    const CommandResult r = run_command(command, {.timeout = std::chrono::seconds(180), .cwd = {}});
+    ASSERT_TRUE(r.ok()) << r.describe();
+  }
+  // Shard 1's tgtd killed by the check script between two steps; `extra` after the shard-down mode's arguments.
+  void run_shard_down(const std::vector<std::string>& extra = {}) {
+    ASSERT_NO_FATAL_FAILURE(start("opt=sum", "f32", "reconnect_s = 0\n"));
+    std::vector<std::string> args{"shard-down", local_.cluster_file(), std::to_string(local_.tgtd(1).pid())};
+    args.insert(args.end(), extra.begin(), extra.end());
+    run_check(args);
+    (void)local_.tgtd(1).kill9();  // reap the tgtd the script killed
   }
   LocalCluster local_;
 };
@@ -84,15 +110,32 @@ TEST_F(TorchOptimizerTest, OneWorkerMatchesTorchOptimAdam) {
 TEST_F(TorchOptimizerTest, TorchrunRanksEndWithTheSameParametersAndBuffers) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01;mode=sync;workers=2"));
   const std::string out = local_.cluster_file() + ".state";
-  std::vector<std::string> command{"/usr/bin/env", std::string("PYTHONPATH=") + BLOCKPS_PYTHON_DIR, "OMP_NUM_THREADS=1",
-                                   kEveryRankAWorker};
-  const std::vector<std::string> torchrun = torchrun_command(BLOCKPS_TORCHRUN, 2);
-  ASSERT_FALSE(torchrun.empty()) << "no free loopback port for torchrun's rendezvous";
-  command.insert(command.end(), torchrun.begin(), torchrun.end());
-  command.insert(command.end(), {BLOCKPS_TORCH_CHECK, "worker", local_.cluster_file(), out, "8"});
-  const CommandResult r = run_command(command, {.timeout = std::chrono::seconds(180), .cwd = {}});
-  ASSERT_TRUE(r.ok()) << r.describe();
+  ASSERT_NO_FATAL_FAILURE(run_torchrun_workers(local_.cluster_file(), out));
   run_check({"compare", out, "2"});
+}
+
+// The same with early_forward (the next forward starts before the pulls end; rank 1 reads rank 0's buffers on a
+// thread of its own): both ranks agree, and end where the same run without it ends, bit for bit (its own shards,
+// as Adam's state stays on them).
+TEST_F(TorchOptimizerTest, TorchrunRanksWithEarlyForwardEndAsWithout) {
+  const std::string shards = "opt=adam;lr=0.01;mode=sync;workers=2";
+  ASSERT_NO_FATAL_FAILURE(start(shards));
+  LocalCluster plain;
+  ASSERT_NO_FATAL_FAILURE(start_cluster(plain, shards));
+  const std::string out = local_.cluster_file() + ".early";
+  const std::string plain_out = plain.cluster_file() + ".plain";
+  ASSERT_NO_FATAL_FAILURE(run_torchrun_workers(local_.cluster_file(), out, {"--early-forward"}));
+  ASSERT_NO_FATAL_FAILURE(run_torchrun_workers(plain.cluster_file(), plain_out));
+  run_check({"compare", out, "2", "--same-as", plain_out});
+  if (HasFailure()) std::cerr << plain.logs();
+}
+
+// One worker on sgd shards (no optimizer state, so two runs from the same start meet the same math): the same
+// steps with and without early_forward give the same losses, parameters and buffers after every forward, bit for
+// bit, and step() returned while exchanges ran. The direct path and the staging (CUDA's) path.
+TEST_F(TorchOptimizerTest, EarlyForwardTrainsTheSameBitForBit) {
+  ASSERT_NO_FATAL_FAILURE(start("opt=sgd;lr=0.1;weight_decay=0.01"));
+  run_check({"early-forward", local_.cluster_file()});
 }
 
 // Rank 1 is killed (SIGKILL) before its 4th step; rank 0 goes on alone (min_workers=1: its session's end drops
@@ -119,10 +162,14 @@ TEST_F(TorchOptimizerTest, KilledRankDoesNotHangTheOther) {
   std::cout << "rank 0 finished 10 steps " << seconds << " s after start, rank 1 killed before step 3\n";
 }
 
-TEST_F(TorchOptimizerTest, DeadShardErrorNamesTheShardAndTheParameters) {
-  ASSERT_NO_FATAL_FAILURE(start("opt=sum", "f32", "reconnect_s = 0\n"));
-  run_check({"shard-down", local_.cluster_file(), std::to_string(local_.tgtd(1).pid())});
-  (void)local_.tgtd(1).kill9();  // reap the tgtd the script killed
+TEST_F(TorchOptimizerTest, DeadShardErrorNamesTheShardAndTheParameters) { run_shard_down(); }
+// With early_forward, step() returns before the pulls end: the next forward's pre-hook, or wait_for_weights(),
+// raises the same error.
+TEST_F(TorchOptimizerTest, DeadShardErrorWithEarlyForwardComesFromTheNextForward) {
+  run_shard_down({"--early-forward", "forward"});
+}
+TEST_F(TorchOptimizerTest, DeadShardErrorWithEarlyForwardComesFromWaitForWeights) {
+  run_shard_down({"--early-forward", "wait"});
 }
 // Wrong inputs (a model larger than the cluster's, init=, backward_passes_per_step=0, another lr, the wrong
 // number of checkpoint files, bad bsopts, an optimizer the shards do not run) get a ValueError naming the

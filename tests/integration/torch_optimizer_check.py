@@ -4,9 +4,11 @@
 
     torch_optimizer_check.py exact CLUSTER [--staging] [--wire bf16]   opt=sum shards: the pushed gradients
     torch_optimizer_check.py match CLUSTER sgd|momentum|adam            one worker = torch.optim, step for step
-    torch_optimizer_check.py worker CLUSTER OUT STEPS [--die-after K]   a rank of a job (torchrun's environment)
-    torch_optimizer_check.py compare OUT WORKERS                        the ranks' final parameters and buffers agree
-    torch_optimizer_check.py shard-down CLUSTER TGTD_PID                a dead shard: an error naming it and parameters
+    torch_optimizer_check.py early-forward CLUSTER                      sgd shards: early_forward trains the same
+    torch_optimizer_check.py worker CLUSTER OUT STEPS [--die-after K] [--early-forward]   a rank of a job (torchrun)
+    torch_optimizer_check.py compare OUT WORKERS [--same-as OTHER]      the ranks' final parameters and buffers agree
+    torch_optimizer_check.py shard-down CLUSTER TGTD_PID [--early-forward forward|wait]   a dead shard: an error
+                                                                        naming it and the parameters
     torch_optimizer_check.py checkpoint-export CLUSTER OUT CKPT...      adam shards: train, export, plain torch goes on
     torch_optimizer_check.py checkpoint-import CLUSTER OUT CKPT...      OUT.next.pt -> shard checkpoint files
     torch_optimizer_check.py checkpoint-resume CLUSTER OUT              shards started from them = torch, step for step
@@ -105,6 +107,83 @@ def exact(args):
     print(f"exact ({'staging' if args.staging else 'direct'}, {args.wire}): {sent} blocks sent during backward")
 
 
+def parameters_and_buffers(model):
+    """A copy of every parameter and buffer of the model as its tensors hold them now, by name."""
+    return {n: t.detach().clone() for n, t in list(model.named_parameters()) + list(model.named_buffers())}
+
+
+def check_same(what, got, want):
+    for name, value in want.items():
+        check(torch.equal(got[name], value), f"{what}: {name} differs from the run without early_forward by "
+                                             f"{(got[name].float() - value.float()).abs().max().item()}")
+
+
+def early_forward(args):
+    """sgd shards (no optimizer state: runs from the same start meet the same math). The same 8 steps with
+    early_forward=False, then True, on the direct path and on the staging (CUDA's) path: every forward gives the
+    same loss and sees the same parameters and buffers, bit for bit (each module took its weights, and on rank 1
+    rank 0's buffers, before its forward ran); wait_for_weights() and model.state_dict() hold the step's weights;
+    and with early_forward, step() returned while exchanges still ran. Rank 0 alone, then rank 1 beside a plain
+    rank 0 (this process plays both: WORLD_SIZE 1, no process group), which takes a step between rank 1's forward
+    and backward: rank 1's exchanges have completed by then (every module's forward waited for its part), so the
+    shards see the same pushes in the same order in both runs, and rank 1 takes rank 0's buffers of the step
+    before. One process for all: a second one would wait for this one's claim on the shards to lapse."""
+    steps = 8
+
+    def optimizer(model, rank, **options):
+        os.environ["RANK"] = str(rank)
+        try:
+            return blockps.torch.DistributedOptimizer(OPTIMIZERS["sgd"](model.parameters()), model, args.cluster,
+                                                      bucket_bytes=1, **options)
+        finally:
+            del os.environ["RANK"]
+
+    def train(staging, early, rank):
+        rank0 = small_cnn() if rank == 1 else None
+        rank0_opt = optimizer(rank0, 0, staging=staging) if rank == 1 else None  # first: it writes the start
+        model = small_cnn()
+        opt = optimizer(model, rank, staging=staging, early_forward=early)
+        seen, returned_early = [], 0
+        for step in range(steps):
+            x, y = batch(step, rank)
+            opt.zero_grad()
+            loss = F.cross_entropy(model(x), y)
+            seen.append((f"step {step}'s forward", loss.detach().clone(), parameters_and_buffers(model)))
+            if rank0 is not None:
+                train_step(rank0, rank0_opt, step)
+                rank0_opt.step()
+            loss.backward()
+            opt.step()
+            pull = opt._pull
+            returned_early += pull is not None and any(not op.ready() for _, _, op in pull.ops)
+            if step == steps - 2:
+                opt.wait_for_weights()
+                seen.append((f"wait_for_weights() after step {step}", None, parameters_and_buffers(model)))
+        state = {n: t.clone() for n, t in model.state_dict().items()}  # early_forward: its hook ends the pull
+        seen.append(("model.state_dict() at the end", None, state))
+        seen.append(("the model after model.state_dict()", None, parameters_and_buffers(model)))
+        if rank0 is not None:
+            for name, b in rank0.named_buffers():
+                check(not b.is_floating_point() or torch.equal(state[name], b),
+                      f"rank 1's {name} is not rank 0's after the last step")
+        return seen, returned_early
+
+    for staging, rank in ((False, 0), (True, 0), (False, 1), (True, 1)):
+        case = f"rank {rank}, {'staging' if staging else 'direct'}"
+        plain, _ = train(staging, False, rank)
+        early, returned_early = train(staging, True, rank)
+        for (what, loss, state), (_, want_loss, want_state) in zip(early, plain):
+            if loss is not None:
+                check(torch.equal(loss, want_loss), f"{case}, {what}: loss {loss.item()!r}, without early_forward "
+                                                    f"{want_loss.item()!r}")
+            check_same(f"{case}, {what}", state, want_state)
+        check(returned_early > 0, f"{case}: early_forward's step() waited for every exchange of all {steps} steps")
+        moved = max((early[-1][2][n] - w).abs().max().item() for n, w in early[0][2].items())
+        check(moved > 1e-3, f"{case}: the parameters did not train (largest change {moved})")
+        print(f"early-forward ({case}): {steps} steps the same bit for bit; step() returned with exchanges "
+              f"running in {returned_early} of them")
+
+
 OPTIMIZERS = {  # what the shards of each case run (test_torch_optimizer.cpp gives them these bsopts)
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, weight_decay=0.01),
     "momentum": lambda ps: torch.optim.SGD(ps, lr=0.05, momentum=0.9),
@@ -142,15 +221,17 @@ def match(args):
 def worker(args):
     rank = int(os.environ["RANK"])
     model = small_cnn()
-    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster)
+    opt = blockps.torch.DistributedOptimizer(torch.optim.Adam(model.parameters(), lr=0.01), model, args.cluster,
+                                             early_forward=args.early_forward)
     for step in range(args.steps):
         if args.die_after is not None and rank == 1 and step == args.die_after:
             print(f"rank 1 dies before step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         train_step(model, opt, step, rank)
         opt.step()
-    state = {"parameters": {n: p.detach().clone() for n, p in model.named_parameters()},
-             "buffers": {n: b.clone() for n, b in model.named_buffers()}}
+    final = model.state_dict()  # early_forward: its hook ends the last step's pull
+    state = {"parameters": {n: final[n].clone() for n, _ in model.named_parameters()},
+             "buffers": {n: final[n].clone() for n, _ in model.named_buffers()}}
     torch.save(state, f"{args.out}.rank{rank}.pt")
     print(f"rank {rank}: {args.steps} steps done", flush=True)
 
@@ -166,6 +247,14 @@ def compare(args):
     check(moved > 1e-3, f"the parameters did not train (largest change {moved})")
     bn_mean = states[0]["buffers"]["1.running_mean"]
     check(bn_mean.abs().max().item() > 0, "BatchNorm's running mean never left zero")
+    if args.same_as is not None:
+        for r in range(args.workers):
+            other = torch.load(f"{args.same_as}.rank{r}.pt")
+            for kind in ("parameters", "buffers"):
+                for name, value in states[r][kind].items():
+                    check(torch.equal(other[kind][name], value), f"{kind} {name}: rank {r} of {args.out} differs "
+                                                                 f"from rank {r} of {args.same_as}")
+        print(f"compare: the same, bit for bit, as {args.same_as}")
     print(f"compare: {args.workers} ranks hold the same parameters and buffers (largest change {moved:.3g})")
 
 
@@ -173,18 +262,30 @@ def shard_down(args):
     torch.manual_seed(7)
     model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10)).to(DEVICE)  # no buffers: the first to fail is a push
     opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
-                                             check_optimizer=False)
+                                             check_optimizer=False, early_forward=args.early_forward is not None)
     train_step(model, opt, 0)
     opt.step()
+    opt.wait_for_weights()  # early_forward: step 0 ends before the shard dies
     os.kill(args.tgtd_pid, signal.SIGKILL)
+    raiser = "step()"
     try:
         train_step(model, opt, 1)
         opt.step()
+        if args.early_forward == "forward":  # step() returned before the pulls ended: the next forward finds out
+            raiser = "the next forward"
+            model(batch(2)[0])
+        elif args.early_forward == "wait":
+            raiser = "wait_for_weights()"
+            opt.wait_for_weights()
         check(False, "a step with a dead shard succeeded")
     except blockps.Error as e:
         check("shard 'shard1'" in str(e) and "parameters" in str(e) and "1.weight" in str(e),
               f"the error does not name the shard and the parameters: {e}")
-        print(f"shard-down: {e}")
+        check(args.early_forward is None or raiser != "step()",
+              f"early_forward={args.early_forward}: step() waited for the dead shard: {e}")
+        print(f"shard-down: raised by {raiser}: {e}")
+    if args.early_forward is not None:
+        model(batch(3)[0])  # the failed pull ended with its error: the model runs on, from the step's start
 
 
 def same_next_step(ps_model, ps_opt, model, opt, step, what):
@@ -419,12 +520,18 @@ def main():
     w.add_argument("out")
     w.add_argument("steps", type=int)
     w.add_argument("--die-after", type=int)
+    w.add_argument("--early-forward", action="store_true")
+    f = sub.add_parser("early-forward")
+    f.add_argument("cluster")
     c = sub.add_parser("compare")
     c.add_argument("out")
     c.add_argument("workers", type=int)
+    c.add_argument("--same-as", help="OUT of another run whose ranks' states must be the same, bit for bit")
     d = sub.add_parser("shard-down")
     d.add_argument("cluster")
     d.add_argument("tgtd_pid", type=int)
+    d.add_argument("--early-forward", choices=("forward", "wait"),
+                   help="with early_forward: the error raised by the next forward, or by wait_for_weights()")
     for mode in ("checkpoint-export", "checkpoint-import"):
         x = sub.add_parser(mode)
         x.add_argument("cluster")
@@ -442,8 +549,8 @@ def main():
     n.add_argument("--staging", action="store_true")
     args = p.parse_args()
     use_device(args.device)
-    {"exact": exact, "match": match, "worker": worker, "compare": compare, "shard-down": shard_down,
-     "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
+    {"exact": exact, "match": match, "early-forward": early_forward, "worker": worker, "compare": compare,
+     "shard-down": shard_down, "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
      "checkpoint-resume": checkpoint_resume, "bad-input": bad_input, "cannot": cannot}[args.mode](args)
     print("every check passed", flush=True)
 

@@ -24,6 +24,8 @@ optimizer, param groups, clip_grad_norm_, GradScaler.
   later bucket waits for that bucket: DDP starts every bucket's hook before it waits for any future.
 - A bucket's future completes with its averaged gradients when every block under its parameters came back;
   errors fail it with the library's message (it names the shard) and the parameters of the failed blocks.
+  Each exchange's completion callback lands its blocks and completes those futures, on the library's I/O thread
+  (the host's broadcast thread with host aggregation): no thread waits per exchange.
 """
 import threading
 
@@ -113,6 +115,9 @@ class AveragingState:
         self.missing = list(self.parameters_per_block)  # per block: parameters not staged yet this step
         self.done = [None] * self.layout.parameter_blocks  # per block: None (not back), True, or the exception
         self.waiting = []  # (future, bucket, slots) not completed yet
+        # The step's exchanges, kept until they finished: dropping an unfinished one waits for it, which DDP's hook
+        # must not. One that finished before it was kept here stays until the next step's end, harmlessly.
+        self.exchanges = []
 
     def _blocks(self, flat, first, end):
         be = self.layout.block_elements
@@ -138,31 +143,32 @@ class AveragingState:
                     if self.missing[b] == 0:
                         ready.append(b)
             self.waiting.append((future, bucket, slots))
-            for first, end in _runs(sorted(ready)):
-                try:
-                    op = self.exchange.exchange_async(first, end - first, self._blocks(self.grads, first, end),
-                                              self._blocks(self.averages, first, end))
-                except Exception as e:  # blockps.Error (a shard already known dead): this bucket's future fails
-                    self._land(first, end, self._failure(first, end, e))
-                    continue
-                threading.Thread(target=self._wait, args=(first, end, op), name="blockps-averaging",
-                                 daemon=True).start()
-            self._complete_locked()
+        # Sent without the lock: a request refused before any I/O lands at once, on this thread, and takes it.
+        for first, end in _runs(sorted(ready)):
+            self._send(first, end)
+        with self.lock:
+            self._complete_locked()  # a bucket whose parameters have no elements waits for no block
         return result
+
+    def _send(self, first, end):
+        """Start the exchange of blocks first..end-1; its completion lands them, on whichever thread it comes."""
+        def landed(error):
+            outcome = True if error is None else self._failure(first, end, error)  # blockps.Error names the shard
+            with self.lock:
+                self._land(first, end, outcome)
+                self._complete_locked()
+        try:
+            op = self.exchange.exchange_async(first, end - first, self._blocks(self.grads, first, end),
+                                              self._blocks(self.averages, first, end), on_done=landed)
+        except Exception as e:  # a buffer refused before any request: landed() was not called
+            landed(e)
+            return
+        with self.lock:
+            self.exchanges.append(op)
 
     def _failure(self, first, end, error):
         names = ", ".join(self.layout.names_in(first, end))
         return RuntimeError(f"blockps averaging hook: blocks {first}..{end - 1} (parameters {names}): {error}")
-
-    def _wait(self, first, end, op):
-        try:
-            op.wait()  # the binding releases the GIL while it waits
-            outcome = True
-        except Exception as e:  # blockps.Error names the shard
-            outcome = self._failure(first, end, e)
-        with self.lock:
-            self._land(first, end, outcome)
-            self._complete_locked()
 
     def _land(self, first, end, outcome):
         for b in range(first, end):

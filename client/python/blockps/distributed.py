@@ -6,6 +6,7 @@
         optimizer.zero_grad()
         loss_fn(model(x), y).backward()        # each parameter's blocks are pushed as soon as its gradient is ready
         optimizer.step()                       # waits for the pulls; the model now holds the shards' new weights
+                                               # (early_forward=True: returns at once; each module's forward waits)
 
 The shards run the optimizer: the wrapped torch optimizer only names it (its class and hyper-parameters are
 checked against every shard's, so a script cannot silently train with other settings than it says) and is
@@ -32,13 +33,22 @@ never stepped locally. What happens, and the rules a user can rely on:
   overlapping a block is ready, the blocks from the first unsent one are sent in buckets of bucket_bytes as
   pipelined exchanges (each block's READ follows its WRITE), overlapping the rest of backward. step() sends
   what is left (parameters that got no gradient push zeros), waits for every pull and installs the weights.
+- Early forward (early_forward=True, P3's idea): step() returns once its sends are out, and the weights arrive as
+  the next forward needs them: each module's forward first waits for the exchanges that pull its parameters and
+  its submodules' (nn.MultiheadAttention reads its out_proj's weight without calling out_proj) and installs them.
+  The whole pull is waited for (wait_for_weights()) by the next backward's first gradient, step(), checkpoint()
+  and the model's state_dict(): code that reads the parameters otherwise (an EMA or SWA copy, a weight norm) must
+  call wait_for_weights() first. zero_grad() does not wait: the pushes may still read the gradients, so on the
+  f32 CPU path they turn to a second gradient buffer. The values trained are the same, bit for bit.
 - Learning rate: when the optimizer's lr changes (an LR scheduler), rank 0 sends lr= to every shard's status
   LU before its first push of the next step, so on sync shards that step's rounds run it (the shards must accept
   its control lines: admins=).
 - Buffers (BatchNorm running mean/var): after every step() each rank's floating-point buffers equal rank 0's
   of that step or a later one. Rank 0 writes them to the weights LUs when its backward starts (they are final
-  after forward), before any of its pushes of that step; the others read them in step() after their pulls. On
-  sync shards a pull waits for rank 0's push of that round, which came after its buffers. Integer buffers
+  after forward), before any of its pushes of that step; the others read them in step() after their pulls (early
+  forward: on a thread of their own once the step's first exchange completed, and each module's forward waits for
+  that read). On sync shards a pull waits for rank 0's push of that round, which came after its buffers (a round
+  that closed without rank 0, by the straggler rule, carries no such order). Integer buffers
   (BatchNorm's num_batches_tracked) stay local: every rank counts the same steps.
 - Wire: the cluster's dtype. f32 on CPU parameters: the parameters, gradients and pulled weights are views of
   the pushed and pulled memory (no copy; two weight buffers alternate). bf16/f16 (the shards keep f32 master
@@ -57,6 +67,7 @@ import math
 import os
 import queue
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -161,14 +172,15 @@ def open_for_job(cluster, worker, job, takeover):
 
 
 class _ClusterExchange:
-    """exchange_async(first, count, grads, pulled) over wire-dtype tensors: the cluster's own pipelined exchange
-    (each rank a worker of its own); HostExchange (blockps/host.py) answers the same call for a host's ranks."""
+    """exchange_async(first, count, grads, pulled, on_done=None) over wire-dtype tensors: the cluster's own
+    pipelined exchange (each rank a worker of its own; on_done as Cluster.exchange_blocks_async's); HostExchange
+    (blockps/host.py) answers the same call for a host's ranks."""
 
     def __init__(self, cluster):
         self.cluster = cluster
 
-    def exchange_async(self, first, count, grads, pulled):
-        return self.cluster.exchange_blocks_async(first, count, _bytes_of(grads), _bytes_of(pulled))
+    def exchange_async(self, first, count, grads, pulled, on_done=None):
+        return self.cluster.exchange_blocks_async(first, count, _bytes_of(grads), _bytes_of(pulled), on_done)
 
 
 def exchanger(cluster, host, elements, block_elements, wire_dtype):
@@ -222,6 +234,19 @@ def check_shards_run(optimizer, cluster):
                                  f"{type(optimizer).__name__} wants {key}={value} (set it in the shard's bsopts)")
 
 
+class _StepPull:
+    """The pulls of one step, from step() until every weight is installed (with early_forward, past step())."""
+
+    def __init__(self, ops, flat, grads):
+        self.ops = ops  # (first block, end block, blockps Operation, or the Exception its submission raised)
+        self.flat = flat  # the wire buffer they pull into
+        self.grads = grads  # the wire buffer their pushes read: zero_grad() must leave it alone until they end
+        self.outcomes = {}  # index in ops -> None or its failure (naming the blocks), once waited for
+        self.installed = set()  # the slots whose tensors already hold flat's values
+        self.buffers = None  # early_forward: the Future of rank 0's buffers read into flat (ranks that take them)
+        self.copies = []  # CUDA: events after the forward pre-hooks' copies out of flat (pinned)
+
+
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps a torch optimizer so that training goes through a blockps PS (see the module's doc).
 
@@ -234,11 +259,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
     on a CPU). check_optimizer: compare the optimizer with the shards' bsopts. job, takeover: the job that claims
     the shards, and whether it takes them from another job (blockps/jobs.py; as AveragingState). host_aggregation:
     combine the gradients of a host's ranks before its leader pushes (blockps/host.py).
+
+    early_forward: step() returns once the step's sends are out, without waiting for the pulls, so the next
+    forward can start while the last exchanges run. A forward pre-hook on each module that itself holds parameters
+    (or, on ranks that take rank 0's buffers, floating-point buffers) waits for the exchanges that pull those of the
+    module and its submodules, and for rank 0's buffers, and installs them. wait_for_weights() ends the whole pull;
+    the next backward's first gradient, step(), checkpoint() and the model's state_dict() call it (zero_grad()
+    does not wait: it leaves alone the gradients that pushes may still read). Off by default because until then
+    the model does not hold the new weights outside its modules' forwards: code that reads the parameters
+    elsewhere (an EMA or SWA copy, a weight norm, a second optimizer) reads old or half-installed ones unless it
+    calls wait_for_weights() first, and so does a forward that reads a parameter without calling a module that
+    holds it (a parent holding no parameter itself that uses a child's weight). A failed exchange is raised by the
+    forward pre-hook or wait_for_weights() that finds it, once every operation of the step ended; the parameters
+    are then those of the step's start (the copy path: except those of modules whose forward already ran).
     """
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
                  backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False,
-                 host_aggregation=True):
+                 host_aggregation=True, early_forward=False):
         self.rank, self.world_size, restarts = torchrun_identity()
         if cluster is None:
             cluster = os.environ.get("BLOCKPS_CLUSTER")
@@ -296,6 +334,16 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._queue = queue.Queue()
             self._submitter = threading.Thread(target=self._submit_loop, name="blockps-submit", daemon=True)
             self._submitter.start()
+        # Rank 0's buffers go to every other rank after each step (and to rank 0's host's ranks).
+        self._buffer_transfer = bool(layout.buffers) and (self.rank != 0 or self.host is not None)
+        self._early_forward = early_forward
+        self._pull = None  # the last step's _StepPull while weights of it are not installed (early_forward)
+        self._pull_lock = threading.Lock()
+        # Direct early_forward: zero_grad() turns to the other gradient buffer while the pushes read this one.
+        self._spare_grads = _wire_buffer(self.elements, wire, cuda) if early_forward and self._direct else None
+        self._buffer_reader = None
+        if early_forward and self._buffer_transfer:
+            self._buffer_reader = ThreadPoolExecutor(1, thread_name_prefix="blockps-buffers")
         self._start(init)
         self._reset_step()
         self._accumulators = []  # the AccumulateGrad nodes: their hooks live as long as they do
@@ -304,6 +352,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 node = slot.tensor.expand_as(slot.tensor).grad_fn.next_functions[0][0]
                 node.register_hook(self._hook(i))
                 self._accumulators.append(node)
+        if early_forward:
+            self._hook_forwards(model)
 
     # ---- start -------------------------------------------------------------------------------------------
     def _join_process_group(self):
@@ -330,9 +380,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         layout, w = self.layout, self._weights[0]
         used_blocks = layout.buffer_offset // layout.block_elements + layout.buffer_blocks
         if self.rank == 0 and init == "model":
-            with torch.no_grad():
-                for s in layout.parameters + layout.buffers:
-                    w[s.offset:s.end].copy_(s.tensor.detach().reshape(-1))
+            self._gather(w, layout.parameters + layout.buffers)
             self.cluster.write_weights_blocks(0, used_blocks, _bytes_of(self._blocks(w, 0, used_blocks)))
         if self.world_size > 1:
             torch.distributed.barrier()
@@ -349,8 +397,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
         be = self.layout.block_elements
         return flat[first * be:min(end * be, self.elements)]
 
-    def _install(self, flat, slots):
-        """Make the slots' tensors hold `flat`'s values: views (direct) or copies."""
+    def _install(self, flat, slots, wait=True):
+        """Make the slots' tensors hold `flat`'s values: views (direct) or copies. wait: on CUDA, return once the
+        copies are done (a forward pre-hook records an event instead, waited for when the pull ends)."""
         with torch.no_grad():
             for s in slots:
                 view = flat[s.offset:s.end].view_as(s.tensor)
@@ -358,8 +407,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     s.tensor.data = view
                 else:
                     s.tensor.data.copy_(view, non_blocking=self._cuda)
-        if self._cuda:  # the next exchange may overwrite `flat` (pinned) once this returns
+        if self._cuda and wait:  # the next exchange may overwrite `flat` (pinned) once this returns
             torch.cuda.current_stream().synchronize()
+
+    def _gather(self, flat, slots):
+        """Copy the slots' tensors into `flat` (the reverse of _install)."""
+        with torch.no_grad():
+            for s in slots:
+                flat[s.offset:s.end].copy_(s.tensor.detach().reshape(-1))
 
     # ---- backward -----------------------------------------------------------------------------------------
     def _reset_step(self):
@@ -383,6 +438,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             # engine's thread-local state, whose destruction at exit waits for the GIL forever (torch 1.13).
             # step() raises it instead.
             try:
+                self.wait_for_weights()  # early_forward: this step's exchanges reuse the last step's buffers
                 self._gradient_ready(index)
             except Exception as e:
                 if self._hook_failure is None:
@@ -490,10 +546,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
         else:
             self._exchange(first, end)
 
+    @property
+    def _pulled_into(self):
+        """The wire buffer this step's exchanges pull into (direct: the one the parameters do not view)."""
+        return self._weights[1 - self._current] if self._direct else self._weights[0]
+
     def _exchange(self, first, end):
-        pulled = self._weights[1 - self._current] if self._direct else self._weights[0]
         op = self._exchange_path.exchange_async(first, end - first, self._blocks(self._grads, first, end),
-                                                self._blocks(pulled, first, end))
+                                                self._blocks(self._pulled_into, first, end))
         self._ops.append((first, end, op))
 
     def _submit_loop(self):
@@ -513,11 +573,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._buffers_sent = True
             return
         first = layout.buffer_offset // layout.block_elements
-        stage = self._blocks(self._weights[0] if not self._direct else self._weights[self._current],
-                              first, first + layout.buffer_blocks)
-        with torch.no_grad():
-            for s in layout.buffers:
-                stage[s.offset - layout.buffer_offset:s.end - layout.buffer_offset].copy_(s.tensor.reshape(-1))
+        flat = self._weights[self._current]
+        self._gather(flat, layout.buffers)
+        stage = self._blocks(flat, first, first + layout.buffer_blocks)
         self._buffers_sent = True
         try:
             self.cluster.write_weights_blocks(first, layout.buffer_blocks, _bytes_of(stage))
@@ -533,7 +591,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None, **scaler_arguments):
-        """Send what backward left, wait for every pull, install the new weights (and rank 0's buffers)."""
+        """Send what backward left, wait for every pull, install the new weights (and rank 0's buffers). With
+        early_forward, return once the sends are out (see the class's doc)."""
+        self.wait_for_weights()  # a pull no backward ended (step() twice): this step's exchanges reuse its buffers
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -551,41 +611,150 @@ class DistributedOptimizer(torch.optim.Optimizer):
             self._advance(flushing=True)
         if self._submitter is not None:
             self._queue.join()
-        ops, self._ops = self._ops, []
+        pull = _StepPull(self._ops, self._pulled_into, self._grads)
+        self._ops = []
         failure = self._hook_failure
-        for first, end, op in ops:
-            try:
-                if isinstance(op, Exception):
-                    raise op
-                op.wait()
-            except Exception as e:  # every operation is waited for before the first failure is raised
-                if failure is None:
-                    names = ", ".join(self.layout.names_in(first, end))
-                    failure = type(e)(f"{e} (blocks {first}..{end - 1}: parameters {names})")
         self._reset_step()
+        if self.rank == 0 and self._buffer_transfer:  # its host's ranks take these; the next forward changes them
+            self._gather(pull.flat, self.layout.buffers)
+        if failure is not None or not self._early_forward:
+            self._finish_pull(pull, failure)
+            return loss
+        if self._buffer_transfer:
+            pull.buffers = self._buffer_reader.submit(self._receive_after_first_exchange, pull)
+        self._pull = pull
+        return loss
+
+    def wait_for_weights(self):
+        """Finish the pull that step() left running (early_forward): wait for every exchange of the step, install
+        the weights and rank 0's buffers that no forward installed yet. Raises the step's first failure as step()
+        would (blockps.Error naming the shard, the blocks and their parameters). Returns at once when the model
+        holds the last step's weights already."""
+        if self._pull is None:
+            return
+        with self._pull_lock:
+            if self._pull is not None:
+                self._finish_pull(self._pull)
+
+    def _finish_pull(self, pull, failure=None):
+        """Wait for every exchange of the step and for the buffers' transfer; then install what no forward pre-hook
+        did, flip the double buffer and take rank 0's buffers. A failure (`failure`, else the first failed
+        exchange's in the order sent, else the buffers') is raised after all that waiting, the parameters left as
+        the step found them (direct path; on the copy path those a forward pre-hook installed keep their values)."""
+        self._pull = None
+        for i in range(len(pull.ops)):  # every operation is waited for before a failure is raised
+            found = self._outcome(pull, i)
+            if failure is None:
+                failure = found
+        if pull.buffers is not None:
+            found = pull.buffers.exception()
+            if failure is None:
+                failure = found
+        for copied in pull.copies:
+            copied.synchronize()
         if failure is not None:
+            if self._direct:
+                self._install(self._weights[self._current], [s for s in pull.installed if s.is_parameter])
             raise failure
         if self._direct:
             self._current = 1 - self._current
-        self._install(self._weights[self._current], self.layout.parameters)
-        if self.layout.buffers and (self.rank != 0 or self.host is not None):
-            self._receive_buffers()
-        return loss
+        self._install(pull.flat, [s for s in self.layout.parameters if s not in pull.installed])
+        if self._buffer_transfer:
+            if pull.buffers is None:
+                self._receive_buffers(pull.flat)
+            if self.rank != 0:
+                self._install(pull.flat, [s for s in self.layout.buffers if s not in pull.installed])
 
-    def _receive_buffers(self):
-        """Every rank but 0 takes the buffers rank 0 sent (rank 0's host: from rank 0 itself, its leader)."""
+    def _outcome(self, pull, index):
+        """None once the step's exchange `index` completed, or its failure; each exchange is waited for once."""
+        if index not in pull.outcomes:
+            pull.outcomes[index] = self._exchange_failure(*pull.ops[index])
+        return pull.outcomes[index]
+
+    def _exchange_failure(self, first, end, op):
+        """Wait for the exchange of blocks first..end-1: None, or its failure naming the blocks and parameters."""
+        try:
+            if isinstance(op, Exception):  # the CUDA path's submitter could not start it
+                raise op
+            op.wait()
+        except Exception as e:
+            names = ", ".join(self.layout.names_in(first, end))
+            return type(e)(f"{e} (blocks {first}..{end - 1}: parameters {names})")
+        return None
+
+    def _receive_buffers(self, flat):
+        """Rank 0's buffers into `flat`: read from the shards by every rank but 0 (a host's ranks: by its leader,
+        shared with the others; rank 0's host shares what rank 0 put there in step())."""
         layout = self.layout
         first = layout.buffer_offset // layout.block_elements
-        flat = self._weights[self._current]
-        fill = None
-        if self.rank == 0:
-            def fill():
-                with torch.no_grad():
-                    for s in layout.buffers:
-                        flat[s.offset:s.end].copy_(s.tensor.reshape(-1))
-        self._from_shards(first, layout.buffer_blocks, flat, fill)
-        if self.rank != 0:
-            self._install(flat, layout.buffers)
+        already_there = (lambda: None) if self.rank == 0 else None
+        self._from_shards(first, layout.buffer_blocks, flat, already_there)
+
+    def _receive_after_first_exchange(self, pull):
+        """early_forward, on the buffers' thread: rank 0's buffers into pull.flat once the step's first exchange
+        completed. On sync shards that pull, as any of the step's, waited for rank 0's push of its round, which
+        followed rank 0's buffers of the step (_send_buffers): rank 0's of the step or a later one, as without."""
+        if pull.ops:
+            failure = self._exchange_failure(*pull.ops[0])
+            if failure is not None:
+                raise failure
+        self._receive_buffers(pull.flat)
+
+    # ---- early_forward: each module's forward takes its part of the pull ------------------------------------
+    def _hook_forwards(self, model):
+        """A forward pre-hook on each module that holds parameters or floating-point buffers that this rank
+        installs, for those of the module and of its submodules; a state-dict hook on the model."""
+        installs = self.layout.parameters + (self.layout.buffers if self.rank != 0 else [])
+        slot_of = {id(s.tensor): s for s in installs}
+        for module in model.modules():
+            own = list(module.parameters(recurse=False)) + list(module.buffers(recurse=False))
+            if any(id(t) in slot_of for t in own):
+                held = list(module.parameters()) + list(module.buffers())
+                module.register_forward_pre_hook(self._weights_before_forward([slot_of[id(t)] for t in held
+                                                                               if id(t) in slot_of]))
+        # The names state_dict() gives each parameter (a shared one has several).
+        self._state_dict_names = [(f"{path}.{name}" if path else name, slot_of[id(p)])
+                                  for path, module in model.named_modules(remove_duplicate=False)
+                                  for name, p in module.named_parameters(recurse=False) if id(p) in slot_of]
+        model._register_state_dict_hook(self._state_dict_with_new_weights)
+
+    def _weights_before_forward(self, slots):
+        """The forward pre-hook of a module holding `slots`: wait for the exchanges that pull the parameters'
+        blocks (and, for buffers, for rank 0's), install them; a failure ends the pull (_finish_pull) and is raised."""
+        blocks = [self.layout.blocks_of(s) for s in slots if s.is_parameter]
+        takes_buffers = any(not s.is_parameter for s in slots)
+
+        def before_forward(module, inputs):
+            if self._pull is None:
+                return
+            with self._pull_lock:
+                pull = self._pull
+                if pull is None:
+                    return
+                for i, (first, end, _) in enumerate(pull.ops):
+                    if any(first < b.stop and end > b.start for b in blocks) and self._outcome(pull, i) is not None:
+                        self._finish_pull(pull)  # raises the step's first failure
+                if takes_buffers and pull.buffers.exception() is not None:
+                    self._finish_pull(pull)
+                missing = [s for s in slots if s not in pull.installed]
+                self._install(pull.flat, missing, wait=False)
+                pull.installed.update(missing)
+                if self._cuda and missing:  # pull.flat (pinned) is reused once these copies are done
+                    pull.copies.append(torch.cuda.Event())
+                    pull.copies[-1].record()
+        return before_forward
+
+    def _state_dict_with_new_weights(self, model, state_dict, prefix, local_metadata):
+        """The model's state-dict hook: the last step's pull ends first. Its direct-path entries were detached from
+        the memory that installing moves the parameters away from (.data), so they are taken again."""
+        if self._pull is None:
+            return
+        self.wait_for_weights()
+        if self._direct:
+            for name, slot in self._state_dict_names:
+                key = prefix + name
+                if key in state_dict and state_dict[key] is not slot.tensor:  # keep_vars=True: the parameter
+                    state_dict[key] = slot.tensor.detach()
 
     def synchronize(self):
         """Horovod's synchronize() (gradients reduced before step(), to change them in between) cannot work here:
@@ -601,18 +770,25 @@ class DistributedOptimizer(torch.optim.Optimizer):
         """Rank 0 asks every shard to write its checkpoint file now (weights, optimizer state, step counts, and
         the buffers rank 0 last sent); blockps.torch.save_torch_checkpoint turns those files into torch's format.
         Other ranks do nothing. Raises blockps.Error naming a shard that refused (see its admins=)."""
+        self.wait_for_weights()  # early_forward: the files then hold the last step's rounds, as after step()
         if self.rank == 0:
             self.cluster.control("checkpoint")
 
     def zero_grad(self, set_to_none=False):
-        """Zero the gradients in place (they stay views of the pushed memory; set_to_none is ignored)."""
+        """Zero the gradients in place (set_to_none is ignored) without waiting for the last step's pull. Direct
+        path: they stay views of the pushed memory, of the other gradient buffer while the last step's pushes may
+        still read this one (early_forward). Copy path: the parameters' .grad (each push stages its own copy)."""
         with torch.no_grad():
+            if not self._direct:
+                for s in self.layout.parameters:
+                    if s.tensor.grad is not None:
+                        s.tensor.grad.zero_()
+                return
+            if self._pull is not None and self._grads is self._pull.grads:
+                self._grads, self._spare_grads = self._spare_grads, self._grads
             self._grads.zero_()
             for s in self.layout.parameters:
-                if self._direct:
-                    s.tensor.grad = self._grads[s.offset:s.end].view_as(s.tensor)
-                elif s.tensor.grad is not None:
-                    s.tensor.grad.zero_()
+                s.tensor.grad = self._grads[s.offset:s.end].view_as(s.tensor)
 
     def __repr__(self):
         return (f"blockps.torch.DistributedOptimizer({type(self.optimizer).__name__}, rank {self.rank} of "

@@ -45,6 +45,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -197,15 +198,25 @@ def _process_lives(pid):
 
 
 class _Operation:
-    """One host exchange: wait() returns when the pulled blocks are in this rank's buffer, or raises."""
+    """One host exchange: wait() returns when the pulled blocks are in this rank's buffer, or raises. on_done, when
+    given, is then called once with None or that error, on the broadcast thread (as Cluster.exchange_blocks_async's
+    on_done on an I/O thread)."""
 
-    def __init__(self):
+    def __init__(self, on_done=None):
         self._done = threading.Event()
         self._error = None
+        self._on_done = on_done
 
     def _finish(self, error=None):
         self._error = error
         self._done.set()
+        if self._on_done is None:
+            return
+        try:
+            self._on_done(error)
+        except Exception:  # nothing to raise it into, and the broadcast thread must serve the exchanges after it
+            print(f"blockps host aggregation: exception ignored in on_done {self._on_done!r}:", file=sys.stderr)
+            traceback.print_exc()
 
     def wait(self):
         self._done.wait()
@@ -283,8 +294,9 @@ def element_size(dtype):
 
 
 class HostExchange:
-    """exchange_async(first, count, grads, pulled) as Cluster.exchange_blocks_async, for the ranks of a host: every
-    local rank calls it with the same blocks in the same order (the same model and buckets: as DDP requires).
+    """exchange_async(first, count, grads, pulled, on_done=None) as Cluster.exchange_blocks_async, for the ranks of a
+    host: every local rank calls it with the same blocks in the same order (the same model and buckets: as DDP
+    requires).
 
     grads and pulled are CPU tensors of the wire dtype holding blocks first..first+count-1 of a flat model of
     `elements` elements (both may end early at the model's end). On the leader, exchange(first, count, grads,
@@ -318,8 +330,8 @@ class HostExchange:
     def combines_in_shared_memory(self):
         return self._shared is not None
 
-    def exchange_async(self, first, count, grads, pulled):
-        op = _Operation()
+    def exchange_async(self, first, count, grads, pulled, on_done=None):
+        op = _Operation(on_done)
         self._reductions.put(("exchange", first, count, grads, pulled, op))
         return op
 
