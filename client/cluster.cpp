@@ -9,7 +9,6 @@
 #include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
-#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -289,18 +288,13 @@ class ShardWorker {
     }
   }
 
-  // The exchanges of `batch` as one run of commands on the grad LU, each one's READs' predecessors renumbered. The
-  // most recently queued exchange goes first (P3's order: in a backward pass each newly ready bucket is nearer the
-  // model's input, which the next forward needs first), unless two of them share a block: their pushes then reach
-  // the shard in the order they were made. Each exchange is finished (its op's part done, `finished`) as soon as
-  // its own commands completed, not with the whole batch: a forward that waits for the first layers' weights
-  // (DistributedOptimizer's early_forward) need not wait for the rest.
+  // The exchanges of `batch` as one run of commands on the grad LU, in the order they were queued, each one's READs'
+  // predecessors renumbered. Each exchange is finished (its op's part done, `finished`) as soon as its own commands
+  // completed, not with the whole batch: a forward that waits for the first layers' weights (DistributedOptimizer's
+  // early_forward) need not wait for the rest. Not reordered (e.g. the most recent first, P3's order for a backward
+  // pass): every worker must push a shard's blocks in one order, or a sync shard's push_lead holds the worker whose
+  // first blocks are another's last, while that other's READs wait for them (seen: ResNet-18 stalled at step 0).
   Status run_exchanges(std::vector<Job>& batch, std::vector<bool>& finished) {
-    std::vector<std::size_t> order(batch.size());
-    if (exchanges_share_a_block(batch))
-      std::iota(order.begin(), order.end(), std::size_t{0});
-    else
-      std::iota(order.rbegin(), order.rend(), std::size_t{0});
     std::vector<LuCommand> commands;
     std::vector<std::uint64_t> model_offsets;
     ExchangeCompletions completions{std::vector<std::size_t>(batch.size(), 0), std::vector<bool>(batch.size(), false),
@@ -308,7 +302,7 @@ class ShardWorker {
                                       finished[j] = true;
                                       batch[j].op->part_done(Status::Ok());
                                     }};
-    for (std::size_t j : order) {
+    for (std::size_t j = 0; j < batch.size(); ++j) {
       const ExchangePart& part = *batch[j].exchange;
       const std::size_t base = commands.size();
       for (LuCommand c : part.commands) {
@@ -323,18 +317,6 @@ class ShardWorker {
     Status s = run_traced("exchange", LuRole::grad, commands, model_offsets);
     running_exchanges_ = nullptr;
     return s;
-  }
-
-  // Whether two exchanges of `batch` write a byte of the same block (a worker pushing one block twice).
-  static bool exchanges_share_a_block(const std::vector<Job>& batch) {
-    std::vector<std::pair<std::uint64_t, std::uint64_t>> writes;  // [offset, end) on the shard
-    for (const Job& job : batch)
-      for (const LuCommand& c : job.exchange->commands)
-        if (c.direction == IoDirection::write) writes.emplace_back(c.offset, c.offset + c.bytes());
-    std::sort(writes.begin(), writes.end());
-    for (std::size_t i = 1; i < writes.size(); ++i)
-      if (writes[i].first < writes[i - 1].second) return true;
-    return false;
   }
 
   ShardSpec spec_;
