@@ -361,6 +361,7 @@ class TrainRun:
         self.run, self.ranks_per_host = run, ranks_per_host
         self.phases = {}  # rank -> {step: {phase: (t0, t1)}}
         self.commands = {}  # rank -> [(shard, READ or WRITE, t_issue, t_done)], by issue
+        self.batches = {}  # rank -> [(shard, t_start, t_end)]: the library's batches of exchanges on each shard
         evaluated = set()  # steps that an evaluation preceded
         for path in glob.glob(os.path.join(directory, f"{run}-r*.loop.json")):
             rank = int(os.path.basename(path)[len(run) + 2:].split(".")[0])
@@ -373,11 +374,18 @@ class TrainRun:
                     steps.setdefault(e["args"]["step"], {})[e["name"]] = span
                 elif e["name"] == "evaluation":
                     evaluated.add(e["args"]["step"])
-            commands = []
+            commands, batches = [], []
             for trace in glob.glob(os.path.join(directory, f"{run}-r{rank}.[0-9]*.json")):
-                commands += [(e["tid"] - COMMAND_LANES, e["name"], e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
-                             for e in load_trace(trace) if e.get("ph") == "X" and e.get("cat") == "command"]
+                for e in load_trace(trace):
+                    if e.get("ph") != "X":
+                        continue
+                    span = (e["ts"] / 1e6, (e["ts"] + e["dur"]) / 1e6)
+                    if e.get("cat") == "command":
+                        commands.append((e["tid"] - COMMAND_LANES, e["name"]) + span)
+                    elif e.get("cat") == "blockps" and e["name"] == "exchange":
+                        batches.append((e["tid"] - 1,) + span)
             self.commands[rank] = sorted(commands, key=lambda c: c[2])
+            self.batches[rank] = sorted(batches, key=lambda b: b[1])
         if not self.phases:
             raise SystemExit(f"cluster_timeline.py: no loop timeline {directory}/{run}-r0.loop.json")
         self.ranks = sorted(self.phases)
@@ -452,7 +460,7 @@ def analyse_train(r, rate_bps, bin_s=0.01):
                 for _, up, _ in binned_use(r.links, start, end, rate_bps, bin_s).get(host, []):
                     shard_quiet.append(1.0 if up < 0.5 else 0.0)
     # The blockps commands of each step: issued from its backward's start to the next backward's start.
-    push_start, push_end, pull_tail, read_wait = [], [], [], []
+    push_start, push_end, pull_tail, read_wait, batch_tail = [], [], [], [], []
     for rank in r.ranks:
         commands = r.commands.get(rank) or []
         if not commands:
@@ -471,9 +479,22 @@ def analyse_train(r, rate_bps, bin_s=0.01):
             if reads:
                 pull_tail.append(max(c[3] for c in reads) - max(c[3] for c in writes))
                 read_wait += [c[3] - c[2] for c in reads]
+            # Each batch of exchanges on a shard ends with its last READ; exchanges queued meanwhile wait for that:
+            # the time from its last WRITE's completion to its end, per shard, summed over the step's batches.
+            tails, shards = 0.0, set()
+            for shard, a, b in r.batches.get(rank) or []:
+                if not p["backward"][0] <= a < q["backward"][0]:
+                    continue
+                done = [c[3] for c in writes if c[0] == shard and a <= c[2] <= b]
+                if done:
+                    tails += b - max(done)
+                    shards.add(shard)
+            if shards:
+                batch_tail.append(tails / len(shards))
     return {"per_phase": per_phase, "periods": periods, "durations": durations,
             "backward_end_spread": backward_end_spread, "shard_use": shard_use, "shard_quiet": shard_quiet,
-            "push_start": push_start, "push_end": push_end, "pull_tail": pull_tail, "read_wait": read_wait}
+            "push_start": push_start, "push_end": push_end, "pull_tail": pull_tail, "read_wait": read_wait,
+            "batch_tail": batch_tail}
 
 
 def train_report(args):
@@ -516,6 +537,10 @@ def train_report(args):
                 (f"; last READ {med(f['pull_tail']) * ms:.0f} ms after the last WRITE; READ issue to completion "
                  f"{med(f['read_wait']) * ms:.0f} ms [p90 {percentile(f['read_wait'], 0.9) * ms:.0f}]"
                  if f["pull_tail"] else ""))
+            if f["batch_tail"]:
+                say(f"timeline:   blockps batches: per shard and step, {med(f['batch_tail']) * ms:.0f} ms from a batch's "
+                    "last WRITE to its last READ (exchanges queued meanwhile wait for it: no WRITE of this shard in "
+                    "flight)")
     text = "\n".join(lines)
     print(text)
     if args.plot:
@@ -551,8 +576,9 @@ def plot_train(runs, args):
         ax.plot([], [], color="tab:blue", lw=1, label="blockps WRITEs (issue to completion)")
         ax.plot([], [], color="tab:red", lw=1, label="blockps READs")
         ax.set_ylabel("rank")
-        ax.set_title(f"{r.run}: steps {step} and {step + 1}", fontsize=10, pad=28)
-        ax.legend(loc="lower left", fontsize=7, ncol=3, bbox_to_anchor=(0, 1.06))
+        ax.set_title(f"{r.run}: steps {step} and {step + 1}", fontsize=10)
+        if col == 0:
+            ax.legend(loc="upper right", fontsize=7)
         use = binned_use(r.links, start, end, args.rate_bps, bin_s=0.02)
         for row, prefix, what in ((1, "w", "worker"), (2, "s", "shard")):
             ax = axes[row][col]
@@ -566,13 +592,19 @@ def plot_train(runs, args):
             ax.plot([], [], color="tab:blue", label=f"{what} hosts receiving")
             ax.set_ylim(0, 110)
             ax.set_ylabel(f"{what} links, % of rate per 20 ms")
-            ax.legend(loc="upper right", fontsize=7)
+            if col == 0:
+                ax.legend(loc="upper right", fontsize=7)
         axes[2][col].set_xlabel("ms since the first rank's forward of the first step")
         for row in range(3):
             axes[row][col].set_xlim(0, (end - start) * 1000)
     fig.suptitle(args.title or "bench/cluster --workload train: where a step's time goes")
     fig.tight_layout()
-    fig.savefig(args.plot, dpi=80)
+    fig.savefig(args.plot, dpi=60)
+    try:  # a 64-colour palette: a tenth of the bytes, for figures kept in the repository (bench/results)
+        from PIL import Image
+        Image.open(args.plot).convert("RGB").quantize(colors=64).save(args.plot, optimize=True)
+    except ImportError:
+        pass
     print(f"timeline: figure {args.plot}")
 
 
