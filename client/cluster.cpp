@@ -280,7 +280,7 @@ class ShardWorker {
       } catch (const std::exception& e) {  // e.g. bad_alloc: an error value, never an escape
         s = Status::Error("shard '" + spec_.name + "': " + e.what());
       }
-      running_exchanges_ = nullptr;
+      running_exchanges_ = nullptr;  // run_exchanges()'s, gone with its frame
       // A failure fails every exchange of the batch not finished yet: they were in flight together, and which of
       // their commands completed is not known.
       for (std::size_t i = 0; i < batch.size(); ++i)
@@ -313,10 +313,8 @@ class ShardWorker {
       completions.left[j] = part.commands.size();
       model_offsets.insert(model_offsets.end(), part.model_offsets.begin(), part.model_offsets.end());
     }
-    running_exchanges_ = &completions;
-    Status s = run_traced("exchange", LuRole::grad, commands, model_offsets);
-    running_exchanges_ = nullptr;
-    return s;
+    running_exchanges_ = &completions;  // serve() clears it once the batch is over, also after an exception
+    return run_traced("exchange", LuRole::grad, commands, model_offsets);
   }
 
   ShardSpec spec_;

@@ -58,6 +58,8 @@ def parse_args():
         p.error(f"--epochs {a.epochs}: must be > 0")
     if a.batch < 1 or a.evals_per_epoch < 1 or (a.threads is not None and a.threads < 1):
         p.error("--batch, --evals-per-epoch and --threads must be >= 1")
+    if a.early_forward and not a.ps:
+        p.error("--early-forward is DistributedOptimizer's: it needs --ps CLUSTER")
     return a
 
 
@@ -67,7 +69,10 @@ class LoopTimeline:
     written as it ends, so that a run that dies still leaves a readable file (the array may stay open)."""
 
     def __init__(self, prefix, rank):
-        self.file = open(f"{prefix}.loop.json", "w", buffering=1) if prefix else None
+        try:
+            self.file = open(f"{prefix}.loop.json", "w", buffering=1) if prefix else None
+        except OSError as e:
+            sys.exit(f"train.py rank {rank}: --timeline {prefix}: cannot write {prefix}.loop.json: {e.strerror}")
         self.rank = rank
         self.separator = "[\n"
 

@@ -40,6 +40,9 @@ refused 2 "--epochs 0.0: must be > 0" "$py" "$train" --epochs 0
 refused 2 "--batch, --evals-per-epoch and --threads must be >= 1" "$py" "$train" --batch 0
 refused 2 "argument --model: invalid choice: 'vgg'" "$py" "$train" --model vgg
 refused 2 "argument --ddp: not allowed with argument --ps" "$py" "$train" --ps c.toml --ddp
+refused 2 "--early-forward is DistributedOptimizer's: it needs --ps CLUSTER" "$py" "$train" --ddp --early-forward
+refused 1 "train.py rank 0: --timeline /nonexistent/t: cannot write /nonexistent/t.loop.json: No such file or directory" \
+  "$py" "$train" --timeline /nonexistent/t --epochs 0.01
 refused 1 "train.py: WORLD_SIZE=2 without --ps, --ddp or --ddp-blockps: the workers would train apart" \
   env RANK=0 WORLD_SIZE=2 "$py" "$train" --epochs 0.01
 echo "demo options test passed"
