@@ -181,8 +181,10 @@ def optimizer(args):
     def train(cluster, aggregate, die_at=None):
         model = model_with_batchnorm()
         opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
-                                                 model, cluster, host_aggregation=aggregate)
+                                                 model, cluster, host_aggregation=aggregate,
+                                                 early_forward=aggregate and args.early_forward)
         check((opt.host is not None) == aggregate, f"host_aggregation={aggregate} but the host is {opt.host}")
+        check(opt._early_forward == (aggregate and args.early_forward), "early_forward did not reach the optimizer")
         for step in range(args.steps):
             if die_at is not None and step == die_at and RANK == args.die:
                 print(f"rank {RANK} {'stops' if args.stop else 'dies'} before step {step}", flush=True)
@@ -377,6 +379,7 @@ def main():
     o.add_argument("--die", type=int)
     o.add_argument("--die-at", type=int, default=3)
     o.add_argument("--stop", action="store_true", help="--die RANK stops (SIGSTOP) instead of dying")
+    o.add_argument("--early-forward", action="store_true", help="the host-aggregated run with early_forward=True")
     sub.add_parser("too-many-workers").add_argument("cluster")
     sub.add_parser("bf16").add_argument("cluster")
     sub.add_parser("wrong-settings").add_argument("cluster")

@@ -86,6 +86,15 @@ TEST_F(TorchHostsTest, DistributedOptimizerWithHostAggregationEqualsItWithout) {
   expect_every_rank_passed(spawn({"optimizer", optimizer_.cluster_file(), flat_.cluster_file()}), {0, 1, 2, 3});
 }
 
+// The same with early_forward on the host path (the leader's pulls shared with the host's ranks, each module's
+// forward waiting for its own blocks, rank 0's buffers read after the step's first exchange): the same results.
+TEST_F(TorchHostsTest, EarlyForwardWithHostAggregationEqualsTheFlatPath) {
+  ASSERT_NO_FATAL_FAILURE(start(optimizer_, momentum() + sync(kHosts), "blockps-hosts-early-"));
+  ASSERT_NO_FATAL_FAILURE(start(flat_, momentum() + sync(kHosts * kRanksPerHost), "blockps-hosts-eflat-"));
+  expect_every_rank_passed(spawn({"optimizer", optimizer_.cluster_file(), flat_.cluster_file(), "--early-forward"}),
+                           {0, 1, 2, 3});
+}
+
 // Ranks that disagree on host aggregation (one says host_aggregation=False), BLOCKPS_HOST_AGGREGATION=2,
 // BLOCKPS_HOST_TIMEOUT_S=soon: each refused on every rank with what to change (not one side waiting for the other's
 // collectives).
