@@ -290,6 +290,12 @@ std::uint64_t ModelShard::block_step(std::uint64_t b) const {
   return s.blocks[b].step;
 }
 
+std::uint64_t ModelShard::total_block_steps() const {
+  std::uint64_t total = 0;
+  for (std::uint64_t b = 0; b < storage_->layout.blocks(); ++b) total += block_step(b);
+  return total;
+}
+
 bool ModelShard::restore_block(std::uint64_t index, std::uint64_t step, std::span<const float> weights,
                                std::span<const float> state0, std::span<const float> state1) {
   Storage& s = *storage_;

@@ -104,6 +104,8 @@ class ModelShard {
   bool visit_block(std::uint64_t index, const std::function<void(const BlockView&)>& visit) const;
   /// Optimizer steps applied to block `index` so far (0 for no such block); reads no weights or state.
   std::uint64_t block_step(std::uint64_t index) const;
+  /// block_step() summed over every block, each read under its lock in turn (not one instant across blocks).
+  std::uint64_t total_block_steps() const;
   /// Restore one block (checkpoint load). Spans must have the block's element count; state spans for the
   /// optimizer's slots only (the others are ignored). False, and nothing changed, when the index is not a block
   /// or a span has the wrong size (or the engine failed: engine_status()).

@@ -258,12 +258,40 @@ class ShardWorker {
     }
   };
 
+  // How often the I/O thread answers what the targets sent its idle sessions (LuTransport::keep_alive). tgtd sends
+  // a NOP-In every nop_interval seconds (whole seconds, at least 1) and drops a session after nop_count of them go
+  // unanswered, and only an answer to its latest NOP-In counts. Answered within half a second, each NOP-In is
+  // answered before the next one is sent, whatever the drift between tgtd's timer and ours: a session stays
+  // alive for any nop_count >= 1. The cost is a few polls that do not block, twice a second.
+  static constexpr std::chrono::milliseconds kKeepAliveInterval{500};
+
+  // On the I/O thread, the only one that touches the LUs after start(). Every LU, not only those that are idle
+  // with the worker: the weights and status sessions wait while exchanges keep the grad LU busy step after step.
+  void keep_sessions_alive() {
+    for (const std::unique_ptr<LuTransport>& lu : lus_) {
+      if (lu == nullptr) continue;
+      try {
+        lu->keep_alive();
+      } catch (const std::exception&) {  // e.g. bad_alloc for a message: the next run() finds the session as it is
+      }
+    }
+  }
+
   void serve() {
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point keep_alive_due = Clock::now() + kKeepAliveInterval;
     for (;;) {
+      // Between batches too, not only when the queue is empty: a worker whose steps come faster than the interval
+      // never leaves the I/O thread waiting that long.
+      if (Clock::now() >= keep_alive_due) {
+        keep_sessions_alive();
+        keep_alive_due = Clock::now() + kKeepAliveInterval;
+      }
       std::vector<Job> batch;
       {
         std::unique_lock lock(mutex_);
-        work_cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (!work_cv_.wait_until(lock, keep_alive_due, [&] { return stopping_ || !jobs_.empty(); }))
+          continue;                 // nothing to run for a while: keep the sessions alive (above), outside the mutex
         if (jobs_.empty()) return;  // stopping, and every queued job is done
         std::uint64_t bytes = 0;
         do {

@@ -335,6 +335,19 @@ ScsiResult IscsiLun::find_closed_connection() {
   return {};
 }
 
+ScsiResult IscsiLun::keep_alive() {
+  const SigpipeSuppression no_sigpipe;  // the answer to a NOP-In is a write
+  if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
+  // find_closed_connection() only reads: libiscsi queues its answer to a NOP-In (iscsi_send_target_nop_out) and
+  // writes it only when iscsi_service() is told the socket is writable. Without this the answer would wait for the
+  // next command, and an idle session would still be dropped. A socket that is not writable now (its buffer full)
+  // sends it at the next call.
+  for (int pass = 0; pass < 4 && ctx_ != nullptr && (iscsi_which_events(ctx_) & POLLOUT) != 0; ++pass) {
+    if (ScsiResult r = service_once(0); !r.ok()) return r;
+  }
+  return {};
+}
+
 ScsiResult IscsiLun::wait_for(Completion& c) {
   const auto deadline = Clock::now() + options_.timeout;
   ScsiResult failure;

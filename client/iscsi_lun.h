@@ -167,6 +167,10 @@ class IscsiLun {
   // command's answer other than GOOD, or the queue ending early (a transport failure, which drops the session);
   // ok() otherwise.
   ScsiResult run_stream(CommandStream& stream, int depth);
+  // Between commands, without blocking: processes what the target sent while none was in flight and writes
+  // libiscsi's answers to it (a NOP-In's NOP-Out), so that a target's NOP-Ins keep an idle session logged in. An
+  // error, and the session dropped (as by any transport failure), when the target closed the connection.
+  ScsiResult keep_alive();
 
  private:
   struct Completion;

@@ -20,6 +20,7 @@
 #include <cstdio>
 #include <cstring>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "client/iscsi_lun.h"
@@ -58,7 +59,8 @@ class LibiscsiTransport final : public LuTransport {
     std::vector<std::size_t> pending(commands.size());
     for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
     std::optional<Clock::time_point> give_up_at;  // set when the session is first found lost
-    std::string lost_because = "an earlier transport failure dropped the session";
+    std::string lost_because = std::exchange(lost_while_idle_, {});
+    if (lost_because.empty()) lost_because = "an earlier transport failure dropped the session";
     for (;;) {
       if (!lun_.connected()) {
         if (reconnect_for_.count() == 0)
@@ -114,6 +116,14 @@ class LibiscsiTransport final : public LuTransport {
       if (again.empty()) return std::nullopt;
       pending = std::move(again);
     }
+  }
+
+  // A session found closed here is dropped (IscsiLun::keep_alive); the next run() logs in again as after any
+  // lost session, before it sends anything, and says why.
+  void keep_alive() override {
+    if (!lun_.connected()) return;  // already lost: the next run() logs in again
+    if (const ScsiResult r = lun_.keep_alive(); !r.ok())
+      lost_while_idle_ = "the session was lost while idle: " + r.describe();
   }
 
   std::optional<LuFailure> join_job(const SessionJoin& join) override {
@@ -190,6 +200,7 @@ class LibiscsiTransport final : public LuTransport {
   std::string name_;
   std::chrono::milliseconds reconnect_for_;
   LuQueueCounters counters_;
+  std::string lost_while_idle_;        // why keep_alive() found the session lost, for the next run()'s messages
   SessionJoin join_;                   // lines empty: this session belongs to no job
   std::vector<std::byte> join_write_;  // join_.lines, NUL-padded to whole blocks of the status LU
 };

@@ -73,6 +73,14 @@ class LuTransport {
   // target's refusal comes back as the failure of command 0. libiscsi: as said; posix: nothing, ok (the kernel has
   // one session per target, joined by the status device's own control write).
   virtual std::optional<LuFailure> join_job(const SessionJoin& join) = 0;
+  // Called by the shard's I/O thread between batches, about every kKeepAliveInterval (client/cluster.cpp), also
+  // while it has nothing to run: answers, without blocking, what the target sent meanwhile (a NOP-In). A target
+  // drops a session that leaves its NOP-Ins unanswered (tgtd's nop_interval and nop_count), and an idle worker (an
+  // evaluation pass, a checkpoint save, a wait in a collective) would otherwise lose every session and give up the
+  // pushes of its next exchange when the drop races with them. A connection found closed is left for the next
+  // run() to log in again: no failure is reported, and nothing is lost, since nothing is in flight. libiscsi: as
+  // said; posix: nothing (the kernel's initiator answers NOP-Ins itself).
+  virtual void keep_alive() {}
   // From now on, `observer` (empty: none) is told of every command of a queued batch as it completes (the
   // libiscsi transport and the libaio / io_uring engines; psync runs one command at a time and tells nobody).
   void observe_commands(CommandObserver observer) { observer_ = std::move(observer); }

@@ -42,11 +42,18 @@ inline constexpr char kAggregationMeanNs[] = "/aggregation/mean_ns";
 inline constexpr char kAggregationMaxNs[] = "/aggregation/max_ns";
 inline constexpr char kAggregationLatency[] = "/aggregation/latency";  // a latency object (below)
 
-// Checkpoints.
+// The model: the optimizer steps applied so far, summed over the shard's blocks (each block counts its own:
+// ModelShard::block_step). A shard loaded from a checkpoint starts at the checkpoint's.
+inline constexpr char kModelBlockSteps[] = "/model/block_steps";
+
+// Checkpoints. Errors count failed writes of the checkpoint and of its copy (checkpoint_copy=).
 inline constexpr char kCheckpointCount[] = "/checkpoint/count";
 inline constexpr char kCheckpointErrors[] = "/checkpoint/errors";
 inline constexpr char kCheckpointLastUnix[] = "/checkpoint/last_unix";    // 0: none yet
 inline constexpr char kCheckpointLastError[] = "/checkpoint/last_error";  // "" after a good one
+// The steps summed as /model/block_steps, as the checkpoint file this process wrote or loaded last holds them (0:
+// none): /model/block_steps minus this is what a kill -9 now would lose.
+inline constexpr char kCheckpointBlockSteps[] = "/checkpoint/block_steps";
 
 // Rounds (mode=sync/ssp; an async shard has only /rounds/mode).
 inline constexpr char kRounds[] = "/rounds";

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <vector>
@@ -34,6 +35,17 @@ Status os_error(const std::string& what, const std::string& path) {
 // The file is there and readable but is not a checkpoint this shard can use.
 Status bad_file(std::string why) { return Status::Error(StatusCode::invalid_argument, std::move(why)); }
 
+// All of [p, p+n) to `fd`; false with errno set when a write fails.
+bool write_all(int fd, const char* p, std::size_t n) {
+  while (n) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w, n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
 // Buffered sequential writer that keeps a running CRC of everything written.
 class CrcWriter {
  public:
@@ -56,14 +68,7 @@ class CrcWriter {
     return ok;
   }
   bool flush() {
-    const char* p = buf_.data();
-    std::size_t left = buf_.size();
-    while (left) {
-      const ssize_t w = ::write(fd_, p, left);
-      if (w < 0 && errno == EINTR) continue;
-      if (w <= 0) return false;
-      p += w, left -= static_cast<std::size_t>(w);
-    }
+    if (!write_all(fd_, buf_.data(), buf_.size())) return false;
     buf_.clear();
     return true;
   }
@@ -166,6 +171,33 @@ Result<CheckpointHeader> read_header(CrcReader& in, const std::string& path) {
   return h;
 }
 
+// Replace `path` crash-safely with what `fill` writes into the temp file PATH.tmp (its fd and name given): fsync,
+// rename over `path`, fsync of the directory, so that a crash at any moment leaves the old file or the new one.
+// The temp file is removed on any failure; `path` is then untouched.
+Status replace_file(const std::string& path, const std::function<Status(int fd, const std::string& tmp)>& fill) {
+  const std::string tmp = path + ".tmp";
+  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
+  if (f.fd < 0) return os_error("cannot create", tmp);
+  Status filled = fill(f.fd, tmp);
+  if (filled.ok() && ::fsync(f.fd) != 0) filled = os_error("cannot write", tmp);
+  if (!filled.ok()) {
+    ::unlink(tmp.c_str());
+    return filled;
+  }
+  ::close(f.fd);
+  f.fd = -1;
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    Status failed = os_error("cannot rename " + tmp + " to", path);
+    ::unlink(tmp.c_str());
+    return failed;
+  }
+  const auto slash = path.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd < 0 || ::fsync(d.fd) != 0) return os_error("cannot fsync directory", dir);
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool checkpoint_exists(const std::string& path) {
@@ -218,13 +250,8 @@ Status load_checkpoint(const std::string& path, ModelShard& shard) {
   return Status::Ok();
 }
 
-Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
-                        const ShardTenancy& tenancy) {
-  const std::string tmp = path + ".tmp";
-  Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};
-  if (f.fd < 0) return os_error("cannot create", tmp);
-  CrcWriter out(f.fd);
-
+Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
+                                           const ShardTenancy& tenancy) {
   nlohmann::json header = {{"format", kFormat},
                            {"options", format_shard_options(config)},
                            {"blocks", shard.geometry().blocks()},
@@ -235,46 +262,51 @@ Status write_checkpoint(const std::string& path, const ModelShard& shard, const 
   }
   if (tenancy.place) header["place"] = format_place(*tenancy.place);
   const std::string text = header.dump();
-  const auto len = static_cast<std::uint32_t>(text.size());
-  bool ok = out.put(kMagic, sizeof kMagic) && out.put(&len, sizeof len) && out.put(text.data(), len);
-  // Each block is copied out under its lock and written after the lock is released: a push to a block never
-  // waits for the disk.
-  const int slots = state_slots(config.optimizer.kind);
-  std::vector<float> staged;
-  std::uint64_t step = 0;
-  const auto stage = [&](const BlockView& v) {
-    step = v.step;
-    staged.assign(v.weights.begin(), v.weights.end());
-    for (int s = 0; s < slots; ++s) staged.insert(staged.end(), v.state[s].begin(), v.state[s].end());
-  };
-  std::uint64_t written = 0;
-  for (; ok && shard.visit_block(written, stage); ++written)
-    ok = out.put(&step, sizeof step) && out.put(staged.data(), staged.size() * sizeof(float));
-  // A GPU engine that failed stops the visit early: that must not pass for a whole checkpoint.
-  if (ok && written != shard.geometry().blocks()) {
-    ::unlink(tmp.c_str());
-    return Status::Error(path + ": checkpoint not written: block " + std::to_string(written) +
-                         " unreadable: " + shard.engine_status().message());
-  }
-  const std::uint32_t crc = out.crc();
-  ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
-  if (!ok || ::fsync(f.fd) != 0) {
-    Status failed = os_error("cannot write", tmp);
-    ::unlink(tmp.c_str());
-    return failed;
-  }
-  ::close(f.fd);
-  f.fd = -1;
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    Status failed = os_error("cannot rename " + tmp + " to", path);
-    ::unlink(tmp.c_str());
-    return failed;
-  }
-  const auto slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
-  if (d.fd < 0 || ::fsync(d.fd) != 0) return os_error("cannot fsync directory", dir);
-  return Status::Ok();
+  CheckpointWritten written;
+  Status replaced = replace_file(path, [&](int fd, const std::string& tmp) -> Status {
+    CrcWriter out(fd);
+    const auto len = static_cast<std::uint32_t>(text.size());
+    bool ok = out.put(kMagic, sizeof kMagic) && out.put(&len, sizeof len) && out.put(text.data(), len);
+    // Each block is copied out under its lock and written after the lock is released: a push to a block never
+    // waits for the disk.
+    const int slots = state_slots(config.optimizer.kind);
+    std::vector<float> staged;
+    std::uint64_t step = 0;
+    const auto stage = [&](const BlockView& v) {
+      step = v.step;
+      staged.assign(v.weights.begin(), v.weights.end());
+      for (int s = 0; s < slots; ++s) staged.insert(staged.end(), v.state[s].begin(), v.state[s].end());
+    };
+    std::uint64_t blocks = 0;
+    for (; ok && shard.visit_block(blocks, stage); ++blocks) {
+      ok = out.put(&step, sizeof step) && out.put(staged.data(), staged.size() * sizeof(float));
+      written.block_steps += step;
+    }
+    // A GPU engine that failed stops the visit early: that must not pass for a whole checkpoint.
+    if (ok && blocks != shard.geometry().blocks())
+      return Status::Error(path + ": checkpoint not written: block " + std::to_string(blocks) +
+                           " unreadable: " + shard.engine_status().message());
+    const std::uint32_t crc = out.crc();
+    ok = ok && out.put_raw(&crc, sizeof crc) && out.put_raw(kEndMagic, sizeof kEndMagic) && out.flush();
+    return ok ? Status::Ok() : os_error("cannot write", tmp);
+  });
+  if (!replaced.ok()) return replaced;
+  return written;
+}
+
+Status copy_checkpoint(const std::string& from, const std::string& to) {
+  Fd in{::open(from.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (in.fd < 0) return os_error("cannot open checkpoint", from);
+  return replace_file(to, [&](int fd, const std::string& tmp) -> Status {
+    std::vector<char> chunk(1 << 20);
+    for (;;) {
+      const ssize_t r = ::read(in.fd, chunk.data(), chunk.size());
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return os_error("cannot read", from);
+      if (r == 0) return Status::Ok();
+      if (!write_all(fd, chunk.data(), static_cast<std::size_t>(r))) return os_error("cannot write", tmp);
+    }
+  });
 }
 
 }  // namespace blockps

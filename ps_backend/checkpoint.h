@@ -43,9 +43,18 @@ Result<CheckpointHeader> read_checkpoint_header(const std::string& path);
 /// shard's contents are unspecified: load into a shard that is not yet serving.
 Status load_checkpoint(const std::string& path, ModelShard& shard);
 
-/// Write `shard` with `config` and `tenancy` in its header; ok or the reason. The old file stays intact on any
-/// failure.
-Status write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
-                        const ShardTenancy& tenancy = {});
+/// What a checkpoint written holds, as the status page reports it.
+struct CheckpointWritten {
+  std::uint64_t block_steps = 0;  // the blocks' step counts in the file, summed (each taken under its block's lock)
+};
+
+/// Write `shard` with `config` and `tenancy` in its header; what it wrote, or the reason. The old file stays
+/// intact on any failure.
+Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
+                                           const ShardTenancy& tenancy = {});
+
+/// Copy the checkpoint file `from` to `to` byte for byte, as crash-safely as write_checkpoint writes (a crash
+/// leaves the old `to` or the new one); ok or the reason.
+Status copy_checkpoint(const std::string& from, const std::string& to);
 
 }  // namespace blockps

@@ -99,7 +99,7 @@ void write_checkpoint(const std::string& path, const std::string& bsopts,
                              slots > 1 ? slice(state[1]) : none))
       throw std::runtime_error("block " + std::to_string(b) + " could not be restored");
   }
-  if (blockps::Status written = blockps::write_checkpoint(path, shard, config); !written.ok())
+  if (const auto written = blockps::write_checkpoint(path, shard, config); !written.ok())
     throw std::runtime_error(path + ": " + written.message());
 }
 

@@ -37,6 +37,11 @@ Status bad(std::string_view key, std::string_view value, std::string_view allowe
 
 Status refuse(std::string why) { return Status::Error(StatusCode::config, std::move(why)); }
 
+// What checkpoint_copy= takes. The parser checks the form; the shard, which knows its checkpoint's path, that the
+// copy is another file (bad_checkpoint_copy).
+constexpr std::string_view kCheckpointCopyAllowed =
+    "must be none or an absolute path other than the shard's checkpoint";
+
 // An averaging shard returns a round's average: only sync has rounds of every worker's gradient. Under async or
 // ssp:K each push would be applied alone, and a READ would return whichever worker's gradient came last.
 Status check_averaging(const ShardConfig& c) {
@@ -322,6 +327,21 @@ const std::vector<KeyDef>& key_table() {
          return Status::Ok();
        },
        [](const ShardConfig& c) { return std::to_string(c.checkpoint_s); }},
+      {{"checkpoint_copy", "none",
+        "an absolute path on other storage (an NFS mount) that every checkpoint is copied to, crash-safely, once "
+        "written; a copy that fails is counted and logged and fails neither the checkpoint nor the command"},
+       true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         if (v == "none")
+           o.config.checkpoint_copy.clear();
+         else if (v.starts_with('/'))
+           o.config.checkpoint_copy = std::string(v);
+         else
+           return bad(key, v, kCheckpointCopyAllowed);
+         return Status::Ok();
+       },
+       [](const ShardConfig& c) { return c.checkpoint_copy.empty() ? std::string("none") : c.checkpoint_copy; }},
       {{"claim_idle_s", "30",
         "seconds after its last command that a job with no session left keeps the shard before another job's job= "
         "control line may claim it without takeover (0: the claim never lapses; see Jobs and places)"},
@@ -432,6 +452,8 @@ Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existin
   if (Status s = check_averaging(out); !s.ok()) return s;
   return out;
 }
+
+Status bad_checkpoint_copy(std::string_view value) { return bad("checkpoint_copy", value, kCheckpointCopyAllowed); }
 
 const std::vector<OptionKey>& option_keys() {
   static const std::vector<OptionKey> keys = [] {

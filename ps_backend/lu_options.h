@@ -44,6 +44,10 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
 /// (StatusCode::mismatch) or cannot be applied.
 Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existing, bool structural_only);
 
+/// checkpoint_copy=`value` refused, with what is allowed: for the shard, which finds the copy to be its own
+/// checkpoint file (the parser cannot: it does not know the shard's path).
+Status bad_checkpoint_copy(std::string_view value);
+
 /// One row per key, for the docs and for `unknown key` messages.
 struct OptionKey {
   std::string_view name;

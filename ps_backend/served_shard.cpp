@@ -19,6 +19,7 @@
 #include "ps_backend/checkpoint.h"
 #include "ps_backend/control_lines.h"
 #include "ps_backend/log.h"
+#include "ps_backend/shard_registry.h"
 
 namespace blockps {
 namespace {
@@ -98,6 +99,20 @@ Status initialise(ModelShard& model, const ShardConfig& c) {
 
 std::uint64_t now_unix() { return static_cast<std::uint64_t>(std::time(nullptr)); }
 
+// checkpoint_copy= must name another file than the checkpoint at `path` (canonical), however it is spelled: a copy
+// onto itself is no copy. `from_checkpoint`: the value came from the checkpoint's options, not from this LU's (a
+// shard opened on its copy finds its own path there).
+Status check_copy_is_another_file(const ShardConfig& c, const std::string& path, bool from_checkpoint) {
+  if (c.checkpoint_copy.empty()) return Status::Ok();
+  const Result<std::string> copy = canonical_shard_path(c.checkpoint_copy);
+  if ((copy.ok() ? *copy : c.checkpoint_copy) != path) return Status::Ok();
+  const Status refused = bad_checkpoint_copy(c.checkpoint_copy);
+  if (!from_checkpoint) return refused;
+  return Status::Error(refused.code(), refused.message() +
+                                           " (the checkpoint records it; give checkpoint_copy=none or another path to "
+                                           "open it here)");
+}
+
 // The fault-injection hook of the failure tests (docs/OPTIONS.md, BLOCKPS_FAULT_INJECTION_FILE): with the
 // variable set in tgtd's environment, the shard's store fails every optimizer update while that file exists.
 ModelShard::StoreWrapper fault_injection(const std::string& path) {
@@ -144,6 +159,9 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
                            "size= is required: no shard is open at " + path + " and it holds no checkpoint");
     }
     if (Status geometry = check_geometry(config.geometry); !geometry.ok()) return geometry;
+    if (Status copy = check_copy_is_another_file(config, path, from_checkpoint && !opts.given.count("checkpoint_copy"));
+        !copy.ok())
+      return copy;
 
     // Two tgtd processes must never serve (and overwrite) one checkpoint file. Locked before the model (host or
     // GPU memory) is allocated, so a refused LU costs nothing.
@@ -173,6 +191,7 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
     if (from_checkpoint) {
       if (Status loaded = load_checkpoint(path, shard->model_); !loaded.ok()) return loaded;
       shard->file_is_current_ = true;
+      shard->last_checkpoint_.block_steps = shard->model_.total_block_steps();  // nothing has pushed yet
       // A shard restarted from its checkpoint is still its job's (the job's new sessions join it) and still
       // knows its place.
       if (!saved_tenancy.job.empty()) shard->claim_.restore(saved_tenancy.job, saved_tenancy.claimed_unix);
@@ -221,7 +240,7 @@ ServedShard::~ServedShard() {
 
 bool ServedShard::dirty() {
   std::lock_guard lk(checkpoint_mutex_);
-  return checkpointed_mutations_ != mutations_.load(std::memory_order_acquire);
+  return checkpointed_mutations_ != mutations_.load(std::memory_order_acquire) || !copy_is_current_;
 }
 
 ShardConfig ServedShard::config() const {
@@ -381,33 +400,57 @@ Status ServedShard::checkpoint() {
   // holds every change completed before this call.
   const std::uint64_t wanted = mutations_.load(std::memory_order_acquire);
   std::lock_guard lk(checkpoint_mutex_);
-  if (file_is_current_ && checkpointed_mutations_ >= wanted) return Status::Ok();
-  const std::uint64_t at_start = mutations_.load(std::memory_order_acquire);
-  Status written = Status::Ok();
-  try {
-    written = write_checkpoint(path_, model_, config(), tenancy());
-  } catch (const std::exception& e) {
-    written = Status::Error(std::string("checkpoint failed: ") + e.what());
-  }
-  if (written.ok()) {
+  const ShardConfig c = config();
+  if (!file_is_current_ || checkpointed_mutations_ < wanted) {
+    const std::uint64_t at_start = mutations_.load(std::memory_order_acquire);
+    const Result<CheckpointWritten> written = [&]() -> Result<CheckpointWritten> {
+      try {
+        return write_checkpoint(path_, model_, c, tenancy());
+      } catch (const std::exception& e) {
+        return Status::Error(std::string("checkpoint failed: ") + e.what());
+      }
+    }();
+    if (!written.ok()) {
+      note_checkpoint_failure(written.message());
+      return written.status();
+    }
     file_is_current_ = true;
     checkpointed_mutations_ = at_start;
+    copy_is_current_ = c.checkpoint_copy.empty();
     counters_.checkpoints.fetch_add(1, std::memory_order_relaxed);
-    last_checkpoint_unix_.store(now_unix());
-    std::lock_guard e(error_mutex_);
-    last_checkpoint_error_.clear();
-  } else {
-    counters_.checkpoint_errors.fetch_add(1, std::memory_order_relaxed);
-    log_line(path_ + ": " + written.message());
-    std::lock_guard e(error_mutex_);
-    last_checkpoint_error_ = written.message();
+    std::lock_guard e(last_checkpoint_mutex_);
+    last_checkpoint_ = {.unix_time = now_unix(), .error = "", .block_steps = written->block_steps};
   }
-  return written;
+  if (copy_is_current_) return Status::Ok();
+  // The checkpoint at path_ is good whatever becomes of its copy: a failed copy is tried again at the next
+  // checkpoint (dirty() says so to the periodic and the final one).
+  const Status copied = [&] {
+    try {
+      return copy_checkpoint(path_, c.checkpoint_copy);
+    } catch (const std::exception& e) {
+      return Status::Error(e.what());
+    }
+  }();
+  if (!copied.ok()) {
+    note_checkpoint_failure("checkpoint copy to " + c.checkpoint_copy + " failed: " + copied.message());
+    return Status::Ok();
+  }
+  copy_is_current_ = true;
+  std::lock_guard e(last_checkpoint_mutex_);
+  last_checkpoint_.error.clear();
+  return Status::Ok();
+}
+
+void ServedShard::note_checkpoint_failure(const std::string& why) {
+  counters_.checkpoint_errors.fetch_add(1, std::memory_order_relaxed);
+  log_line(path_ + ": " + why);
+  std::lock_guard e(last_checkpoint_mutex_);
+  last_checkpoint_.error = why;
 }
 
 ServedShard::LastCheckpoint ServedShard::last_checkpoint() const {
-  std::lock_guard e(error_mutex_);
-  return {last_checkpoint_unix_.load(), last_checkpoint_error_};
+  std::lock_guard e(last_checkpoint_mutex_);
+  return last_checkpoint_;
 }
 
 void ServedShard::periodic_checkpoints(std::stop_token stop) {
@@ -542,12 +585,10 @@ void ServedShard::joined_job(const JobClaim::Joined& joined, const std::string& 
     case JobClaim::Joined::Kind::took_over:
       break;
   }
-  const std::string why =
-      "job " + job + " took shard " + path_ + " over from job " + joined.previous +
-      (joined.lapsed
-           ? " (whose claim lapsed: no session left and no command for claim_idle_s=" +
-                 std::to_string(config().claim_idle_s) + " s)"
-           : " (takeover by " + session + ")");
+  const std::string why = "job " + job + " took shard " + path_ + " over from job " + joined.previous +
+                          (joined.lapsed ? " (whose claim lapsed: no session left and no command for claim_idle_s=" +
+                                               std::to_string(config().claim_idle_s) + " s)"
+                                         : " (takeover by " + session + ")");
   log_line(path_ + ": " + why);
   note_mutation();
   // The old job's rounds must not mix into the new job's: its members, open rounds and parked commands go.

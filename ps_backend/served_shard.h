@@ -67,9 +67,11 @@ class ServedShard {
   void note_aggregation(std::uint64_t ns);
 
   /// Write a checkpoint that holds at least every change completed before the call; concurrent calls share one
-  /// write. Ok or the reason.
+  /// write. Then, with checkpoint_copy=, copy the file there when the copy is behind it; a failed copy is counted
+  /// and shown (last_checkpoint()) but not returned. Ok or the reason the checkpoint was not written.
   Status checkpoint();
-  /// Changes completed since the last checkpoint (periodic and final checkpoints write only then).
+  /// Changes completed since the last checkpoint, or a copy of it still to make (periodic and final checkpoints
+  /// write only then).
   bool dirty();
 
   /// The rounds of a mode=sync or ssp:K shard; null for async.
@@ -117,10 +119,12 @@ class ServedShard {
   std::uint64_t started_unix() const { return started_unix_; }
   /// The optimizer's time per push (async) or per round applied (sync).
   const LatencyWindow& aggregation_latency() const { return aggregation_latency_; }
-  /// The last checkpoint written (Unix time, 0: none yet) and the last one's error ("" when it succeeded).
+  /// The last checkpoint written (Unix time, 0: none yet), the last one's error or its copy's ("" when both
+  /// succeeded), and the step counts summed over the blocks of the file last written or loaded (0: none).
   struct LastCheckpoint {
     std::uint64_t unix_time = 0;
     std::string error;
+    std::uint64_t block_steps = 0;
   };
   LastCheckpoint last_checkpoint() const;
 
@@ -148,6 +152,8 @@ class ServedShard {
  private:
   ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device);
   void periodic_checkpoints(std::stop_token stop);
+  /// A checkpoint or its copy failed (`why` names the file): counted, logged, shown on the status page.
+  void note_checkpoint_failure(const std::string& why);
   Status apply_control(std::string_view text, const WorkerRef* sender);
   void joined_job(const JobClaim::Joined& joined, const std::string& job, const WorkerRef& sender);
   /// A grad-LU command the rounds refused, in one sentence: what, why, the workers counted, what to change.
@@ -174,10 +180,10 @@ class ServedShard {
   std::mutex checkpoint_mutex_;               // one checkpoint write at a time
   bool file_is_current_ = false;              // the file holds the state as of checkpointed_mutations_
   std::uint64_t checkpointed_mutations_ = 0;  // a new shard's init counts as current: it is reproducible
-  std::atomic<std::uint64_t> last_checkpoint_unix_{0};
-  mutable std::mutex error_mutex_;     // not checkpoint_mutex_: the status page must not wait on a write
-  std::string last_checkpoint_error_;  // "" after a good checkpoint
-  int lock_fd_ = -1;                   // flock on PATH.lock: one process per checkpoint file
+  bool copy_is_current_ = true;               // checkpoint_copy= holds the file's last write (or there is none)
+  mutable std::mutex last_checkpoint_mutex_;  // not checkpoint_mutex_: the status page must not wait on a write
+  LastCheckpoint last_checkpoint_;
+  int lock_fd_ = -1;  // flock on PATH.lock: one process per checkpoint file
 
   std::mutex periodic_mutex_;
   std::condition_variable_any periodic_cv_;

@@ -26,6 +26,9 @@ struct ShardConfig {
   InitSpec init;
   std::uint64_t seed = 1;
   std::uint32_t checkpoint_s = 0;  // 0: only on SYNCHRONIZE CACHE and close
+  // A second file every checkpoint is copied to once written (an absolute path on other storage, so that a host
+  // lost with its disk leaves a checkpoint behind); "": none.
+  std::string checkpoint_copy;
   // Seconds the job holding the shard may send no command before another job's job= line may claim it (0: never;
   // docs/OPTIONS.md, "Jobs and places").
   std::uint32_t claim_idle_s = 30;

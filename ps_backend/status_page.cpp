@@ -96,6 +96,11 @@ std::string render_status_page(const ServedShard& shard) {
   set(page::kWeightWriteBytes, rd(k.weight_write_bytes));
   set(page::kIoErrors, rd(k.io_errors));
 
+  // The last checkpoint before the model's steps: steps only grow, so the page never shows a checkpoint ahead of
+  // the model it was written from.
+  const ServedShard::LastCheckpoint last = shard.last_checkpoint();
+  set(page::kModelBlockSteps, shard.model().total_block_steps());
+
   set(page::kAggregationTotalNs, rd(k.aggregation_ns));
   set(page::kAggregationMeanNs, pushes ? rd(k.aggregation_ns) / pushes : 0);
   set(page::kAggregationMaxNs, rd(k.aggregation_max_ns));
@@ -129,11 +134,11 @@ std::string render_status_page(const ServedShard& shard) {
 
   set(page::kRefusalsRecent, refusals_array(shard.recent_refusals()));
 
-  const ServedShard::LastCheckpoint last = shard.last_checkpoint();
   set(page::kCheckpointCount, rd(k.checkpoints));
   set(page::kCheckpointErrors, rd(k.checkpoint_errors));
   set(page::kCheckpointLastUnix, last.unix_time);
   set(page::kCheckpointLastError, last.error);
+  set(page::kCheckpointBlockSteps, last.block_steps);
   // Text an initiator sent (a refused control line, an initiator name) may be any bytes: invalid UTF-8 becomes
   // U+FFFD instead of an exception that would leave the page unreadable while the refusal is among the recent ones.
   return j.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -144,6 +144,12 @@ std::string render_prometheus(const std::vector<ShardReport>& shards, double scr
              status_page::kCheckpointErrors);
   from_pages(out, shards, "blockps_last_checkpoint_timestamp_seconds", "gauge",
              "when the last checkpoint was written (Unix time; 0: none yet)", status_page::kCheckpointLastUnix);
+  from_pages(out, shards, "blockps_block_steps_total", "counter",
+             "optimizer steps applied, summed over the shard's blocks (back to the checkpoint's after a restart)",
+             status_page::kModelBlockSteps);
+  from_pages(out, shards, "blockps_checkpoint_block_steps", "gauge",
+             "optimizer steps summed over the blocks of the checkpoint written or loaded last",
+             status_page::kCheckpointBlockSteps);
   // Sync (BSP) shards: their rounds and workers.
   from_pages(out, shards, "blockps_rounds_closed_total", "counter", "rounds closed and applied (sync)",
              status_page::kRoundsClosed, 1, true);

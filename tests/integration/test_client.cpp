@@ -224,6 +224,56 @@ TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
         << "element " << i << " after " << pushes << " pushes";
 }
 
+// libiscsi answers a NOP-In only while it is serviced, and tgtd drops a session after nop_count unanswered ones: a
+// worker idle for longer (an evaluation pass, a checkpoint save, a wait for a restarting peer) lost every session,
+// and its next exchange logged in again, or gave its pushes up where the drop raced with them. Each shard's I/O
+// thread answers them while it has nothing to run (LuTransport::keep_alive): idle for 6 s against a NOP-In every
+// second and 2 unanswered allowed (a session left alone is dropped within 3 to 4.5 s), no session of the grad,
+// weights or status LU is logged in again, tgtd closed none, and the weights are exact.
+TEST_F(ClientTest, IdleSessionsAnswerTheTargetsNopInsAndStayLoggedIn) {
+  const ModelShape m{512 * K, 64 * K};
+  ASSERT_NO_FATAL_FAILURE(start_shards(m));
+  for (int s = 0; s < kShards; ++s) {
+    for (const auto& [name, value] : {std::pair{"nop_interval", "1"}, std::pair{"nop_count", "2"}}) {
+      const CommandResult r =
+          tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
+      ASSERT_TRUE(r.ok()) << r.describe();
+    }
+  }
+  auto c = open(cluster_file(m));
+  ASSERT_NE(c, nullptr);
+  const std::size_t n = m.size / 4;
+  const auto init = whole_numbers(n, 1);
+  const auto grad = whole_numbers(n, 2);
+  ASSERT_TRUE(c->write_weights(f32_bytes(init)).ok());
+  std::vector<std::byte> pulled(m.size);
+  for (int round = 1; round <= 2; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    if (round == 2) std::this_thread::sleep_for(std::chrono::seconds(6));  // idle: no command on any session
+    const Status pushed = c->push(f32_bytes(grad));
+    ASSERT_TRUE(pushed.ok()) << pushed.message();
+    const Status s = c->pull(pulled);
+    ASSERT_TRUE(s.ok()) << s.message();
+    const auto w = f32_values(pulled);
+    for (std::size_t i = 0; i < n; ++i)
+      ASSERT_EQ(w[i], init[i] + static_cast<float>(round) * grad[i]) << "element " << i;
+  }
+  // The weights and status sessions were idle as long: they are used after it too.
+  std::vector<std::byte> snapshot(m.size);
+  ASSERT_TRUE(c->read_weights(snapshot).ok());
+  EXPECT_EQ(snapshot, pulled);
+  ASSERT_TRUE(c->status_pages().ok());
+  auto counters = c->shard_counters();
+  ASSERT_TRUE(counters.ok()) << counters.message();
+  for (int s = 0; s < kShards; ++s) {
+    const LuQueueCounters& k = counters.value()[static_cast<std::size_t>(s)];
+    EXPECT_EQ(k.reconnects, 0u) << "shard " << s << ": sessions lost while idle and logged in again";
+    EXPECT_EQ(k.unanswered_writes_dropped, 0u) << "shard " << s;
+    EXPECT_EQ(tgtd_[s].log_text().find("failed NOP-OUT"), std::string::npos)
+        << "shard " << s << ": tgtd dropped a session";
+  }
+}
+
 TEST_F(ClientTest, PushThenPullIsInitPlusGradsExactly) {
   for (LayoutKind kind : {LayoutKind::stripe, LayoutKind::range}) {
     SCOPED_TRACE(std::string(to_string(kind)));

@@ -1,11 +1,14 @@
 // The blockps module inside a real tgtd, driven over iSCSI by libiscsi: pushes give the same weights as the
 // host reference (the aggregator in this process) for every optimizer and dtype; the weights LU is a disk; the
-// status LU reports; checkpoints survive a stop and a kill -9; bad options are refused with their reason and
+// status LU reports; checkpoints survive a stop and a kill -9, are copied where checkpoint_copy= says, and the
+// status page's block steps say what a kill -9 loses; bad options are refused with their reason and
 // leave nothing half-made; out-of-range I/O changes nothing; reads never see a half-updated block.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -14,6 +17,7 @@
 #include "aggregator/model_shard.h"
 #include "client/iscsi_lun.h"
 #include "contract/scsi_codes.h"
+#include "contract/status_page.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
@@ -82,6 +86,14 @@ class ModuleTest : public ::testing::Test {
     const ScsiResult r = lun.read(0, out);
     EXPECT_TRUE(r.ok()) << r.describe();
     return out;
+  }
+
+  // The status page a status LU serves now (a discarded JSON value when it cannot be read).
+  nlohmann::json status_page_of(IscsiLun& status) {
+    std::vector<std::byte> page(64 * 1024);
+    const ScsiResult r = status.read(0, page);
+    EXPECT_TRUE(r.ok()) << r.describe();
+    return nlohmann::json::parse(reinterpret_cast<const char*>(page.data()), nullptr, false);
   }
 
   TempDir dir_;
@@ -310,6 +322,79 @@ TEST_F(ModuleTest, CheckpointSurvivesStopAndKill9) {
   std::vector<std::byte> expected(1 << 20);
   reference.read_weights(0, expected);
   EXPECT_EQ(read_all(grad), expected) << "optimizer state was not restored from the checkpoint";
+}
+
+// checkpoint_copy= (the chaos tests' shard host lost with its disk): SYNCHRONIZE CACHE leaves the checkpoint's
+// bytes in the copy too, and a shard started on the copy serves its weights. The status page's block steps bound
+// what a restart loses: /checkpoint/block_steps equals /model/block_steps right after the checkpoint, stays behind
+// after one more push, and is where /model/block_steps starts after kill -9 and a restart.
+TEST_F(ModuleTest, ACheckpointCopyStartsAShardAndBlockStepsBoundWhatAKill9Loses) {
+  namespace page = status_page;
+  const auto file_bytes = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), {});
+  };
+  const auto steps_of = [](const nlohmann::json& p, const char* pointer) {
+    return p.at(nlohmann::json::json_pointer(pointer)).get<std::uint64_t>();
+  };
+  ASSERT_TRUE(std::filesystem::create_directory(dir_.path("nfs")));
+  const std::string copy = dir_.path("nfs/m.ckpt");
+  const std::vector<std::pair<int, std::string>> lus = {
+      {1, "role=grad;size=1M;opt=adam;lr=0.01;checkpoint_copy=" + copy}, {2, "role=weights"}, {3, "role=status"}};
+  ASSERT_NO_FATAL_FAILURE(add_shard(1, "m.ckpt", lus));
+  std::vector<std::byte> synced;
+  std::uint64_t checkpointed_steps = 0;
+  {
+    IscsiLun grad, status;
+    ASSERT_NO_FATAL_FAILURE(connect(grad, 1, 1));
+    ASSERT_NO_FATAL_FAILURE(connect(status, 1, 3));
+    for (std::uint32_t s = 0; s < 2; ++s) ASSERT_TRUE(grad.write(0, wire_values(WireDtype::f32, 256 * 1024, s)).ok());
+    ASSERT_TRUE(grad.synchronize_cache().ok());
+    synced = read_all(grad);
+    ASSERT_FALSE(file_bytes(copy).empty()) << "no copy at " << copy;
+    EXPECT_EQ(file_bytes(copy), file_bytes(dir_.path("m.ckpt")));
+
+    nlohmann::json p = status_page_of(status);
+    ASSERT_FALSE(p.is_discarded());
+    EXPECT_EQ(steps_of(p, page::kModelBlockSteps), 8u) << "2 pushes over 4 blocks";
+    checkpointed_steps = steps_of(p, page::kCheckpointBlockSteps);
+    EXPECT_EQ(checkpointed_steps, steps_of(p, page::kModelBlockSteps)) << p.dump();
+    EXPECT_EQ(steps_of(p, page::kCheckpointErrors), 0u) << p.dump();
+    EXPECT_NE(
+        p.at(nlohmann::json::json_pointer(page::kShardOptions)).get<std::string>().find("checkpoint_copy=" + copy),
+        std::string::npos);
+
+    ASSERT_TRUE(grad.write(0, wire_values(WireDtype::f32, 256 * 1024, 2)).ok());
+    p = status_page_of(status);
+    EXPECT_EQ(steps_of(p, page::kModelBlockSteps), checkpointed_steps + 4) << p.dump();
+    EXPECT_EQ(steps_of(p, page::kCheckpointBlockSteps), checkpointed_steps) << p.dump();
+  }
+
+  // A second shard on the copy (the replacement host's), with the copy's recorded checkpoint_copy= (its own path
+  // now) turned off: the checkpoint's weights and steps.
+  EXPECT_FALSE(tgtd_.add_lu(1, 10, copy, "blockps", "role=grad").ok());
+  EXPECT_NE(tgtd_.log_text().find("(the checkpoint records it; give checkpoint_copy=none or another path"),
+            std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(add_shard(2, "nfs/m.ckpt", {{1, "role=grad;checkpoint_copy=none"}, {3, "role=status"}}));
+  {
+    IscsiLun grad, status;
+    ASSERT_NO_FATAL_FAILURE(connect(grad, 2, 1));
+    ASSERT_NO_FATAL_FAILURE(connect(status, 2, 3));
+    EXPECT_EQ(read_all(grad), synced) << "the shard started on the copy serves other weights";
+    const nlohmann::json p = status_page_of(status);
+    EXPECT_EQ(steps_of(p, page::kModelBlockSteps), checkpointed_steps) << p.dump();
+  }
+
+  ASSERT_TRUE(tgtd_.kill9().ok());
+  ASSERT_TRUE(tgtd_.restart().ok());
+  ASSERT_NO_FATAL_FAILURE(add_shard(1, "m.ckpt", lus));
+  IscsiLun grad, status;
+  ASSERT_NO_FATAL_FAILURE(connect(grad, 1, 1));
+  ASSERT_NO_FATAL_FAILURE(connect(status, 1, 3));
+  EXPECT_EQ(read_all(grad), synced);
+  const nlohmann::json p = status_page_of(status);
+  EXPECT_EQ(steps_of(p, page::kModelBlockSteps), checkpointed_steps) << "the push after the checkpoint was lost";
+  EXPECT_EQ(steps_of(p, page::kCheckpointBlockSteps), checkpointed_steps) << p.dump();
 }
 
 // Concurrent pushes of a constant gradient with opt=sum keep every block uniform; readers on other sessions

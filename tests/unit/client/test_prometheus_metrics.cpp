@@ -21,7 +21,8 @@ ShardReport async_shard() {
     "aggregation": {"latency": {"count": 12, "p50_ns": 150000, "p90_ns": 200000, "p99_ns": 250000, "max_ns": 260000,
                                 "total_count": 12, "total_ns": 1800000}},
     "rounds": {"mode": "async"},
-    "checkpoint": {"count": 2, "errors": 0, "last_unix": 1790000100, "last_error": ""}})");
+    "model": {"block_steps": 48},
+    "checkpoint": {"count": 2, "errors": 0, "last_unix": 1790000100, "last_error": "", "block_steps": 40}})");
   return r;
 }
 
@@ -57,6 +58,8 @@ TEST(PrometheusMetrics, CountersGaugesAndSummariesOfAShard) {
   EXPECT_EQ(line_of(t, "blockps_aggregation_seconds_sum{"), "blockps_aggregation_seconds_sum{shard=\"shard0\"} 0.0018");
   EXPECT_EQ(line_of(t, "blockps_last_checkpoint_timestamp_seconds{"),
             "blockps_last_checkpoint_timestamp_seconds{shard=\"shard0\"} 1790000100");
+  EXPECT_EQ(line_of(t, "blockps_block_steps_total{"), "blockps_block_steps_total{shard=\"shard0\"} 48");
+  EXPECT_EQ(line_of(t, "blockps_checkpoint_block_steps{"), "blockps_checkpoint_block_steps{shard=\"shard0\"} 40");
   EXPECT_EQ(
       line_of(t, "blockps_shard_info{"),
       "blockps_shard_info{shard=\"shard0\",dtype=\"f32\",opt=\"sgd\",mode=\"async\",device=\"cpu\",engine=\"cpu\"} 1");

@@ -388,3 +388,75 @@ TEST(Checkpoint, AnUnchangedNewShardWritesNoFinalCheckpoint) {
 
 }  // namespace
 }  // namespace blockps
+
+namespace blockps {
+namespace {
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+// A shard at `path` that copies its checkpoints to `copy`, after a push and a checkpoint() that succeeded
+// (whatever became of the copy).
+std::shared_ptr<ServedShard> pushed_and_checkpointed(const std::string& path, const std::string& copy) {
+  auto s = make_shard(path, "role=grad;size=2560;block=1K;opt=adam;checkpoint_copy=" + copy);
+  if (!s) return nullptr;
+  EXPECT_EQ(error_text(s->model().push_gradient(0, floats(640, 0.5f, 0.01f))), "");
+  s->note_mutation();
+  EXPECT_EQ(error_text(s->checkpoint()), "");
+  return s;
+}
+
+// checkpoint_copy=: every checkpoint written is copied there byte for byte, and a shard opened on the copy has
+// the checkpoint's weights. A copy onto the checkpoint itself, however spelled, is refused; so is the copy path a
+// shard finds recorded in the checkpoint it is opened on, until it gives another one (or none).
+TEST(Checkpoint, ACopyHoldsTheSameBytesAndAShardStartsFromIt) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt"), copy = dir.file("copy.ckpt");
+  auto s = pushed_and_checkpointed(path, copy);
+  ASSERT_TRUE(s);
+  ASSERT_FALSE(file_bytes(copy).empty());
+  EXPECT_EQ(file_bytes(copy), file_bytes(path));
+  EXPECT_EQ(s->counters().checkpoint_errors.load(), 0u);
+  EXPECT_FALSE(s->dirty());
+
+  const auto refused = ServedShard::create(
+      dir.file("other.ckpt"), unit::options("role=grad;size=4K;checkpoint_copy=" + dir.file("./other.ckpt")));
+  EXPECT_EQ(error_text(refused), "checkpoint_copy=" + dir.file("./other.ckpt") +
+                                     ": must be none or an absolute path other than the shard's checkpoint");
+  const auto recorded = ServedShard::create(copy, unit::options("role=grad"));
+  EXPECT_NE(error_text(recorded).find("(the checkpoint records it; give checkpoint_copy=none or another path"),
+            std::string::npos)
+      << error_text(recorded);
+  auto from_copy = make_shard(copy, "role=grad;checkpoint_copy=none");
+  ASSERT_TRUE(from_copy);
+  EXPECT_EQ(read_all(from_copy->model()), read_all(s->model()));
+  EXPECT_EQ(from_copy->config().checkpoint_copy, "");
+}
+
+// A copy that cannot be written (its storage gone) fails neither the checkpoint nor the caller: it is counted,
+// named on the status page's last_error, and tried again by the next checkpoint even with nothing new to write.
+TEST(Checkpoint, AFailedCopyIsCountedAndTriedAgainWithoutFailingTheCheckpoint) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt"), copy = dir.file("nfs/m.ckpt");
+  auto s = pushed_and_checkpointed(path, copy);
+  ASSERT_TRUE(s);
+  EXPECT_TRUE(checkpoint_exists(path));
+  EXPECT_EQ(s->counters().checkpoints.load(), 1u);
+  EXPECT_EQ(s->counters().checkpoint_errors.load(), 1u);
+  EXPECT_EQ(s->last_checkpoint().error,
+            "checkpoint copy to " + copy + " failed: cannot create " + copy + ".tmp: No such file or directory");
+  EXPECT_TRUE(s->dirty()) << "a copy still to make must bring the periodic and final checkpoints back";
+
+  ASSERT_TRUE(std::filesystem::create_directory(dir.file("nfs")));
+  EXPECT_EQ(error_text(s->checkpoint()), "");
+  EXPECT_EQ(file_bytes(copy), file_bytes(path));
+  EXPECT_EQ(s->counters().checkpoints.load(), 1u) << "the checkpoint itself was current: only the copy was due";
+  EXPECT_EQ(s->counters().checkpoint_errors.load(), 1u);
+  EXPECT_EQ(s->last_checkpoint().error, "");
+  EXPECT_FALSE(s->dirty());
+}
+
+}  // namespace
+}  // namespace blockps

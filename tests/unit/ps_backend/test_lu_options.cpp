@@ -26,7 +26,7 @@ TEST(LuOptions, ParsesEveryKey) {
   const LuOptions o = parse_ok(
       "role=grad; size=64M;dtype=bf16;block=128K;opt=adamw;lr=0.001;momentum=0.5;nesterov=1;beta1=0.8;"
       "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30;"
-      "io_threads=8;claim_idle_s=0");
+      "io_threads=8;claim_idle_s=0;checkpoint_copy=/mnt/nfs/m.ckpt");
   EXPECT_EQ(o.io_threads, 8u);
   EXPECT_EQ(o.role, LuRole::grad);
   EXPECT_EQ(o.config.geometry.bytes, 64ull << 20);
@@ -45,7 +45,8 @@ TEST(LuOptions, ParsesEveryKey) {
   EXPECT_EQ(o.config.seed, 7u);
   EXPECT_EQ(o.config.checkpoint_s, 30u);
   EXPECT_EQ(o.config.claim_idle_s, 0u);
-  EXPECT_EQ(o.given.size(), 17u);
+  EXPECT_EQ(o.config.checkpoint_copy, "/mnt/nfs/m.ckpt");
+  EXPECT_EQ(o.given.size(), 18u);
 }
 
 // claim_idle_s: how long the holder of a shard may be silent before another job may claim it; 0 never.
@@ -64,6 +65,35 @@ TEST(LuOptions, ClaimIdleSDefaultsToTenMinutesAndIsChecked) {
   const Result<ShardConfig> merged = merge_onto(o, saved, /*structural_only=*/true);
   ASSERT_TRUE(merged.ok()) << merged.message();
   EXPECT_EQ(merged->claim_idle_s, 60u);
+}
+
+// checkpoint_copy: a second file each checkpoint is copied to; none by default. A shard key: the LUs of a shard
+// agree on it, checkpoints record it, and one given replaces a checkpoint's.
+TEST(LuOptions, CheckpointCopyIsNoneOrAnAbsolutePath) {
+  EXPECT_EQ(parse_ok("role=grad;size=1M").config.checkpoint_copy, "");
+  EXPECT_EQ(parse_ok("role=grad;size=1M;checkpoint_copy=none").config.checkpoint_copy, "");
+  const LuOptions o = parse_ok("role=grad;size=1M;checkpoint_copy=/mnt/nfs/shard0.ckpt");
+  EXPECT_EQ(o.config.checkpoint_copy, "/mnt/nfs/shard0.ckpt");
+  EXPECT_TRUE(o.given.count("checkpoint_copy"));
+  EXPECT_NE(format_shard_options(o.config).find(";checkpoint_copy=/mnt/nfs/shard0.ckpt;"), std::string::npos);
+  EXPECT_NE(format_shard_options(parse_ok("role=grad").config).find(";checkpoint_copy=none;"), std::string::npos);
+  for (const char* bad : {"nfs/shard0.ckpt", "./shard0.ckpt", "", "None"})
+    EXPECT_EQ(
+        parse_error(std::string("role=grad;checkpoint_copy=") + bad),
+        "checkpoint_copy=" + std::string(bad) + ": must be none or an absolute path other than the shard's checkpoint");
+  // The shard's own refusal, when the copy turns out to be its checkpoint file, in the same words.
+  EXPECT_EQ(bad_checkpoint_copy("/d/m.ckpt").message(),
+            "checkpoint_copy=/d/m.ckpt: must be none or an absolute path other than the shard's checkpoint");
+  EXPECT_EQ(bad_checkpoint_copy("/d/m.ckpt").code(), StatusCode::config);
+
+  ShardConfig saved = o.config;
+  saved.checkpoint_copy = "/mnt/old/shard0.ckpt";
+  const Result<ShardConfig> reopened = merge_onto(o, saved, /*structural_only=*/true);
+  ASSERT_EQ(error_text(reopened), "");
+  EXPECT_EQ(reopened->checkpoint_copy, "/mnt/nfs/shard0.ckpt");
+  EXPECT_EQ(merge_onto(parse_ok("role=weights"), saved, true)->checkpoint_copy, "/mnt/old/shard0.ckpt");
+  EXPECT_EQ(error_text(merge_onto(o, saved, /*structural_only=*/false)),
+            "checkpoint_copy=/mnt/nfs/shard0.ckpt differs from checkpoint_copy=/mnt/old/shard0.ckpt");
 }
 
 TEST(LuOptions, DefaultsForAKeyThatIsNotGiven) {
@@ -139,6 +169,7 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"role=grad;device=cuda", "device=cuda: must be cpu, auto or gpu:N"},
       {"role=grad;checkpoint_s=-3", "checkpoint_s=-3"},
       {"role=grad;checkpoint_s=1.5", "checkpoint_s=1.5"},
+      {"role=grad;checkpoint_copy=nfs/m.ckpt", "checkpoint_copy=nfs/m.ckpt: must be none or an absolute path"},
       {"role=grad;io_threads=0", "io_threads=0: must be a whole number from 1 to 64"},
       {"role=grad;io_threads=4;io_threads=2", "given twice"},
   };

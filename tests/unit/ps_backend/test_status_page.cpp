@@ -1,6 +1,11 @@
 // The status page's sections about whose the shard is (contract/status_page.h): /job, /place and
-// /refusals/recent, unclaimed and claimed, as a reader finds them at the contract's pointers.
+// /refusals/recent, unclaimed and claimed, as a reader finds them at the contract's pointers; and the optimizer
+// steps of the model and of its last checkpoint.
 #include <gtest/gtest.h>
+
+#include <filesystem>
+#include <utility>
+#include <vector>
 
 #include "contract/status_page.h"
 #include "ps_backend/status_page.h"
@@ -86,6 +91,48 @@ TEST(StatusPage, ARefusalQuotingBytesThatAreNotUtf8StillRenders) {
   const auto& recent = at(p, status_page::kRefusalsRecent);
   ASSERT_FALSE(recent.empty());
   EXPECT_NE(recent.back()["reason"].get<std::string>().find("\xef\xbf\xbd"), std::string::npos) << recent.dump();
+}
+
+// /model/block_steps counts the optimizer's steps per block, summed; /checkpoint/block_steps is that sum in the
+// file last written (or loaded): equal right after a checkpoint, behind after one more push, and where a shard
+// loaded from the file starts.
+TEST(StatusPage, BlockStepsOfTheModelAndOfTheLastCheckpoint) {
+  namespace page = status_page;
+  unit::TempDir dir;
+  // 3 blocks of 1K, the last shorter.
+  auto shard = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=2560;block=1K;opt=adam");
+  using Steps = std::pair<std::uint64_t, std::uint64_t>;  // the model's, the checkpoint's
+  const auto steps = [](const ServedShard& s) {
+    const nlohmann::json p = page_of(s);
+    return Steps{at(p, page::kModelBlockSteps).get<std::uint64_t>(),
+                 at(p, page::kCheckpointBlockSteps).get<std::uint64_t>()};
+  };
+  EXPECT_EQ(steps(*shard), Steps(0, 0));
+  const std::vector<std::byte> whole(2560), block1(1024);
+  ASSERT_EQ(error_text(shard->model().push_gradient(0, whole)), "");      // a step of each block: 3
+  ASSERT_EQ(error_text(shard->model().push_gradient(1024, block1)), "");  // block 1 again: 4
+  shard->note_mutation();
+  EXPECT_EQ(steps(*shard), Steps(4, 0));
+  ASSERT_EQ(error_text(shard->checkpoint()), "");
+  EXPECT_EQ(steps(*shard), Steps(4, 4));
+  ASSERT_EQ(error_text(shard->model().push_gradient(0, block1)), "");
+  EXPECT_EQ(steps(*shard), Steps(5, 4));
+
+  // What the file holds: a shard loaded from it (a copy: `shard` holds the original's lock) starts there.
+  std::filesystem::copy_file(dir.file("m.ckpt"), dir.file("copy.ckpt"));
+  auto loaded = unit::make_shard(dir.file("copy.ckpt"), "role=grad");
+  EXPECT_EQ(steps(*loaded), Steps(4, 4));
+}
+
+// An averaging shard (opt=average, mode=sync) counts a step for each round applied to a block, as its rounds
+// apply them (ModelShard::apply_gradient_f32, the sync rounds' path).
+TEST(StatusPage, AnAveragingShardCountsTheRoundsAppliedAsSteps) {
+  unit::TempDir dir;
+  auto shard = unit::make_shard(dir.file("m.ckpt"), "role=grad;size=2K;block=1K;opt=average;mode=sync;workers=2");
+  const std::vector<float> both_blocks(512, 0.5f), block1(256, 0.5f);
+  ASSERT_EQ(error_text(shard->model().apply_gradient_f32(0, both_blocks)), "");
+  ASSERT_EQ(error_text(shard->model().apply_gradient_f32(1024, block1)), "");
+  EXPECT_EQ(at(page_of(*shard), status_page::kModelBlockSteps), 3);
 }
 
 }  // namespace
