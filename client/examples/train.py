@@ -25,6 +25,7 @@ import json
 import os
 import sys
 import time
+import warnings
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +53,16 @@ def parse_args():
                         "each module's forward waits for its own weights")
     p.add_argument("--timeline", metavar="PREFIX",
                    help="every rank writes PREFIX.loop.json: each step's forward, backward and optimizer step, and "
-                        "each evaluation, as Chrome trace events on the monotonic clock (that of BLOCKPS_TRACE)")
+                        "each evaluation, as Chrome trace events on the monotonic clock (that of BLOCKPS_TRACE); "
+                        "{rank}, {restart} and {pid} in PREFIX become the rank, torchrun's restart count and the process id "
+                        "(a restart after another host's failure keeps the count: only {pid} tells lives apart)")
+    p.add_argument("--resume", metavar="FILE",
+                   help="rank 0 saves where training stands at every evaluation (step; without --ps also the model, "
+                        "the optimizer and the scheduler: with --ps the shards hold them) into FILE, atomically; "
+                        "every rank that starts while FILE exists (a torchrun restart) goes on from there. FILE must "
+                        "be on storage every rank reads")
+    p.add_argument("--stop-file", metavar="PATH",
+                   help="end the run at the first evaluation at which PATH exists on any rank (all ranks agree)")
     a = p.parse_args()
     if not a.epochs > 0:
         p.error(f"--epochs {a.epochs}: must be > 0")
@@ -68,7 +78,9 @@ class LoopTimeline:
     clock of the library's BLOCKPS_TRACE and of bench/cluster_timeline.py's link samples), one line per span
     written as it ends, so that a run that dies still leaves a readable file (the array may stay open)."""
 
-    def __init__(self, prefix, rank):
+    def __init__(self, prefix, rank, restart):
+        if prefix:
+            prefix = prefix.replace("{rank}", str(rank)).replace("{restart}", str(restart)).replace("{pid}", str(os.getpid()))
         try:
             self.file = open(f"{prefix}.loop.json", "w", buffering=1) if prefix else None
         except OSError as e:
@@ -92,9 +104,35 @@ class LoopTimeline:
             self.file.close()
 
 
+class ResumePoint:
+    """Where a run stands, saved by rank 0 at every evaluation (--resume) so that ranks torchrun restarts go on from
+    the last evaluation instead of the first step. With --ps the shards hold the weights and the optimizer's state
+    (DistributedOptimizer takes them from the shards after a restart), so only the loop's position is saved; the
+    learning rate follows from the epoch."""
+
+    def __init__(self, path, rank):
+        self.path, self.rank = path, rank
+
+    def load(self):
+        if not self.path or not os.path.exists(self.path):
+            return None
+        try:
+            return torch.load(self.path)
+        except Exception as e:  # a file we did not write, or torch's own error: say which file
+            sys.exit(f"train.py rank {self.rank}: --resume {self.path}: cannot read it: {e}")
+
+    def save(self, state):
+        if not self.path or self.rank != 0:
+            return
+        temporary = f"{self.path}.tmp"
+        torch.save(state, temporary)
+        os.replace(temporary, self.path)  # a rank that starts meanwhile reads the old point or the new one
+
+
 def main():
     a = parse_args()
     rank, world = int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1))
+    restart = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", 0))
     ddp = a.ddp or a.ddp_blockps is not None
     if world > 1 and not (a.ps or ddp):
         sys.exit(f"train.py: WORLD_SIZE={world} without --ps, --ddp or --ddp-blockps: the workers would train apart")
@@ -142,20 +180,38 @@ def main():
             correct = sum((model(test_x[i:i + 1000]).argmax(1) == test_y[i:i + 1000]).sum().item()
                           for i in range(0, len(test_y), 1000))
         model.train()
-        counts = torch.tensor([correct, len(test_y), images], dtype=torch.float64)
+        stop = a.stop_file is not None and os.path.exists(a.stop_file)
+        counts = torch.tensor([correct, len(test_y), images, stop], dtype=torch.float64)
         if distributed:
             dist.all_reduce(counts)
-        return (counts[0] / counts[1]).item(), counts[2].item()
+        return (counts[0] / counts[1]).item(), counts[2].item(), counts[3].item() > 0
 
     if rank == 0:
         print(f"{name}: {a.model} ({sum(p.numel() for p in model.parameters())} parameters), {world} worker(s), "
               f"batch {batch} each, {total_steps} steps ({a.epochs:g} epochs), {torch.get_num_threads()} threads "
               f"per worker", flush=True)
     records, train_s, images, loss_sum, loss_n, step = [], 0.0, 0, 0.0, 0, 0
-    timeline = LoopTimeline(a.timeline, rank)
-    epoch = 0
-    while step < total_steps:
-        for idx in fashion_mnist.epoch_batches(epoch, rank, world, len(train_y), batch):
+    timeline = LoopTimeline(a.timeline, rank, restart)
+    resume_point = ResumePoint(a.resume, rank)
+    resumed = resume_point.load()
+    if resumed:
+        step, train_s, images, records = resumed["step"], resumed["train_s"], resumed["images"], resumed["records"]
+        if not a.ps:
+            model.load_state_dict(resumed["model"])
+            optimizer.load_state_dict(resumed["optimizer"])
+        # The learning rate of the epoch it stopped in (with --ps it reaches the shards through the wrapper).
+        for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+            group["lr"] = base_lr
+        with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": replaying, on purpose
+            warnings.simplefilter("ignore", UserWarning)
+            for _ in range(step // steps_per_epoch):
+                scheduler.step()
+        if rank == 0:
+            print(f"{name}: resumed at step {step} ({a.resume})", flush=True)
+    epoch = step // steps_per_epoch
+    stopped = False
+    while step < total_steps and not stopped:
+        for idx in fashion_mnist.epoch_batches(epoch, rank, world, len(train_y), batch)[step % steps_per_epoch:]:
             t0 = time.monotonic()
             phase = timeline.now()
             optimizer.zero_grad()
@@ -176,7 +232,7 @@ def main():
             loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
             if step % eval_every == 0 or step == total_steps:
                 phase = timeline.now()
-                acc, all_images = evaluate(images)
+                acc, all_images, stopped = evaluate(images)
                 timeline.span("evaluation", phase, step)
                 rec = {"epoch": step / steps_per_epoch, "step": step, "wall_s": train_s, "test_acc": acc,
                        "loss": loss_sum / loss_n, "images_per_s": all_images / train_s}
@@ -185,7 +241,11 @@ def main():
                 if rank == 0:
                     print(f"{name:>8} epoch {rec['epoch']:5.2f}  loss {rec['loss']:.4f}  test acc "
                           f"{acc * 100:5.2f}%  {rec['images_per_s']:7.0f} img/s  t {train_s:7.1f}s", flush=True)
-            if step == total_steps:
+                point = {"step": step, "train_s": train_s, "images": images, "records": records}
+                if not a.ps:
+                    point.update(model=model.state_dict(), optimizer=optimizer.state_dict())
+                resume_point.save(point)
+            if step == total_steps or stopped:
                 break
         epoch += 1
         scheduler.step()

@@ -25,7 +25,7 @@ for tool in apt apt-get dpkg dpkg-query dpkg-source cmake make ninja ctest c++ g
 done
 
 scripts=(scripts/setup.sh scripts/test.sh scripts/ps-up.sh scripts/ps-down.sh scripts/demo.sh scripts/attach.sh
-  scripts/fio-run.sh tests/vm/run.sh tests/fuzz/run.sh bench/cluster)
+  scripts/fio-run.sh tests/vm/run.sh tests/fuzz/run.sh tests/soak/run.sh bench/cluster)
 [ -f "$copy/tests/gpu/bundle.sh" ] && scripts+=(tests/gpu/bundle.sh tests/gpu/run.sh)
 
 touch "$scratch/before"
