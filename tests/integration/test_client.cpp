@@ -169,6 +169,18 @@ class ClientTest : public ::testing::Test {
     EXPECT_EQ(snapshot, model) << "the weights LUs and the grad LUs disagree";
   }
 
+  // Every shard's tgtd sends a NOP-In every `interval_s` and drops a session after `count` unanswered (tgtadm: the
+  // `blockps-nop-in` line of a shard conf).
+  void send_nop_ins(int interval_s, int count) {
+    for (int s = 0; s < kShards; ++s) {
+      for (const auto& [name, value] : {std::pair{"nop_interval", interval_s}, std::pair{"nop_count", count}}) {
+        const CommandResult r = tgtd_[s].tgtadm(
+            {"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", std::to_string(value)});
+        ASSERT_TRUE(r.ok()) << r.describe();
+      }
+    }
+  }
+
   TempDir dir_;
   TgtdInstance tgtd_[kShards];
   int files_ = 0;
@@ -191,13 +203,7 @@ TEST_F(ClientTest, RangePullReturnsTheWeightsInLayoutPositions) {
 TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
   const ModelShape m{8 * 1024 * K, 256 * K};
   ASSERT_NO_FATAL_FAILURE(start_shards(m));
-  for (int s = 0; s < kShards; ++s) {
-    for (const auto& [name, value] : {std::pair{"nop_interval", "1"}, std::pair{"nop_count", "5"}}) {
-      const CommandResult r =
-          tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
-      ASSERT_TRUE(r.ok()) << r.describe();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(send_nop_ins(1, 5));
   // Asked for 4 MiB requests and queue depth 8: READs get them, WRITEs stay within 256 KiB.
   const std::string path = cluster_file(m);
   std::string text = read_text_file(path);
@@ -233,13 +239,7 @@ TEST_F(ClientTest, PushesKeepTheirSessionsThroughTheTargetsNopIns) {
 TEST_F(ClientTest, IdleSessionsAnswerTheTargetsNopInsAndStayLoggedIn) {
   const ModelShape m{512 * K, 64 * K};
   ASSERT_NO_FATAL_FAILURE(start_shards(m));
-  for (int s = 0; s < kShards; ++s) {
-    for (const auto& [name, value] : {std::pair{"nop_interval", "1"}, std::pair{"nop_count", "2"}}) {
-      const CommandResult r =
-          tgtd_[s].tgtadm({"--op", "update", "--mode", "target", "--tid", "1", "-n", name, "-v", value});
-      ASSERT_TRUE(r.ok()) << r.describe();
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(send_nop_ins(1, 2));
   auto c = open(cluster_file(m));
   ASSERT_NE(c, nullptr);
   const std::size_t n = m.size / 4;
