@@ -7,7 +7,7 @@
 #include <functional>
 
 #include "aggregator/optimizer.h"
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 
 namespace blockps {
 

@@ -23,7 +23,7 @@
 #include "aggregator/optimizer.h"
 #include "aggregator/shard_store.h"
 #include "aggregator/update_dispatch.h"
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 
 namespace blockps::cuda {
 

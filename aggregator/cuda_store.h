@@ -7,7 +7,7 @@
 
 #include "aggregator/optimizer.h"
 #include "aggregator/shard_store.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

@@ -14,8 +14,8 @@
 
 #include "aggregator/cpu_engine.h"
 #include "aggregator/optimizer.h"
-#include "aggregator/wire_dtype.h"
-#include "contract/status.h"
+#include "aggregator/wire_convert.h"
+#include "contract/result.h"
 
 namespace blockps {
 

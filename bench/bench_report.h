@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "contract/status.h"
+#include "contract/result.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::bench {

@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "aggregator/shard_store.h"
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 #include "bench/bench_report.h"
 #include "client/iscsi_lun.h"
-#include "ps_backend/lu_options.h"
+#include "ps_backend/shard/lu_options.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"

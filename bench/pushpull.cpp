@@ -33,7 +33,7 @@
 
 #include "bench/bench_report.h"
 #include "client/iscsi_lun.h"
-#include "ps_backend/lu_options.h"
+#include "ps_backend/shard/lu_options.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"

@@ -29,7 +29,7 @@
 #include "client/command_order.h"
 #include "client/job_and_place.h"
 #include "client/layout.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

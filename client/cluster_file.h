@@ -36,7 +36,7 @@
 #include "contract/byte_size.h"
 #include "contract/limits.h"
 #include "contract/lu_role.h"
-#include "contract/status.h"
+#include "contract/result.h"
 #include "contract/wire_dtype.h"
 
 namespace blockps {

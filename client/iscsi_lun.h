@@ -18,7 +18,7 @@
 #include "client/command_order.h"
 #include "client/lu_command.h"
 #include "contract/scsi_codes.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 struct iscsi_context;
 

@@ -18,7 +18,7 @@
 #include "client/layout.h"
 #include "client/lu_address.h"
 #include "contract/place.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

@@ -20,7 +20,7 @@
 #include <string_view>
 
 #include "client/lu_command.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

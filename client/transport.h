@@ -18,7 +18,7 @@
 #include "client/lu_address.h"
 #include "client/lu_command.h"
 #include "client/queue_counters.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

@@ -12,7 +12,7 @@
 
 #include "contract/blanks.h"
 #include "contract/control_lines.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

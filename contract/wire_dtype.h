@@ -1,6 +1,6 @@
 // The worker-PS contract: the element formats gradients and weights have on an LU (bsopts dtype=, a cluster
 // file's [model] dtype). Header-only and dependency-free (docs/ARCHITECTURE.md); the conversions are the
-// aggregator's (aggregator/wire_dtype.h).
+// aggregator's (aggregator/wire_convert.h).
 #pragma once
 
 #include <cstddef>

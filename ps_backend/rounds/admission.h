@@ -13,12 +13,12 @@ enum class Admission {
   failed      // fail it as Refusal::failed: a round's update was not applied (see degraded_reason())
 };
 
-/// Why a held command fails; refused() (ps_backend/lu_outcome.h) gives each its SCSI answer.
+/// Why a held command fails; refused() (ps_backend/shard/lu_outcome.h) gives each its SCSI answer.
 enum class Refusal {
   aborted,              // the initiator aborted it (ABORT TASK, LUN RESET, its session ended)
   not_ready,            // live workers are below min_workers, it waited worker_timeout_ms, or its LU is closing
   failed,               // the shard failed to apply a round: the weights a READ would return are not the round's
-  reservation_conflict  // another job holds the shard (ps_backend/job_claim.h), or took it over while it waited
+  reservation_conflict  // another job holds the shard (ps_backend/control/job_claim.h), or took it over while it waited
 };
 
 }  // namespace blockps

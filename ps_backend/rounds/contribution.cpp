@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 
 namespace blockps {
 

@@ -1,6 +1,6 @@
 #include "ps_backend/rounds/membership.h"
 
-#include "ps_backend/log.h"
+#include "ps_backend/shard/log.h"
 
 namespace blockps {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/latency_window.h"
+#include "ps_backend/shard/latency_window.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/contribution.h"
 #include "ps_backend/rounds/membership.h"

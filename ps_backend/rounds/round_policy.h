@@ -1,5 +1,5 @@
 // How pushes from several workers become optimizer steps: the rounds engine's policy, a plain struct of its own
-// (the LU options parser, ps_backend/lu_options.h, fills it from mode=, workers=, min_workers=, ...).
+// (the LU options parser, ps_backend/shard/lu_options.h, fills it from mode=, workers=, min_workers=, ...).
 #pragma once
 
 #include <cstdint>

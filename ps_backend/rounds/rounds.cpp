@@ -1,6 +1,6 @@
 #include "ps_backend/rounds/rounds.h"
 
-#include "ps_backend/log.h"
+#include "ps_backend/shard/log.h"
 #include "ps_backend/rounds/bsp_mode.h"
 #include "ps_backend/rounds/ssp_mode.h"
 

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "aggregator/wire_dtype.h"
-#include "ps_backend/log.h"
+#include "aggregator/wire_convert.h"
+#include "ps_backend/shard/log.h"
 
 namespace blockps {
 

@@ -134,7 +134,7 @@ conf_lus() {
 # LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status (the LUNs of contract/lu_role.h's kLuRoles)
 # over the one checkpoint file, each with the line's options (the shard's bsopts, docs/OPTIONS.md); admins= goes
 # to the status LU only, the one LU that takes it
-# (ps_backend/lu_options.cpp refuses it on the others). tgt-admin never sees the line: it keys backing stores by
+# (ps_backend/shard/lu_options.cpp refuses it on the others). tgt-admin never sees the line: it keys backing stores by
 # path string and merges blocks with equal strings, so the line becomes three <backing-store> blocks whose paths
 # spell the one file three ways (PATH, DIR/./FILE, DIR//FILE; the module resolves them to one shard), each
 # carrying the full shard options so that whichever LU tgt-admin creates first creates the shard.
@@ -299,7 +299,7 @@ have_rdma_device() {
   return 1
 }
 
-# The LD_PRELOAD fix for `tgtd --iser port=N` (ps_backend/tgtd_iser_port_errno_preload.c): tgt 1.0.85 checks errno after
+# The LD_PRELOAD fix for `tgtd --iser port=N` (ps_backend/tgt_glue/tgtd_iser_port_errno_preload.c): tgt 1.0.85 checks errno after
 # strtol without clearing it first, and errno is already ENOENT when main() starts (the dynamic loader's and
 # libnl's failed opens), so every port= is "invalid port supplied". Without port= every tgtd listens for iSER
 # on 3260 and only the first of several shards on a host gets it. Prints the path, or fails.

@@ -16,7 +16,7 @@
 #include <variant>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/checkpoint.h"
+#include "ps_backend/checkpoint/checkpoint.h"
 #include "tests/fuzz/fuzz_dir.h"
 
 namespace {

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <variant>
 
-#include "ps_backend/lu_options.h"
-#include "ps_backend/served_shard.h"
-#include "ps_backend/status_page.h"
+#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/shard/served_shard.h"
+#include "ps_backend/control/status_page_writer.h"
 #include "tests/fuzz/fuzz_dir.h"
 
 namespace {

@@ -169,10 +169,10 @@ for name in "${integration[@]}"; do
     sed 's/^-D\([A-Za-z0-9_]*\)=\\"\(.*\)\\"$/\1 \2/')
 done
 
-# The Python binding's sources: client/python/blockps_module.cpp, ps_backend/checkpoint_python_module.cpp, the
+# The Python binding's sources: client/python/blockps_module.cpp, ps_backend/checkpoint/checkpoint_python_module.cpp, the
 # package's .py files, and every project header they include (quoted includes, resolved from the source root).
 declare -A have=()
-queue=(client/python/blockps_module.cpp ps_backend/checkpoint_python_module.cpp)
+queue=(client/python/blockps_module.cpp ps_backend/checkpoint/checkpoint_python_module.cpp)
 while [ "${#queue[@]}" -gt 0 ]; do
   rel=${queue[0]}
   queue=("${queue[@]:1}")

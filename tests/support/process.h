@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps::testing {
 

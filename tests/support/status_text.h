@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

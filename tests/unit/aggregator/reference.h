@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "aggregator/optimizer.h"
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 
 namespace blockps::test {
 

@@ -11,7 +11,7 @@
 #include <thread>
 #include <vector>
 
-#include "ps_backend/checkpoint.h"
+#include "ps_backend/checkpoint/checkpoint.h"
 #include "test_support.h"
 
 namespace blockps {

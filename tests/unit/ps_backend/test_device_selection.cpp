@@ -4,8 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ps_backend/checkpoint.h"
-#include "ps_backend/status_page.h"
+#include "ps_backend/checkpoint/checkpoint.h"
+#include "ps_backend/control/status_page_writer.h"
 #include "test_support.h"
 
 namespace blockps {

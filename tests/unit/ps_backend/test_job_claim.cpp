@@ -2,7 +2,7 @@
 // release and a claim restored from a checkpoint.
 #include <gtest/gtest.h>
 
-#include "ps_backend/job_claim.h"
+#include "ps_backend/control/job_claim.h"
 #include "tests/support/status_text.h"
 
 namespace blockps {

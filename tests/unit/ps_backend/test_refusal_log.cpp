@@ -1,7 +1,7 @@
 // The latest refusals in words: oldest first, at most the capacity, and a repeated refusal counted, not repeated.
 #include <gtest/gtest.h>
 
-#include "ps_backend/refusal_log.h"
+#include "ps_backend/control/refusal_log.h"
 
 namespace blockps {
 namespace {

@@ -5,9 +5,9 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "ps_backend/checkpoint.h"
-#include "ps_backend/served_lu.h"
-#include "ps_backend/shard_registry.h"
+#include "ps_backend/checkpoint/checkpoint.h"
+#include "ps_backend/shard/served_lu.h"
+#include "ps_backend/shard/shard_registry.h"
 #include "test_support.h"
 
 namespace blockps {

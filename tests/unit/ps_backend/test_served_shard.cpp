@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "ps_backend/served_shard.h"
+#include "ps_backend/shard/served_shard.h"
 #include "test_support.h"
 
 namespace blockps {

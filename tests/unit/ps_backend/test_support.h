@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <string>
 
-#include "ps_backend/lu_options.h"
-#include "ps_backend/served_shard.h"
+#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/shard/served_shard.h"
 #include "tests/support/status_text.h"
 
 namespace blockps::unit {

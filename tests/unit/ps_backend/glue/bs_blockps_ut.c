@@ -5,7 +5,7 @@
  */
 /* Not tgtd: the glue's check of the running tgtd's version does not apply. */
 #define BLOCKPS_GLUE_UNIT_TEST 1
-#include "ps_backend/bs_blockps.c"
+#include "ps_backend/tgt_glue/bs_blockps.c"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "contract/scsi_codes.h"
-#include "ps_backend/shard_registry.h"
+#include "ps_backend/shard/shard_registry.h"
 #include "tests/unit/ps_backend/glue/allocation_failure.h"
 #include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 #include "tests/unit/ps_backend/test_support.h"

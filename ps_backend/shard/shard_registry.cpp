@@ -1,4 +1,4 @@
-#include "ps_backend/shard_registry.h"
+#include "ps_backend/shard/shard_registry.h"
 
 #include <climits>
 #include <cstdlib>

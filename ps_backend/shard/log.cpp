@@ -1,4 +1,4 @@
-#include "ps_backend/log.h"
+#include "ps_backend/shard/log.h"
 
 #include <atomic>
 #include <cstdio>

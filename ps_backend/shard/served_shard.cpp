@@ -1,4 +1,4 @@
-#include "ps_backend/served_shard.h"
+#include "ps_backend/shard/served_shard.h"
 
 #include <fcntl.h>
 #include <sys/file.h>
@@ -16,10 +16,10 @@
 
 #include "aggregator/faulty_store.h"
 #include "contract/status_page.h"
-#include "ps_backend/checkpoint.h"
-#include "ps_backend/control_lines.h"
-#include "ps_backend/log.h"
-#include "ps_backend/shard_registry.h"
+#include "ps_backend/checkpoint/checkpoint.h"
+#include "ps_backend/control/control_parser.h"
+#include "ps_backend/shard/log.h"
+#include "ps_backend/shard/shard_registry.h"
 
 namespace blockps {
 namespace {

@@ -1,6 +1,6 @@
 // One LU of a shard: what each SCSI command that reaches the backing store means for its role (which commands it
 // serves, the checks of ranges and alignment, durability on FUA); what a push, a pull and a weights write do to
-// the shard is ServedShard's. The tgt glue hands commands here as plain buffers (ps_backend/lu_abi.h); nothing
+// the shard is ServedShard's. The tgt glue hands commands here as plain buffers (ps_backend/tgt_glue/lu_abi.h); nothing
 // here knows tgt.
 #pragma once
 
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "contract/scsi_codes.h"
-#include "ps_backend/lu_options.h"
-#include "ps_backend/lu_outcome.h"
-#include "ps_backend/served_shard.h"
+#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/shard/lu_outcome.h"
+#include "ps_backend/shard/served_shard.h"
 
 namespace blockps {
 

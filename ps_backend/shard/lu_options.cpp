@@ -1,4 +1,4 @@
-#include "ps_backend/lu_options.h"
+#include "ps_backend/shard/lu_options.h"
 
 #include <algorithm>
 #include <cctype>

@@ -27,7 +27,7 @@
 #include "driver.h"
 #include "target.h"
 
-#include "ps_backend/lu_abi.h"
+#include "ps_backend/tgt_glue/lu_abi.h"
 
 /* Private LU data: tgt's thread-pool state must come first (BS_THREAD_I assumes it). */
 struct blockps_lu_private {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "contract/status_page.h"
-#include "ps_backend/status_page.h"
+#include "ps_backend/control/status_page_writer.h"
 #include "test_support.h"
 
 namespace blockps {

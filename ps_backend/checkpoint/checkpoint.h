@@ -12,8 +12,8 @@
 
 #include "aggregator/model_shard.h"
 #include "contract/place.h"
-#include "contract/status.h"
-#include "ps_backend/shard_config.h"
+#include "contract/result.h"
+#include "ps_backend/shard/shard_config.h"
 
 namespace blockps {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "ps_backend/control_lines.h"
+#include "ps_backend/control/control_parser.h"
 #include "tests/support/status_text.h"
 
 namespace blockps {

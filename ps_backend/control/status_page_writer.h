@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "ps_backend/served_shard.h"
+#include "ps_backend/shard/served_shard.h"
 
 namespace blockps {
 

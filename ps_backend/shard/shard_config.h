@@ -1,5 +1,5 @@
 // What describes a shard: its geometry, optimizer, first weights, rounds policy and device. Shared by all LUs over
-// one checkpoint path and recorded in the checkpoint's header (as the options text, ps_backend/lu_options.h).
+// one checkpoint path and recorded in the checkpoint's header (as the options text, ps_backend/shard/lu_options.h).
 #pragma once
 
 #include <cstdint>

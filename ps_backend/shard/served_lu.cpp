@@ -1,12 +1,12 @@
-#include "ps_backend/served_lu.h"
+#include "ps_backend/shard/served_lu.h"
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <vector>
 
-#include "ps_backend/log.h"
-#include "ps_backend/status_page.h"
+#include "ps_backend/shard/log.h"
+#include "ps_backend/control/status_page_writer.h"
 
 namespace blockps {
 namespace {

@@ -1,8 +1,8 @@
-#include "ps_backend/control_lines.h"
+#include "ps_backend/control/control_parser.h"
 
 #include "contract/blanks.h"
 #include "contract/control_lines.h"
-#include "ps_backend/lu_options.h"
+#include "ps_backend/shard/lu_options.h"
 
 namespace blockps {
 namespace {

@@ -1,4 +1,4 @@
-#include "ps_backend/latency_window.h"
+#include "ps_backend/shard/latency_window.h"
 
 #include <algorithm>
 #include <vector>

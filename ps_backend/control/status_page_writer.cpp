@@ -1,4 +1,4 @@
-#include "ps_backend/status_page.h"
+#include "ps_backend/control/status_page_writer.h"
 
 #include <nlohmann/json.hpp>
 

@@ -15,7 +15,7 @@
 #include <string_view>
 #include <tuple>
 
-#include "contract/status.h"
+#include "contract/result.h"
 #include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {

@@ -1,5 +1,5 @@
 // The extern "C" side of lu_abi.h: exceptions stop here and become a result code plus a message.
-#include "ps_backend/lu_abi.h"
+#include "ps_backend/tgt_glue/lu_abi.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -12,10 +12,10 @@
 #include <memory>
 #include <string>
 
-#include "ps_backend/log.h"
-#include "ps_backend/lu_options.h"
-#include "ps_backend/served_lu.h"
-#include "ps_backend/shard_registry.h"
+#include "ps_backend/shard/log.h"
+#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/shard/served_lu.h"
+#include "ps_backend/shard/shard_registry.h"
 
 struct blockps_lu {
   blockps::LuOptions options;

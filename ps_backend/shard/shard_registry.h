@@ -7,9 +7,9 @@
 #include <mutex>
 #include <string>
 
-#include "contract/status.h"
-#include "ps_backend/lu_options.h"
-#include "ps_backend/served_shard.h"
+#include "contract/result.h"
+#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/shard/served_shard.h"
 
 namespace blockps {
 

@@ -1,4 +1,4 @@
-#include "ps_backend/checkpoint.h"
+#include "ps_backend/checkpoint/checkpoint.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "contract/control_lines.h"
-#include "ps_backend/lu_options.h"
+#include "ps_backend/shard/lu_options.h"
 
 namespace blockps {
 namespace {

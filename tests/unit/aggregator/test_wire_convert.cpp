@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 #include "reference.h"
 
 namespace blockps {

@@ -1,4 +1,4 @@
-#include "ps_backend/job_claim.h"
+#include "ps_backend/control/job_claim.h"
 
 #include <algorithm>
 #include <ctime>

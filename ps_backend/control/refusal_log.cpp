@@ -1,4 +1,4 @@
-#include "ps_backend/refusal_log.h"
+#include "ps_backend/control/refusal_log.h"
 
 #include <algorithm>
 #include <chrono>

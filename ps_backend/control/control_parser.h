@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "contract/place.h"
-#include "contract/status.h"
+#include "contract/result.h"
 
 namespace blockps {
 

@@ -33,4 +33,4 @@ void encode_wire(WireDtype d, const float* src, void* dst, std::size_t n);
 
 }  // namespace blockps
 
-#include "aggregator/wire_dtype_inl.h"
+#include "aggregator/wire_convert_inl.h"

@@ -11,8 +11,8 @@
 #include "contract/byte_size.h"
 #include "contract/limits.h"
 #include "contract/lu_role.h"
-#include "contract/status.h"
-#include "ps_backend/shard_config.h"
+#include "contract/result.h"
+#include "ps_backend/shard/shard_config.h"
 
 namespace blockps {
 

@@ -1,4 +1,4 @@
-#include "aggregator/wire_dtype.h"
+#include "aggregator/wire_convert.h"
 
 #include <bit>
 
