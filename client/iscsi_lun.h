@@ -17,8 +17,8 @@
 
 #include "client/command_order.h"
 #include "client/lu_command.h"
-#include "contract/scsi_codes.h"
 #include "contract/result.h"
+#include "contract/scsi_codes.h"
 
 struct iscsi_context;
 

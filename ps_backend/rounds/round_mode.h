@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/shard/latency_window.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/contribution.h"
 #include "ps_backend/rounds/membership.h"
 #include "ps_backend/rounds/parking.h"
 #include "ps_backend/rounds/round_policy.h"
+#include "ps_backend/shard/latency_window.h"
 
 namespace blockps {
 

@@ -29,7 +29,8 @@
 
 namespace blockps {
 
-/// What the rounds report for the status page's "rounds" section (ps_backend/control/status_page_writer.cpp writes it as JSON).
+/// What the rounds report for the status page's "rounds" section (ps_backend/control/status_page_writer.cpp writes it
+/// as JSON).
 struct RoundsStatus {
   RoundPolicy policy;
   RoundProgress progress;

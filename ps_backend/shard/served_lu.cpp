@@ -5,8 +5,8 @@
 #include <cstring>
 #include <vector>
 
-#include "ps_backend/shard/log.h"
 #include "ps_backend/control/status_page_writer.h"
+#include "ps_backend/shard/log.h"
 
 namespace blockps {
 namespace {

@@ -28,11 +28,11 @@
 #include "contract/result.h"
 #include "ps_backend/checkpoint/checkpoint.h"
 #include "ps_backend/control/job_claim.h"
+#include "ps_backend/control/refusal_log.h"
+#include "ps_backend/rounds/rounds.h"
 #include "ps_backend/shard/latency_window.h"
 #include "ps_backend/shard/lu_options.h"
 #include "ps_backend/shard/lu_outcome.h"
-#include "ps_backend/control/refusal_log.h"
-#include "ps_backend/rounds/rounds.h"
 
 namespace blockps {
 

@@ -11,9 +11,9 @@
 #include <string_view>
 #include <variant>
 
+#include "ps_backend/control/status_page_writer.h"
 #include "ps_backend/shard/lu_options.h"
 #include "ps_backend/shard/served_shard.h"
-#include "ps_backend/control/status_page_writer.h"
 #include "tests/fuzz/fuzz_dir.h"
 
 namespace {
@@ -38,7 +38,7 @@ std::shared_ptr<blockps::ServedShard>& shard() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   static const blockps::WorkerRef sessions[] = {{1, 7, "iqn.2026-11.io.blockps:fuzz-a"},
-                                                 {1, 8, "iqn.2026-11.io.blockps:fuzz-b"}};
+                                                {1, 8, "iqn.2026-11.io.blockps:fuzz-b"}};
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   const blockps::WorkerRef* sender = size % 3 == 2 ? nullptr : &sessions[size % 3];
   (void)shard()->control(text, sender);

@@ -212,7 +212,8 @@ TEST(ServedLu, AdmissionCoversWhatAClaimFencesAndControlWrites) {
     EXPECT_TRUE(ServedLu::needs_admission(LuRole::grad, op));
   for (std::uint8_t op : {kWrite6, kWrite16, kWriteVerify16, kWriteSame10, kWriteSame16, kOrWrite16})
     EXPECT_TRUE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
-  for (std::uint8_t op : {kWrite10, kWriteVerify16, kRead16}) EXPECT_TRUE(ServedLu::needs_admission(LuRole::status, op));
+  for (std::uint8_t op : {kWrite10, kWriteVerify16, kRead16})
+    EXPECT_TRUE(ServedLu::needs_admission(LuRole::status, op));
   for (std::uint8_t op : {kRead10, kRead16, kVerify16, kSynchronizeCache10, kPreFetch16})
     EXPECT_FALSE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
   EXPECT_FALSE(ServedLu::needs_admission(LuRole::status, kSynchronizeCache16));

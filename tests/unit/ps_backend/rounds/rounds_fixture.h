@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "aggregator/faulty_store.h"
+#include "ps_backend/control/status_page_writer.h"
 #include "ps_backend/rounds/round_mode.h"
 #include "ps_backend/rounds/rounds.h"
-#include "ps_backend/control/status_page_writer.h"
 
 namespace blockps::unit {
 
