@@ -59,7 +59,7 @@ class ModelShard {
   /// when host memory cannot be had, and std::runtime_error (with the reason) when `device` cannot hold the shard:
   /// check check_device() first.
   /// `wrap_store`, when given, gets the engine's store and returns the one the shard uses (a test double that
-  /// fails on demand: faulty_store.h).
+  /// fails on demand: tests/support/faulty_store.h).
   using StoreWrapper = std::function<std::unique_ptr<ShardStore>(std::unique_ptr<ShardStore>)>;
   ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
              Device device = Device::cpu(), const StoreWrapper& wrap_store = {});

@@ -51,9 +51,10 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "client/blockps.h"
-#include "client/iscsi_lun.h"
-#include "client/layout.h"
+#include "blockps/cluster.h"
+#include "blockps/layout.h"
+#include "client/transport/iscsi_lun.h"
+#include "contract/byte_size.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""host_exchange: seconds per exchange of the whole model through a host's ranks (client/python/blockps/host.py):
+"""host_exchange: seconds per exchange of the whole model through a host's ranks (client/python/blockps/torch/host.py):
 the L ranks of each host reduce their gradients onto the host's leader, the leader pushes and pulls every block
 through the shards (the library's pipelined exchange), and broadcasts what it pulled; every rank waits for its
 copy. bench/cluster runs it as one rank per process, L per network-namespace host, for --ranks-per-host L.
@@ -28,8 +28,8 @@ import torch
 import torch.distributed as dist
 
 import blockps
-from blockps.distributed import exchanger
-from blockps.host import Host, leader_opens
+from blockps.torch.host import Host, leader_opens
+from blockps.torch.worker import exchanger
 
 
 def link_counters(link):

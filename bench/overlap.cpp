@@ -22,9 +22,10 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "client/blockps.h"
-#include "client/cluster_file.h"
-#include "client/double_buffer.h"
+#include "blockps/cluster.h"
+#include "blockps/cluster_file.h"
+#include "blockps/double_buffer.h"
+#include "contract/byte_size.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
 

@@ -32,8 +32,8 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "client/iscsi_lun.h"
-#include "ps_backend/shard/lu_options.h"
+#include "client/transport/iscsi_lun.h"
+#include "ps_backend/config/lu_options.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/lu_pipeline.h"
 #include "tests/support/process.h"

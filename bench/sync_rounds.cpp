@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "bench/bench_report.h"
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"

@@ -1,4 +1,4 @@
-// The C API (blockps_c.h) over the C++ Cluster. Every entry point catches everything (no exception unwinds
+// The C API (blockps/blockps.h) over the C++ Cluster. Every entry point catches everything (no exception unwinds
 // into C code); a Status becomes a result code through its StatusCode (result_of, the one mapping) and this
 // thread's last error message.
 #include <cstddef>
@@ -13,9 +13,9 @@
 #include <string_view>
 #include <utility>
 
-#include "client/blockps.h"
-#include "client/blockps_c.h"
-#include "client/double_buffer.h"
+#include "blockps/blockps.h"
+#include "blockps/cluster.h"
+#include "blockps/double_buffer.h"
 
 struct blockps_cluster {
   std::unique_ptr<blockps::Cluster> cluster;
@@ -434,7 +434,7 @@ blockps_result blockps_get_shard_counters(blockps_cluster* cluster, size_t shard
     if (cluster == nullptr) return null_argument(what, "cluster");
     if (out == nullptr) return null_argument(what, "out");
     if (std::optional<blockps_result> refused = shard_out_of_range(what, *cluster, shard)) return *refused;
-    auto counters = cluster->cluster->shard_counters();
+    auto counters = cluster->cluster->recovery_counters();
     if (!counters.ok()) return finish(counters.status());
     const blockps::LuQueueCounters& c = counters.value()[shard];
     *out = blockps_shard_counters{c.commands, c.reconnects, c.unanswered_writes_dropped, c.unit_attentions_resent};

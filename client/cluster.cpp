@@ -1,5 +1,7 @@
 // libblockps's Cluster: one I/O thread per shard owns that shard's LU sessions (libiscsi contexts are not
 // thread-safe, and one thread per shard is what lets every shard's queue stay full at once).
+#include "blockps/cluster.h"
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -12,11 +14,12 @@
 #include <optional>
 #include <thread>
 
-#include "client/aligned_buffer.h"
-#include "client/blockps.h"
+#include "client/job_and_place.h"
 #include "client/trace.h"
-#include "client/transport.h"
+#include "client/transport/aligned_buffer.h"
+#include "client/transport/lu_transport.h"
 #include "contract/control_lines.h"
+#include "contract/limits.h"
 #include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 
@@ -46,6 +49,12 @@ struct OperationState {
     finished_cv.notify_all();
     if (callback) callback(outcome);
   }
+};
+
+// One shard's part of a transfer: its commands, and where each command's first byte is in the model (for messages).
+struct ShardCommands {
+  std::vector<LuCommand> commands;
+  std::vector<std::uint64_t> model_offsets;
 };
 
 // A refusal the shard recorded up to this long before a command was issued may be that command's: the shard's clock
@@ -131,11 +140,7 @@ class ShardWorker {
   // of the one before are still coming back: run one at a time, each exchange drained the link before the next
   // filled it, and a stream of small exchanges (DistributedOptimizer's 1 MiB buckets, a host's chunks) used each
   // direction of the link half the time (bench/RESULTS.md, "Hosts with several ranks").
-  struct ExchangePart {
-    std::vector<LuCommand> commands;
-    std::vector<std::uint64_t> model_offsets;
-  };
-  void post_exchange(ExchangePart part, std::shared_ptr<OperationState> op) {
+  void post_exchange(ShardCommands part, std::shared_ptr<OperationState> op) {
     {
       std::lock_guard lock(mutex_);
       jobs_.push_back({{}, std::move(op), std::move(part)});
@@ -213,7 +218,7 @@ class ShardWorker {
   void set_job(const std::string& job) { asking_.job = job; }
 
   // One stderr line for each kind of recovery a batch needed (the counters say how often, over the cluster's
-  // life: Cluster::shard_counters). A recovery is not an error, but a worker that reconnects every step, or loses
+  // life: Cluster::recovery_counters). A recovery is not an error, but a worker that reconnects every step, or loses
   // pushes, must be able to see it without a debugger.
   void log_recovery(LuRole role, const LuQueueCounters& before, const LuQueueCounters& after) const {
     const auto line = [&](std::uint64_t delta, const char* what) {
@@ -233,7 +238,7 @@ class ShardWorker {
   struct Job {
     std::function<Status()> work;  // or, for an exchange:
     std::shared_ptr<OperationState> op;
-    std::optional<ExchangePart> exchange;
+    std::optional<ShardCommands> exchange;
   };
   // A batch of exchanges stops growing at this many bytes each way: the exchanges queued after it wait for the whole
   // of it.
@@ -295,7 +300,7 @@ class ShardWorker {
         if (jobs_.empty()) return;  // stopping, and every queued job is done
         std::uint64_t bytes = 0;
         do {
-          if (const std::optional<ExchangePart>& exchange = jobs_.front().exchange)
+          if (const std::optional<ShardCommands>& exchange = jobs_.front().exchange)
             for (const LuCommand& c : exchange->commands) bytes += c.direction == IoDirection::write ? c.bytes() : 0;
           batch.push_back(std::move(jobs_.front()));
           jobs_.pop_front();
@@ -331,7 +336,7 @@ class ShardWorker {
                                       batch[j].op->part_done(Status::Ok());
                                     }};
     for (std::size_t j = 0; j < batch.size(); ++j) {
-      const ExchangePart& part = *batch[j].exchange;
+      const ShardCommands& part = *batch[j].exchange;
       const std::size_t base = commands.size();
       for (LuCommand c : part.commands) {
         if (c.after != kNoPredecessor) c.after += base;
@@ -506,117 +511,151 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file, 
   return open(config.value(), options);
 }
 
+namespace {
+
+// open()'s first step, before anything is sent: the shards to open and the job this worker belongs to ("" none; "" when
+// opened status_only).
+Result<std::string> job_to_open(const ClusterConfig& config, const OpenOptions& options) {
+  if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
+  if (options.status_only) return std::string();
+  auto named = job_of(options, config);
+  if (!named.ok()) return Status::Error(named.status().code(), config.source + ": " + named.message());
+  if (options.takeover && named->empty())
+    return Status::Error(StatusCode::invalid_argument,
+                         config.source +
+                             ": takeover needs a job to take the shards over for (job=, [client] job, "
+                             "BLOCKPS_JOB or --job)");
+  return named;
+}
+
+// Logs in to every shard at once (a login is a few round trips, and a cluster may have many shards) and checks each
+// one's LUs and status page against the file (check_shard); every shard's page, as JSON. `shards` are made here.
+Result<std::vector<nlohmann::json>> connect_shards(const ClusterConfig& config, const Layout& layout,
+                                                   std::vector<std::unique_ptr<ShardWorker>>& shards) {
+  const TransportOptions transport{
+      config.client.initiator, config.client.engine, config.client.queue_depth,
+      std::chrono::milliseconds(static_cast<std::int64_t>(config.client.reconnect_s * 1000)),
+      std::chrono::seconds(config.client.timeout_s)};
+  const AskingWorker asking{
+      .shard = {}, .initiator = config.client.initiator, .job = {}, .cluster_file = config.source, .since_unix_ms = 0};
+  for (const ShardSpec& spec : config.shards) {
+    shards.push_back(std::make_unique<ShardWorker>(
+        spec, QueueLimits{config.client.queue_depth, config.client.exchange_writes}, asking));
+  }
+  std::vector<std::optional<Status>> outcome(config.shards.size());
+  std::vector<nlohmann::json> pages(config.shards.size());
+  {
+    // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
+    // may escape a thread's function (that would terminate the process too).
+    std::vector<std::jthread> openers;
+    openers.reserve(config.shards.size());
+    for (std::size_t i = 0; i < config.shards.size(); ++i) {
+      openers.emplace_back([&, i] {
+        try {
+          ShardWorker& shard = *shards[i];
+          Status s = shard.connect(transport);
+          if (s.ok()) {
+            auto page = check_shard(shard, i, config, layout);
+            if (page.ok()) pages[i] = std::move(page.value());
+            s = page.status();
+          }
+          outcome[i] = std::move(s);
+        } catch (const std::exception& e) {
+          outcome[i] =
+              Status::Error(StatusCode::unknown, "shard " + config.shards[i].name + ": opening it failed: " + e.what());
+        }
+      });
+    }
+  }
+  for (const auto& s : outcome)
+    if (!s->ok()) return *s;
+  return pages;
+}
+
+// The largest WRITE request the connected shards take, with client.max_request_bytes lowered to what every LU
+// carries in one command. A transport that carries at most N bytes per command (libiscsi over iser://:
+// kLibiscsiIserMaxCommandBytes) caps the requests; a model block cannot be split (a push of part of a block is a
+// step of the whole block). A transport whose larger WRITEs are fragile (libiscsi 1.19 and NOP-In) caps the WRITE
+// requests likewise.
+Result<std::uint64_t> cap_requests(const std::vector<std::unique_ptr<ShardWorker>>& shards, ClusterConfig& config) {
+  std::uint64_t write_cap = config.client.max_request_bytes;
+  for (const auto& shard : shards) {
+    for (LuRole role : {LuRole::grad, LuRole::weights}) {
+      if (const std::uint64_t safe = shard->lu(role).max_safe_write_bytes(); safe != 0)
+        write_cap = std::min(write_cap, std::max(safe, config.model.block_bytes));
+      const std::uint64_t limit = shard->lu(role).max_command_bytes();
+      if (limit == 0) continue;
+      if (config.model.block_bytes > limit) {
+        return Status::Error(StatusCode::config,
+                             config.source + ": shard '" + shard->spec().name + "': " + shard->lu_name(role) +
+                                 " carries at most " + std::to_string(limit) +
+                                 " bytes per command (libiscsi 1.19's iSER transport), less than [model] block = " +
+                                 std::to_string(config.model.block_bytes) +
+                                 ": use block <= 256K, iscsi:// URLs, or the kernel initiator's devices");
+      }
+      config.client.max_request_bytes = std::min(config.client.max_request_bytes, limit);
+    }
+  }
+  return std::min(config.client.max_request_bytes, write_cap);
+}
+
+// The trace BLOCKPS_TRACE asks for (null: none), with a lane per shard and one per shard's commands.
+Result<std::unique_ptr<Trace>> trace_shards(const std::vector<std::unique_ptr<ShardWorker>>& shards) {
+  auto trace = Trace::from_environment();
+  if (!trace.ok() || trace.value() == nullptr) return trace;
+  for (std::size_t i = 0; i < shards.size(); ++i) {
+    ShardWorker& shard = *shards[i];
+    trace.value()->name_lane(Trace::shard_lane(i), "shard " + shard.spec().name);
+    trace.value()->name_lane(Trace::command_lane(i), "shard " + shard.spec().name + ": commands");
+    shard.trace_to(trace.value().get(), Trace::shard_lane(i), Trace::command_lane(i));
+  }
+  return trace;
+}
+
+// Each shard's job and place from its status page, as read at open, and a refusal of a shard of another kind than
+// `expect`.
+Result<std::vector<ShardClaim>> read_claims(const ClusterConfig& config, const std::vector<nlohmann::json>& pages,
+                                            ShardKind expect) {
+  std::vector<ShardClaim> claims;
+  for (std::size_t i = 0; i < pages.size(); ++i) {
+    auto claim = read_shard_claim(pages[i]);
+    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config, i) + ": " + claim.message());
+    if (std::string why = kind_refusal(expect, claim->opt); !why.empty())
+      return Status::Error(StatusCode::mismatch, shard_words(config, i) + " " + why);
+    claims.push_back(std::move(claim.value()));
+  }
+  return claims;
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config, const OpenOptions& options) {
   try {
-    if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
-    // The job first: a wrong name is refused before anything is sent.
-    std::string job;
-    if (!options.status_only) {
-      auto named = job_of(options, config);
-      if (!named.ok()) return Status::Error(named.status().code(), config.source + ": " + named.message());
-      job = std::move(named.value());
-      if (options.takeover && job.empty())
-        return Status::Error(StatusCode::invalid_argument,
-                             config.source +
-                                 ": takeover needs a job to take the shards over for (job=, [client] job, "
-                                 "BLOCKPS_JOB or --job)");
-    }
+    auto job = job_to_open(config, options);  // a wrong name is refused before anything is sent
+    if (!job.ok()) return job.status();
     auto layout = make_layout(config.layout, config.model.size_bytes, config.model.block_bytes, config.shards.size());
     std::unique_ptr<Cluster> cluster(new Cluster(config, std::move(layout)));
     cluster->status_only_ = options.status_only;
-    const TransportOptions transport{
-        config.client.initiator, config.client.engine, config.client.queue_depth,
-        std::chrono::milliseconds(static_cast<std::int64_t>(config.client.reconnect_s * 1000)),
-        std::chrono::seconds(config.client.timeout_s)};
-    std::vector<std::optional<Status>> outcome(config.shards.size());
-    std::vector<nlohmann::json> pages(config.shards.size());
-    {
-      // Log in to every shard at once: a login is a few round trips, and a cluster may have many shards.
-      const AskingWorker asking{.shard = {},
-                                .initiator = config.client.initiator,
-                                .job = {},
-                                .cluster_file = config.source,
-                                .since_unix_ms = 0};
-      for (std::size_t i = 0; i < config.shards.size(); ++i) {
-        cluster->shards_.push_back(std::make_unique<ShardWorker>(
-            config.shards[i], QueueLimits{config.client.queue_depth, config.client.exchange_writes}, asking));
-      }
-      // jthreads: if starting one throws, those already started are joined, not std::terminate()d; and nothing
-      // may escape a thread's function (that would terminate the process too).
-      std::vector<std::jthread> openers;
-      openers.reserve(config.shards.size());
-      for (std::size_t i = 0; i < config.shards.size(); ++i) {
-        openers.emplace_back([&, i] {
-          try {
-            ShardWorker& shard = *cluster->shards_[i];
-            Status s = shard.connect(transport);
-            if (s.ok()) {
-              auto page = check_shard(shard, i, cluster->config_, *cluster->layout_);
-              if (page.ok()) pages[i] = std::move(page.value());
-              s = page.status();
-            }
-            outcome[i] = std::move(s);
-          } catch (const std::exception& e) {
-            outcome[i] = Status::Error(StatusCode::unknown,
-                                       "shard " + cluster->config_.shards[i].name + ": opening it failed: " + e.what());
-          }
-        });
-      }
-    }
-    for (const auto& s : outcome)
-      if (!s->ok()) return *s;
-    // A transport that carries at most N bytes per command (libiscsi over iser://: kLibiscsiIserMaxCommandBytes)
-    // caps the requests; a model block cannot be split (a push of part of a block is a step of the whole block).
-    // A transport whose larger WRITEs are fragile (libiscsi 1.19 and NOP-In) caps the WRITE requests likewise.
-    std::uint64_t write_cap = cluster->config_.client.max_request_bytes;
-    for (const auto& shard : cluster->shards_) {
-      for (LuRole role : {LuRole::grad, LuRole::weights}) {
-        if (const std::uint64_t safe = shard->lu(role).max_safe_write_bytes(); safe != 0)
-          write_cap = std::min(write_cap, std::max(safe, config.model.block_bytes));
-        const std::uint64_t limit = shard->lu(role).max_command_bytes();
-        if (limit == 0) continue;
-        if (config.model.block_bytes > limit) {
-          return Status::Error(StatusCode::config,
-                               config.source + ": shard '" + shard->spec().name + "': " + shard->lu_name(role) +
-                                   " carries at most " + std::to_string(limit) +
-                                   " bytes per command (libiscsi 1.19's iSER transport), less than [model] block = " +
-                                   std::to_string(config.model.block_bytes) +
-                                   ": use block <= 256K, iscsi:// URLs, or the kernel initiator's devices");
-        }
-        cluster->config_.client.max_request_bytes = std::min(cluster->config_.client.max_request_bytes, limit);
-      }
-    }
-    cluster->max_write_request_bytes_ = std::min(cluster->config_.client.max_request_bytes, write_cap);
-    auto trace = Trace::from_environment();
+    auto pages = connect_shards(cluster->config_, *cluster->layout_, cluster->shards_);
+    if (!pages.ok()) return pages.status();
+    auto write_cap = cap_requests(cluster->shards_, cluster->config_);
+    if (!write_cap.ok()) return write_cap.status();
+    cluster->max_write_request_bytes_ = write_cap.value();
+    auto trace = trace_shards(cluster->shards_);
     if (!trace.ok()) return trace.status();
     cluster->trace_ = std::move(trace.value());
-    if (Trace* trace = cluster->trace_.get()) {
-      for (std::size_t i = 0; i < cluster->shards_.size(); ++i) {
-        ShardWorker& shard = *cluster->shards_[i];
-        trace->name_lane(Trace::shard_lane(i), "shard " + shard.spec().name);
-        trace->name_lane(Trace::command_lane(i), "shard " + shard.spec().name + ": commands");
-        shard.trace_to(trace, Trace::shard_lane(i), Trace::command_lane(i));
-      }
-    }
     for (auto& shard : cluster->shards_) shard->start();
-    if (!options.status_only) {
-      if (Status s = cluster->settle(job, options, pages); !s.ok()) return s;
-    }
+    if (options.status_only) return cluster;
+    auto claims = read_claims(cluster->config_, pages.value(), options.expect);
+    if (!claims.ok()) return claims.status();
+    if (Status s = cluster->settle(job.value(), options, std::move(claims.value())); !s.ok()) return s;
     return cluster;
   } catch (const std::exception& e) {
     return Status::Error(config.source + ": opening the cluster failed: " + e.what());
   }
 }
 
-Status Cluster::settle(const std::string& job, const OpenOptions& options, const std::vector<nlohmann::json>& pages) {
-  std::vector<ShardClaim> claims;
-  for (std::size_t i = 0; i < pages.size(); ++i) {
-    auto claim = read_shard_claim(pages[i]);
-    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config_, i) + ": " + claim.message());
-    if (std::string why = kind_refusal(options.expect, claim->opt); !why.empty())
-      return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
-    claims.push_back(std::move(claim.value()));
-  }
+Status Cluster::settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims) {
   std::vector<Place> held;
   held.reserve(claims.size());
   for (const ShardClaim& c : claims) held.push_back(c.place);
@@ -799,80 +838,101 @@ Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uin
   }
 }
 
+const char* Cluster::name_of(Transfer transfer) {
+  switch (transfer) {
+    case Transfer::push:
+      return "push";
+    case Transfer::pull:
+      return "pull";
+    case Transfer::exchange:
+      return "exchange";
+    case Transfer::assign_weights:
+      return "write_weights";
+    case Transfer::read_weights:
+      return "read_weights";
+  }
+  return "?";
+}
+
 Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
                                    Buffers buffers, CompletionCallback& on_done) {
-  const char* what = transfer == Transfer::push             ? "push"
-                     : transfer == Transfer::pull           ? "pull"
-                     : transfer == Transfer::exchange       ? "exchange"
-                     : transfer == Transfer::assign_weights ? "write_weights"
-                                                            : "read_weights";
+  if (Status s = check_request(transfer, first_block, block_count, buffers); !s.ok()) return finished(s, on_done);
+  if (block_count == 0) return finished(Status::Ok(), on_done);
+  return post(transfer, plan(transfer, first_block, block_count, buffers), on_done);
+}
+
+Status Cluster::check_request(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                              const Buffers& buffers) const {
+  const char* what = name_of(transfer);
   const std::uint64_t blocks = layout_->block_count();
   if (first_block > blocks || block_count > blocks - first_block) {
-    return finished(Status::Error(StatusCode::invalid_argument,
-                                  std::string(what) + ": blocks [" + std::to_string(first_block) + ", " +
-                                      std::to_string(first_block + block_count) + ") are outside the model's " +
-                                      std::to_string(blocks) + " blocks"),
-                    on_done);
+    return Status::Error(StatusCode::invalid_argument, std::string(what) + ": blocks [" + std::to_string(first_block) +
+                                                           ", " + std::to_string(first_block + block_count) +
+                                                           ") are outside the model's " + std::to_string(blocks) +
+                                                           " blocks");
   }
-  const std::uint64_t base = layout_->model_offset_of_block(first_block);
-  const std::uint64_t need = layout_->model_offset_of_block(first_block + block_count) - base;
+  const std::uint64_t need =
+      layout_->model_offset_of_block(first_block + block_count) - layout_->model_offset_of_block(first_block);
   const bool exchanging = transfer == Transfer::exchange;
   for (const auto& [bytes, name] : {std::pair{buffers.data_bytes, exchanging ? "gradient buffer" : "buffer"},
                                     std::pair{exchanging ? buffers.pulled_bytes : need, "weights buffer"}}) {
     if (bytes != need) {
-      return finished(
-          Status::Error(StatusCode::invalid_argument,
-                        std::string(what) + ": the " + name + " holds " + std::to_string(bytes) + " bytes, blocks [" +
-                            std::to_string(first_block) + ", " + std::to_string(first_block + block_count) + ") are " +
-                            std::to_string(need) + " bytes"),
-          on_done);
+      return Status::Error(StatusCode::invalid_argument,
+                           std::string(what) + ": the " + name + " holds " + std::to_string(bytes) +
+                               " bytes, blocks [" + std::to_string(first_block) + ", " +
+                               std::to_string(first_block + block_count) + ") are " + std::to_string(need) + " bytes");
     }
   }
-  if (block_count == 0) return finished(Status::Ok(), on_done);
+  return Status::Ok();
+}
 
+std::vector<detail::ShardCommands> Cluster::plan(Transfer transfer, std::uint64_t first_block,
+                                                 std::uint64_t block_count, const Buffers& buffers) const {
+  const std::uint64_t base = layout_->model_offset_of_block(first_block);
+  const bool exchanging = transfer == Transfer::exchange;
   const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights || exchanging;
-  const LuRole role =
-      transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights : LuRole::grad;
-  struct ShardPart {
-    std::vector<LuCommand> commands;
-    std::vector<std::uint64_t> model_offsets;
-  };
-  std::vector<ShardPart> parts(shards_.size());
+  std::vector<detail::ShardCommands> parts(shards_.size());
   auto command = [&](IoDirection direction, const ShardRun& run, std::byte* data) {
     LuCommand c{direction, run.shard_offset, {}};
     for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
     return c;
   };
   // An exchange pairs each WRITE with a READ of the same run (so READs use the WRITE size cap): a shard's
-  // WRITEs first, in order, then their READs, each waiting for its WRITE (client/command_order.h interleaves
-  // them on the wire).
+  // WRITEs first, in order, then their READs, each waiting for its WRITE (client/transport/command_order.h
+  // interleaves them on the wire).
   for (ShardRun& run :
        layout_->runs(first_block, block_count, writing ? max_write_request_bytes_ : config_.client.max_request_bytes)) {
-    ShardPart& part = parts[run.shard];
+    detail::ShardCommands& part = parts[run.shard];
     part.model_offsets.push_back(run.pieces.front().model_offset);
     part.commands.push_back(command(writing ? IoDirection::write : IoDirection::read, run, buffers.data));
   }
-  if (exchanging) {
-    for (ShardPart& part : parts) {
-      const std::size_t writes = part.commands.size();
-      for (std::size_t w = 0; w < writes; ++w) {
-        LuCommand read = part.commands[w];
-        read.direction = IoDirection::read;
-        read.after = w;
-        for (IoSegment& segment : read.segments) segment.data = buffers.pulled + (segment.data - buffers.data);
-        part.commands.push_back(std::move(read));
-        part.model_offsets.push_back(part.model_offsets[w]);
-      }
+  if (!exchanging) return parts;
+  for (detail::ShardCommands& part : parts) {
+    const std::size_t writes = part.commands.size();
+    for (std::size_t w = 0; w < writes; ++w) {
+      LuCommand read = part.commands[w];
+      read.direction = IoDirection::read;
+      read.after = w;
+      for (IoSegment& segment : read.segments) segment.data = buffers.pulled + (segment.data - buffers.data);
+      part.commands.push_back(std::move(read));
+      part.model_offsets.push_back(part.model_offsets[w]);
     }
   }
+  return parts;
+}
+
+Operation Cluster::post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done) {
+  const char* what = name_of(transfer);
+  const LuRole role =
+      transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights : LuRole::grad;
   auto state = std::make_shared<OperationState>();
   state->on_done = std::move(on_done);
-  for (const ShardPart& p : parts) state->parts_left += p.commands.empty() ? 0 : 1;
+  for (const detail::ShardCommands& p : parts) state->parts_left += p.commands.empty() ? 0 : 1;
   for (std::size_t i = 0; i < parts.size(); ++i) {
     if (parts[i].commands.empty()) continue;
     ShardWorker* shard = shards_[i].get();
-    if (exchanging) {
-      shard->post_exchange({std::move(parts[i].commands), std::move(parts[i].model_offsets)}, state);
+    if (transfer == Transfer::exchange) {
+      shard->post_exchange(std::move(parts[i]), state);
       continue;
     }
     shard->post([shard, role, part = std::move(parts[i]),
@@ -988,7 +1048,7 @@ Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
   return pages;
 }
 
-Result<std::vector<LuQueueCounters>> Cluster::shard_counters() {
+Result<std::vector<LuQueueCounters>> Cluster::recovery_counters() {
   std::vector<LuQueueCounters> counters(shards_.size());
   const Status s = on_every_shard([&](ShardWorker& shard, std::size_t i) {
     for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) counters[i] += shard.lu(role).queue_counters();

@@ -1,4 +1,4 @@
-#include "client/cluster_file.h"
+#include "blockps/cluster_file.h"
 
 #include <toml++/toml.h>
 #include <unistd.h>
@@ -12,7 +12,9 @@
 #include <set>
 #include <sstream>
 
+#include "contract/byte_size.h"
 #include "contract/control_lines.h"
+#include "contract/limits.h"
 
 namespace blockps {
 
@@ -183,123 +185,107 @@ const toml::table* section(const toml::table& root, std::string_view name, const
   return node->as_table();
 }
 
-Result<ClusterConfig> parse(const toml::table& root, const std::string& source) {
-  ClusterConfig c;
-  c.source = source;
-  Status s = refuse_unknown_keys(Where{source, "top level"}, root, {"model", "layout", "client", "shard"});
-  if (!s.ok()) return s;
-
-  // [model]
-  const toml::table* model = section(root, "model", source, s);
-  if (!s.ok()) return s;
-  if (model == nullptr) return Status::Error(source + ": [model] is required (size, dtype, block)");
+// [model]: its name, dtype, block and size.
+Status parse_model(const toml::table& table, const std::string& source, ModelSpec& model) {
+  Status s = Status::Ok();
   const Where mw{source, "model"};
-  if (s = refuse_unknown_keys(mw, *model, {"name", "size", "dtype", "block"}); !s.ok()) return s;
-  if (s = read_job_name(mw, *model, "name", "the model's name, the same in every cluster file of this model",
-                        c.model.name);
+  if (s = refuse_unknown_keys(mw, table, {"name", "size", "dtype", "block"}); !s.ok()) return s;
+  if (s = read_job_name(mw, table, "name", "the model's name, the same in every cluster file of this model",
+                        model.name);
       !s.ok())
     return s;
-  if (s = read_choice<WireDtype>(mw, *model, "dtype",
+  if (s = read_choice<WireDtype>(mw, table, "dtype",
                                  {{to_string(WireDtype::f32), WireDtype::f32},
                                   {to_string(WireDtype::bf16), WireDtype::bf16},
                                   {to_string(WireDtype::f16), WireDtype::f16}},
-                                 c.model.dtype);
+                                 model.dtype);
       !s.ok())
     return s;
   if (s = read_bytes(
-          mw, *model, "block", false, c.model.block_bytes,
+          mw, table, "block", false, model.block_bytes,
           "must be a byte count from 512 to 512K, a multiple of 512 (e.g. \"256K\")",
           [](std::uint64_t b) { return b >= kLuBlockBytes && b <= kMaxBlockBytes && b % kLuBlockBytes == 0; });
       !s.ok())
     return s;
-  if (s = read_bytes(mw, *model, "size", true, c.model.size_bytes,
-                     "must be a byte count > 0, a multiple of 512, with an optional K, M, G or T suffix (e.g. \"32M\")",
-                     [](std::uint64_t b) { return b > 0 && b % kLuBlockBytes == 0; });
+  return read_bytes(mw, table, "size", true, model.size_bytes,
+                    "must be a byte count > 0, a multiple of 512, with an optional K, M, G or T suffix (e.g. \"32M\")",
+                    [](std::uint64_t b) { return b > 0 && b % kLuBlockBytes == 0; });
+}
+
+// [layout]: its kind.
+Status parse_layout(const toml::table& table, const std::string& source, LayoutKind& layout) {
+  const Where lw{source, "layout"};
+  if (Status s = refuse_unknown_keys(lw, table, {"kind"}); !s.ok()) return s;
+  return read_choice<LayoutKind>(lw, table, "kind", {{"stripe", LayoutKind::stripe}, {"range", LayoutKind::range}},
+                                 layout);
+}
+
+// [client]: the worker's settings; max_request is checked against the model's `block`.
+Status parse_client(const toml::table& table, const std::string& source, std::uint64_t block, ClientSpec& client) {
+  Status s = Status::Ok();
+  const Where cw{source, "client"};
+  if (s = refuse_unknown_keys(
+          cw, table,
+          {"job", "initiator", "queue_depth", "exchange_writes", "engine", "max_request", "reconnect_s", "timeout_s"});
       !s.ok())
     return s;
-
-  // [layout]
-  const toml::table* layout = section(root, "layout", source, s);
-  if (!s.ok()) return s;
-  if (layout != nullptr) {
-    const Where lw{source, "layout"};
-    if (s = refuse_unknown_keys(lw, *layout, {"kind"}); !s.ok()) return s;
-    if (s = read_choice<LayoutKind>(lw, *layout, "kind", {{"stripe", LayoutKind::stripe}, {"range", LayoutKind::range}},
-                                    c.layout);
-        !s.ok())
-      return s;
+  if (s = read_job_name(cw, table, "job", "the job's name, the same for every worker of the job", client.job); !s.ok())
+    return s;
+  if (const toml::node* n = table.get("initiator")) {
+    auto v = n->value_exact<std::string>();
+    if (!v || v->rfind("iqn.", 0) != 0 || v->size() < 5 || v->size() > 223)
+      return cw.bad("initiator", show(*n), "must be an iSCSI name \"iqn.YYYY-MM.domain:name\" of at most 223 bytes");
+    client.initiator = *v;
   }
-
-  // [client]
-  const toml::table* client = section(root, "client", source, s);
-  if (!s.ok()) return s;
-  if (client != nullptr) {
-    const Where cw{source, "client"};
-    if (s = refuse_unknown_keys(cw, *client,
-                                {"job", "initiator", "queue_depth", "exchange_writes", "engine", "max_request",
-                                 "reconnect_s", "timeout_s"});
-        !s.ok())
-      return s;
-    if (s = read_job_name(cw, *client, "job", "the job's name, the same for every worker of the job", c.client.job);
-        !s.ok())
-      return s;
-    if (const toml::node* n = client->get("initiator")) {
-      auto v = n->value_exact<std::string>();
-      if (!v || v->rfind("iqn.", 0) != 0 || v->size() < 5 || v->size() > 223)
-        return cw.bad("initiator", show(*n), "must be an iSCSI name \"iqn.YYYY-MM.domain:name\" of at most 223 bytes");
-      c.client.initiator = *v;
-    }
-    if (const toml::node* n = client->get("queue_depth")) {
-      auto v = n->value_exact<std::int64_t>();
-      if (!v || *v < 1 || *v > kMaxQueueDepth)
-        return cw.bad("queue_depth", show(*n), "must be a whole number from 1 to " + std::to_string(kMaxQueueDepth));
-      c.client.queue_depth = static_cast<int>(*v);
-    }
-    if (const toml::node* n = client->get("exchange_writes")) {
-      auto v = n->value_exact<std::int64_t>();
-      if (!v || *v < 1 || *v > c.client.queue_depth)
-        return cw.bad("exchange_writes", show(*n),
-                      "must be a whole number from 1 to queue_depth (" + std::to_string(c.client.queue_depth) + ")");
-      c.client.exchange_writes = static_cast<int>(*v);
-    }
-    if (s = read_choice<PosixEngine>(
-            cw, *client, "engine",
-            {{"psync", PosixEngine::psync}, {"libaio", PosixEngine::libaio}, {"io_uring", PosixEngine::io_uring}},
-            c.client.engine);
-        !s.ok())
-      return s;
-    if (const toml::node* n = client->get("reconnect_s")) {
-      // An integer or a float; a whole day at most (a limit that catches a unit mistake such as milliseconds).
-      const std::optional<double> v = n->is_integer()
-                                          ? std::optional<double>(static_cast<double>(*n->value<std::int64_t>()))
-                                          : n->value_exact<double>();
-      if (!v || !(*v >= 0 && *v <= kMaxReconnectSeconds))
-        return cw.bad("reconnect_s", show(*n),
-                      "must be a number of seconds from 0 (never reconnect) to " +
-                          std::to_string(static_cast<int>(kMaxReconnectSeconds)));
-      c.client.reconnect_s = *v;
-    }
-    if (const toml::node* n = client->get("timeout_s")) {
-      auto v = n->value_exact<std::int64_t>();
-      if (!v || *v < 1 || *v > kMaxTimeoutSeconds)
-        return cw.bad("timeout_s", show(*n),
-                      "must be a whole number of seconds from 1 to " + std::to_string(kMaxTimeoutSeconds));
-      c.client.timeout_s = static_cast<int>(*v);
-    }
-    const std::uint64_t block = c.model.block_bytes;
-    if (s = read_bytes(cw, *client, "max_request", false, c.client.max_request_bytes,
-                       "must be a byte count from the model block (" + std::to_string(block) + ") to 16M",
-                       [&](std::uint64_t b) { return b >= block && b <= kMaxRequestBytes; });
-        !s.ok())
-      return s;
+  if (const toml::node* n = table.get("queue_depth")) {
+    auto v = n->value_exact<std::int64_t>();
+    if (!v || *v < 1 || *v > kMaxQueueDepth)
+      return cw.bad("queue_depth", show(*n), "must be a whole number from 1 to " + std::to_string(kMaxQueueDepth));
+    client.queue_depth = static_cast<int>(*v);
   }
-  if (c.client.initiator.empty()) c.client.initiator = default_initiator_iqn();
+  if (const toml::node* n = table.get("exchange_writes")) {
+    auto v = n->value_exact<std::int64_t>();
+    if (!v || *v < 1 || *v > client.queue_depth)
+      return cw.bad("exchange_writes", show(*n),
+                    "must be a whole number from 1 to queue_depth (" + std::to_string(client.queue_depth) + ")");
+    client.exchange_writes = static_cast<int>(*v);
+  }
+  if (s = read_choice<PosixEngine>(
+          cw, table, "engine",
+          {{"psync", PosixEngine::psync}, {"libaio", PosixEngine::libaio}, {"io_uring", PosixEngine::io_uring}},
+          client.engine);
+      !s.ok())
+    return s;
+  if (const toml::node* n = table.get("reconnect_s")) {
+    // An integer or a float; a whole day at most (a limit that catches a unit mistake such as milliseconds).
+    const std::optional<double> v = n->is_integer()
+                                        ? std::optional<double>(static_cast<double>(*n->value<std::int64_t>()))
+                                        : n->value_exact<double>();
+    if (!v || !(*v >= 0 && *v <= kMaxReconnectSeconds))
+      return cw.bad("reconnect_s", show(*n),
+                    "must be a number of seconds from 0 (never reconnect) to " +
+                        std::to_string(static_cast<int>(kMaxReconnectSeconds)));
+    client.reconnect_s = *v;
+  }
+  if (const toml::node* n = table.get("timeout_s")) {
+    auto v = n->value_exact<std::int64_t>();
+    if (!v || *v < 1 || *v > kMaxTimeoutSeconds)
+      return cw.bad("timeout_s", show(*n),
+                    "must be a whole number of seconds from 1 to " + std::to_string(kMaxTimeoutSeconds));
+    client.timeout_s = static_cast<int>(*v);
+  }
+  return read_bytes(cw, table, "max_request", false, client.max_request_bytes,
+                    "must be a byte count from the model block (" + std::to_string(block) + ") to 16M",
+                    [&](std::uint64_t b) { return b >= block && b <= kMaxRequestBytes; });
+}
 
-  // [[shard]]
-  const toml::node* shards = root.get("shard");
-  const toml::array* list = shards != nullptr ? shards->as_array() : nullptr;
-  if (shards != nullptr && (list == nullptr || !list->is_array_of_tables()))
-    return Status::Error(source + ": 'shard' must be an array of tables ([[shard]] sections), not " + show(*shards));
+// [[shard]]: at least one, each with a unique name and its three LU addresses.
+Status parse_shards(const toml::table& root, const std::string& source, std::vector<ShardSpec>& shards) {
+  Status s = Status::Ok();
+  const toml::node* node = root.get("shard");
+  const toml::array* list = node != nullptr ? node->as_array() : nullptr;
+  if (node != nullptr && (list == nullptr || !list->is_array_of_tables()))
+    return Status::Error(source + ": 'shard' must be an array of tables ([[shard]] sections), not " + show(*node));
   if (list == nullptr || list->empty())
     return Status::Error(source +
                          ": no [[shard]] sections: a cluster needs at least one shard (name, grad, weights, status)");
@@ -321,17 +307,47 @@ Result<ClusterConfig> parse(const toml::table& root, const std::string& source) 
     if (s = read_address(sw, t, "grad", shard.grad); !s.ok()) return s;
     if (s = read_address(sw, t, "weights", shard.weights); !s.ok()) return s;
     if (s = read_address(sw, t, "status", shard.status); !s.ok()) return s;
-    c.shards.push_back(std::move(shard));
+    shards.push_back(std::move(shard));
   }
+  return Status::Ok();
+}
 
+// Every shard needs at least one block of the model.
+Status check_blocks_per_shard(const ClusterConfig& c) {
   // A size that is a multiple of 512 is whole elements of every dtype, so only the shard count is left.
   const std::uint64_t blocks = (c.model.size_bytes + c.model.block_bytes - 1) / c.model.block_bytes;
   if (blocks < c.shards.size()) {
-    return Status::Error(source + ": [model] size = " + std::to_string(c.model.size_bytes) + " is " +
+    return Status::Error(c.source + ": [model] size = " + std::to_string(c.model.size_bytes) + " is " +
                          std::to_string(blocks) + " block(s) of " + std::to_string(c.model.block_bytes) +
                          " bytes: too few for " + std::to_string(c.shards.size()) +
                          " shards (each shard needs at least one block)");
   }
+  return Status::Ok();
+}
+
+// The file: its top-level keys, then each section in the order a section may depend on another's values.
+Result<ClusterConfig> parse(const toml::table& root, const std::string& source) {
+  ClusterConfig c;
+  c.source = source;
+  Status s = refuse_unknown_keys(Where{source, "top level"}, root, {"model", "layout", "client", "shard"});
+  if (!s.ok()) return s;
+  const toml::table* model = section(root, "model", source, s);
+  if (!s.ok()) return s;
+  if (model == nullptr) return Status::Error(source + ": [model] is required (size, dtype, block)");
+  if (s = parse_model(*model, source, c.model); !s.ok()) return s;
+  const toml::table* layout = section(root, "layout", source, s);
+  if (!s.ok()) return s;
+  if (layout != nullptr) {
+    if (s = parse_layout(*layout, source, c.layout); !s.ok()) return s;
+  }
+  const toml::table* client = section(root, "client", source, s);
+  if (!s.ok()) return s;
+  if (client != nullptr) {
+    if (s = parse_client(*client, source, c.model.block_bytes, c.client); !s.ok()) return s;
+  }
+  if (c.client.initiator.empty()) c.client.initiator = default_initiator_iqn();
+  if (s = parse_shards(root, source, c.shards); !s.ok()) return s;
+  if (s = check_blocks_per_shard(c); !s.ok()) return s;
   return c;
 }
 

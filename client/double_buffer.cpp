@@ -1,5 +1,5 @@
 // DoubleBuffer (double_buffer.h): the communication thread and the adaptive-pull plan.
-#include "client/double_buffer.h"
+#include "blockps/double_buffer.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,10 +10,10 @@
 #include <string>
 
 #include "client/trace.h"
+#include "client/transport/aligned_buffer.h"
 
 namespace blockps {
 namespace {
-
 
 double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -23,8 +23,7 @@ void blend(double& average, double sample, double smoothing, std::uint64_t sampl
 
 // The mean deviation of a sample from its moving average, updated before the average (RFC 6298's RTTVAR; the
 // first sample starts it at half the sample).
-void blend_deviation(double& deviation, double average, double sample, double smoothing,
-                     std::uint64_t samples_before) {
+void blend_deviation(double& deviation, double average, double sample, double smoothing, std::uint64_t samples_before) {
   deviation = samples_before == 0 ? sample / 2 : deviation + smoothing * (std::abs(sample - average) - deviation);
 }
 
@@ -38,8 +37,23 @@ std::string check_pipeline_options(const PipelineOptions& o) {
   return "";
 }
 
+struct DoubleBuffer::ModelBuffer {
+  AlignedBuffer weights, grads;  // O_DIRECT-ready for the posix transport
+  // The last exchange of this buffer.
+  Clock::time_point pulled_at{};
+  double push_s = 0, pull_s = 0, bubble_s = 0;
+  bool pipelined = false;
+};
+
 DoubleBuffer::DoubleBuffer(Cluster& cluster, const PipelineOptions& options)
-    : cluster_(cluster), options_(options), bytes_(cluster.model_bytes()) {}
+    : cluster_(cluster),
+      options_(options),
+      bytes_(cluster.model_bytes()),
+      buffers_(std::make_unique<ModelBuffer[]>(2)),
+      compute_(&buffers_[0]) {}
+
+std::span<std::byte> DoubleBuffer::weights() { return {compute_->weights.get(), bytes_}; }
+std::span<std::byte> DoubleBuffer::grads() { return {compute_->grads.get(), bytes_}; }
 
 Result<std::unique_ptr<DoubleBuffer>> DoubleBuffer::create(Cluster& cluster, const PipelineOptions& options) {
   if (std::string why = check_pipeline_options(options); !why.empty())
@@ -51,8 +65,8 @@ Result<std::unique_ptr<DoubleBuffer>> DoubleBuffer::create(Cluster& cluster, con
     for (auto* slot : {&b.weights, &b.grads}) {
       *slot = make_aligned_buffer(db->bytes_);
       if (!*slot)
-        return Status::Error(StatusCode::unknown,
-                             "double buffer: cannot allocate " + std::to_string(db->bytes_) + " bytes for a model buffer");
+        return Status::Error(StatusCode::unknown, "double buffer: cannot allocate " + std::to_string(db->bytes_) +
+                                                      " bytes for a model buffer");
     }
     if (i > 0) {  // the same weights: one pull serves both buffers
       std::memcpy(b.weights.get(), db->buffers_[0].weights.get(), db->bytes_);
@@ -107,8 +121,7 @@ Status DoubleBuffer::exchange(ModelBuffer& buffer, Clock::time_point submitted) 
   const auto t0 = Clock::now();
   double push_s = 0, pull_s = 0, bubble_s = 0;
   if (split) {
-    if (Status s = cluster_.push(grads); !s.ok())
-      return Status::Error(s.code(), "double buffer: push: " + s.message());
+    if (Status s = cluster_.push(grads); !s.ok()) return Status::Error(s.code(), "double buffer: push: " + s.message());
     push_s = seconds(Clock::now() - t0);
     if (const auto now = Clock::now(); pull_start_target > now) {
       std::this_thread::sleep_until(pull_start_target);

@@ -15,20 +15,13 @@
 #include <string_view>
 #include <vector>
 
-#include "client/layout.h"
-#include "client/lu_address.h"
+#include "blockps/cluster.h"  // ShardKind
+#include "blockps/layout.h"
+#include "blockps/lu_address.h"
 #include "contract/place.h"
 #include "contract/result.h"
 
 namespace blockps {
-
-// Which kind of shard a worker needs (its status page's /shard/opt).
-enum class ShardKind {
-  any,        // no check
-  optimizer,  // a shard that steps an optimizer on each push (every opt but average): a pull returns weights
-  averaging,  // opt=average: a READ after a push returns the round's average gradient (the DDP hook)
-};
-std::string_view to_string(ShardKind kind);
 
 // Where a shard sits in a model (contract/place.h); a Place with an empty model is no place.
 // Shard `index` of `count` of `model` in the cluster file's layout.

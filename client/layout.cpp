@@ -1,4 +1,4 @@
-#include "client/layout.h"
+#include "blockps/layout.h"
 
 namespace blockps {
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "client/lu_command.h"
+#include "client/transport/lu_command.h"
 #include "contract/result.h"
 
 namespace blockps {

@@ -12,8 +12,8 @@
 namespace blockps {
 
 // What kind of failure a Status is, for callers that branch on it (the client C API's result codes,
-// blockps_c.h) rather than on the message. `unknown` is any error made without a kind (on the PS: an engine
-// fault, an exception).
+// client/include/blockps/blockps.h) rather than on the message. `unknown` is any error made without a kind (on the PS:
+// an engine fault, an exception).
 enum class StatusCode {
   ok,
   unknown,

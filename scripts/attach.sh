@@ -41,14 +41,16 @@
 # blocks to look for partition tables: the bytes of a weights LU can look like one (a bogus Atari/AHDI table
 # was seen), so it drops whatever partitions the kernel made with `partx -d` on each LU's device (those reads
 # were pulls; nothing was written). It reads each shard's status page from its status device (`dd
-# iflag=direct`), takes shard.size, shard.dtype, shard.block from the JSON, checks that all shards agree on
-# dtype and block, and writes:
+# iflag=direct`), takes shard.size, shard.dtype, shard.block from the JSON (`blockps status --page - --field
+# /shard/size ...`), checks that all shards agree on dtype and block, and writes:
 #   [model]   size = SUM OF THE SHARD SIZES, dtype, block       [layout] kind = "stripe"
 #   [[shard]] name, grad, weights, status = /dev/disk/by-path/... (one per shard, in order)
 # Open the devices with O_DIRECT only: through the page cache a read after a push returns your own gradient.
 # Exit status: 0, or 2 with `attach: ERROR: reason` (nothing is logged out on a failure: run --logout).
 # Environment: BLOCKPS_PORT_OFFSET (default 0) is added to the port of --conf files (as ps-up.sh does);
-# BLOCKPS_PORTAL_ADDR (IPv4) replaces their address (as ps-up.sh does: iSER needs an RDMA device's address).
+# BLOCKPS_PORTAL_ADDR (IPv4) replaces their address (as ps-up.sh does: iSER needs an RDMA device's address);
+# BLOCKPS_CLI: the blockps CLI that reads the --conf files and the status pages (default: the build's beside
+# BLOCKPS_BACKING_STORE_DIR, the installed one, PATH's, this tree's build/; scripts/lib/blockps-tgt.sh).
 set -euo pipefail
 
 blockps_prog=attach blockps_die_status=2 blockps_say_stderr=1
@@ -64,7 +66,7 @@ timeout_s=60
 names=() hosts=() ports=() iqns=() lgrad=() lweights=() lstatus=() status_files=() conf_iqn=()
 
 # conf_fields FILE: prints "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of a shard config as tgt-admin reads it
-# (conf_expand_shards: a blockps-shard line made into its LUs).
+# (conf_expand: a blockps-shard line made into its LUs).
 conf_fields() {
   awk '
     function flush() { if (lun != "" && role != "") lu[role] = lun; lun = ""; role = "" }
@@ -99,7 +101,7 @@ add_portal() { # HOST:PORT
 add_conf() { # FILE
   if [ ! -f "$1" ] || [ ! -r "$1" ]; then die "--conf '$1': no such file (or not readable)"; fi
   local f expanded
-  expanded=$(conf_expand_shards "$1") || die "--conf $expanded"
+  expanded=$(conf_expand "$1" "--conf ") || exit
   f=$(conf_fields <(echo "$expanded"))
   [ "${f#ERR }" = "$f" ] || die "--conf $1: ${f#ERR }"
   read -r portal iqn g w s <<<"$f"
@@ -325,35 +327,6 @@ else
 fi
 
 # --- model fields from the status pages ----------------------------------------------------------------------
-# status_fields < JSON-TEXT: prints "SIZE DTYPE BLOCK" from the object "shard" of a status page (any layout of
-# the JSON: a small tokenizer, no jq or python needed).
-status_fields() {
-  awk '
-    BEGIN { RS = "\001" }
-    {
-      s = $0; n = length(s); i = 1; depth = 0; key = ""; expect_key = 0
-      while (i <= n) {
-        c = substr(s, i, 1)
-        if (c == "\"") {
-          j = i + 1; str = ""
-          while (j <= n && substr(s, j, 1) != "\"") { if (substr(s, j, 1) == "\\") j++; str = str substr(s, j, 1); j++ }
-          i = j + 1
-          # a key when a ":" follows
-          k = i; while (k <= n && substr(s, k, 1) ~ /[ \t\r\n]/) k++
-          if (substr(s, k, 1) == ":") { key = str; i = k + 1; continue }
-          val = str
-        } else if (c == "{") { path[++depth] = key; key = ""; i++; continue }
-        else if (c == "}") { depth--; i++; continue }
-        else if (c ~ /[-0-9.eE+a-z]/) {
-          j = i; while (j <= n && substr(s, j, 1) ~ /[-0-9.eE+a-z]/) j++
-          val = substr(s, i, j - i); i = j
-        } else { i++; continue }
-        if (depth == 2 && path[2] == "shard" && (key == "size" || key == "dtype" || key == "block")) f[key] = val
-        key = ""
-      }
-    }
-    END { if (f["size"] == "" || f["dtype"] == "" || f["block"] == "") exit 1; print f["size"], f["dtype"], f["block"] }'
-}
 human_bytes() { # N: 32M, 256K, or the plain number
   local n=$1 s
   for s in T G M K; do
@@ -367,6 +340,7 @@ human_bytes() { # N: 32M, 256K, or the plain number
   echo "$n"
 }
 
+cli=$(blockps_cli) || exit
 total=0 dtype='' block='' first=''
 for i in "${!hosts[@]}"; do
   if [ "${#status_files[@]}" -gt 0 ]; then
@@ -376,9 +350,11 @@ for i in "${!hosts[@]}"; do
     src=${dstatus[$i]}
     page=$(dd if="$src" bs=64K count=1 iflag=direct status=none | tr -d '\0') || die "cannot read the status page of ${names[$i]} from $src"
   fi
-  fields=$(status_fields <<<"$page") ||
-    die "${names[$i]}: the status page ($src) has no shard.size, shard.dtype and shard.block (is this a blockps status LU?)"
-  read -r size dt bl <<<"$fields"
+  # The model fields by their pointers in contract/status_page.h, tab-separated.
+  fields=$("$cli" status --page - --field /shard/size --field /shard/dtype --field /shard/block 2>&1 <<<"$page") ||
+    die "${names[$i]}: the status page ($src) has no shard.size, shard.dtype and shard.block (is this a blockps" \
+      "status LU?): ${fields#blockps: ERROR: }"
+  IFS=$'\t' read -r size dt bl <<<"$fields"
   [[ $size =~ ^[1-9][0-9]*$ ]] || die "${names[$i]}: shard.size '$size' in $src is not a byte count"
   [[ $bl =~ ^[1-9][0-9]*$ ]] || die "${names[$i]}: shard.block '$bl' in $src is not a byte count"
   case "$dt" in f32 | bf16 | f16) ;; *) die "${names[$i]}: shard.dtype '$dt' in $src is not f32, bf16 or f16" ;; esac

@@ -9,7 +9,7 @@
 #   ps-sync     torchrun, 2 ranks through the PS in mode=sync (BSP: a pull returns the round's average)
 #   ps-async    torchrun, 2 ranks through the PS in mode=async
 # The 2 ranks run on this one host, as the GPUs of one machine do: they combine their gradients in shared memory
-# and the host's leader (rank 0) pushes and pulls each block once for both (client/python/blockps/host.py), so the
+# and the host's leader (rank 0) pushes and pulls each block once for both (client/python/blockps/torch/host.py), so the
 # shards see one worker (workers=1 in sync mode). Several hosts' ranks: bench/cluster --ranks-per-host.
 # Each ps- run starts 2 shards (one tgtd each, scripts/ps-up.sh) that run the script's optimizer, the script
 # wraps its optimizer in blockps.torch.DistributedOptimizer (rank 0's weights go to the shards at start), prints

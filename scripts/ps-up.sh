@@ -31,46 +31,132 @@
 # On any failure it stops every tgtd it started and exits non-zero. Stop shards with scripts/ps-down.sh.
 # Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
 # BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES,
-# BLOCKPS_PORTAL_ADDR, BLOCKPS_ISER, BLOCKPS_ISER_POOL_MB).
+# BLOCKPS_PORTAL_ADDR, BLOCKPS_ISER, BLOCKPS_ISER_POOL_MB, BLOCKPS_CLI). The conf file is read with the blockps CLI
+# (`blockps conf expand`): the build's beside BLOCKPS_BACKING_STORE_DIR, the installed one, or PATH's.
 set -euo pipefail
 
 blockps_prog=ps-up
 # shellcheck source=scripts/lib/blockps-tgt.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib/blockps-tgt.sh"
 
-case "${1:-}" in
-  -h | --help) usage 0 ;;
-  "") echo "usage: scripts/ps-up.sh CONF... (--help for details)" >&2; exit 2 ;;
-  --print-tgt-conf)
-    [ "$#" -eq 2 ] || die "--print-tgt-conf takes one conf file (got $(($# - 1)) arguments)"
-    if [ ! -f "$2" ] || [ ! -r "$2" ]; then die "$2: no such file (or not readable)"; fi
-    tgt_conf=$(conf_expand_shards "$2") || die "$tgt_conf"
-    echo "# $2 as tgt-admin reads it (scripts/ps-up.sh --print-tgt-conf): each blockps-shard line made into its LUs"
-    echo "$tgt_conf"
-    exit 0
-    ;;
-esac
+# --print-tgt-conf CONF: the file as tgt-admin reads it; starts nothing.
+print_tgt_conf() { # CONF
+  local tgt_conf
+  if [ ! -f "$1" ] || [ ! -r "$1" ]; then die "$1: no such file (or not readable)"; fi
+  tgt_conf=$(conf_expand "$1") || exit
+  echo "# $1 as tgt-admin reads it (scripts/ps-up.sh --print-tgt-conf): each blockps-shard line made into its LUs"
+  echo "$tgt_conf"
+}
 
-[ "$(id -u)" = 0 ] || die "run as root (tgtd needs it)"
-TGTD=$(find_tool tgtd) || die "tgtd not found: install tgt (scripts/setup.sh)"
-TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.sh)"
-TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
-is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
-check_portal_environment
-case "$BLOCKPS_ISER" in "" | yes | no | auto) ;; *) die "BLOCKPS_ISER=$BLOCKPS_ISER: must be yes, no or auto" ;; esac
-if [ -n "$BLOCKPS_ISER_POOL_MB" ] && { ! is_uint "$BLOCKPS_ISER_POOL_MB" || [ "$BLOCKPS_ISER_POOL_MB" -lt 128 ]; }; then
-  die "BLOCKPS_ISER_POOL_MB=$BLOCKPS_ISER_POOL_MB: must be a number of MiB >= 128 (tgt's minimum)"
-fi
+# The tools and the environment every shard needs.
+check_host() {
+  [ "$(id -u)" = 0 ] || die "run as root (tgtd needs it)"
+  TGTD=$(find_tool tgtd) || die "tgtd not found: install tgt (scripts/setup.sh)"
+  TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.sh)"
+  TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
+  is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
+  check_portal_environment
+  case "$BLOCKPS_ISER" in "" | yes | no | auto) ;; *) die "BLOCKPS_ISER=$BLOCKPS_ISER: must be yes, no or auto" ;; esac
+  if [ -n "$BLOCKPS_ISER_POOL_MB" ] && { ! is_uint "$BLOCKPS_ISER_POOL_MB" || [ "$BLOCKPS_ISER_POOL_MB" -lt 128 ]; }; then
+    die "BLOCKPS_ISER_POOL_MB=$BLOCKPS_ISER_POOL_MB: must be a number of MiB >= 128 (tgt's minimum)"
+  fi
+}
 
-# --- check every file before starting anything -----------------------------------------------------------------
+# --- checking every file before starting anything --------------------------------------------------------------
+# One entry per shard, in the order of the arguments.
 names=() confs=() controls=() addrs=() ports=() isers=()
 needs_module=
-# Each file as tgt-admin reads it (conf_expand_shards), until its shard's state directory holds it.
-expanded_dir=$(mktemp -d "${TMPDIR:-/tmp}/blockps-ps-up-XXXXXX")
-trap 'rm -rf "$expanded_dir"' EXIT
-for conf in "$@"; do
-  if [ ! -f "$conf" ] || [ ! -r "$conf" ]; then die "$conf: no such file (or not readable)"; fi
-  conf=$(realpath "$conf")
+# Each file as tgt-admin reads it (conf_expand), until its shard's state directory holds it.
+expanded_dir=
+
+# blockps-control N; control-port N (tgt-admin's name, not a TCP port) is the same, still accepted.
+# These read one key of a conf file into check_conf's variables of the same name.
+conf_control() { # CONF -> control (with BLOCKPS_CONTROL_OFFSET)
+  local cps
+  mapfile -t cps < <(conf_value "$1" blockps-control; conf_value "$1" control-port)
+  [ "${#cps[@]}" -eq 1 ] ||
+    die "$1: needs exactly one top-level 'blockps-control N' line, tgtd's control number (the old name" \
+      "'control-port N' is accepted too) (found ${#cps[@]})"
+  is_uint "${cps[0]}" || die "$1: blockps-control '${cps[0]}' is not a number"
+  control=$((cps[0] + BLOCKPS_CONTROL_OFFSET))
+  if [ "$control" -lt 1 ] || [ "$control" -gt 32767 ]; then
+    die "$1: control number $control out of range 1..32767 (0 is the system tgtd's)"
+  fi
+}
+
+conf_portal() { # CONF -> addr and port (BLOCKPS_PORTAL_ADDR and BLOCKPS_PORT_OFFSET applied)
+  local portal_lines portal
+  mapfile -t portal_lines < <(conf_value "$1" blockps-portal)
+  [ "${#portal_lines[@]}" -eq 1 ] ||
+    die "$1: needs exactly one top-level 'blockps-portal IP:PORT' line (found ${#portal_lines[@]})"
+  portal=${portal_lines[0]}
+  [[ $portal =~ ^([0-9.]+):([0-9]+)$ ]] || die "$1: blockps-portal '$portal' is not IPv4-ADDRESS:PORT"
+  addr=${BLOCKPS_PORTAL_ADDR:-${BASH_REMATCH[1]}}
+  port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))
+  if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "$1: port $port out of range 1..65535"; fi
+}
+
+conf_iser() { # CONF NAME PORT -> iser: yes or no (blockps-iser, BLOCKPS_ISER, the host's RDMA devices)
+  local iser_lines
+  mapfile -t iser_lines < <(conf_value "$1" blockps-iser)
+  [ "${#iser_lines[@]}" -le 1 ] || die "$1: more than one 'blockps-iser' line"
+  iser=${BLOCKPS_ISER:-${iser_lines[0]:-no}}
+  case "$iser" in
+    yes) have_rdma_device || die "$1: iSER wanted (blockps-iser yes / BLOCKPS_ISER=yes) but this host has no" \
+      "RDMA device (/sys/class/infiniband is empty; Soft-RoCE: rdma link add rxe0 type rxe netdev DEV)" ;;
+    no) ;;
+    auto)
+      if have_rdma_device; then iser=yes; else
+        iser=no
+        say "$2: no RDMA device on this host: TCP only (blockps-iser auto)"
+      fi
+      ;;
+    *) die "$1: blockps-iser '$iser': must be yes, no or auto" ;;
+  esac
+  if [ "$iser" = yes ]; then
+    iser_port_fix >/dev/null || die "$1: iSER on port $3 needs $(dirname "$BLOCKPS_BACKING_STORE_DIR")/blockps-preload/libblockps-tgtd-iser-port.so" \
+      "(built with the module: cmake --build build; installed with cmake --install build --component tgt_module)"
+  fi
+}
+
+# The LUs of the expanded file: numbered, no ',' in a path, absolute checkpoints; sets needs_module.
+check_conf_lus() { # CONF EXPANDED
+  local out lus iqn lun bstype path
+  # Config::General must be able to read it (tgt-admin -p only prints what it would do). It asks tgtd 0
+  # for its targets even so; that noise is dropped.
+  if ! out=$("$TGT_ADMIN" -p -e -c "$2" 2>/dev/null); then
+    die "$1: tgt-admin cannot read it: $out"
+  fi
+  lus=$(conf_lus "$2")
+  [ -n "$lus" ] || die "$1: no <target> with a blockps-shard line or a backing-store"
+  while read -r iqn lun bstype path; do
+    [ "$lun" != - ] || die "$1: LU $path of $iqn has no 'lun N' (give every LU its number)"
+    case "$path" in *,*) die "$1: backing-store path '$path' contains ',' (tgtd splits on it)" ;; esac
+    if [ "$bstype" = blockps ]; then
+      needs_module=1
+      [ "${path#/}" != "$path" ] || die "$1: checkpoint path '$path' must be absolute"
+    fi
+  done <<<"$lus"
+}
+
+# Nothing else holds the shard's name, control number or port.
+check_free() { # CONF NAME CONTROL PORT
+  if [ -e "$BLOCKPS_STATE_DIR/$2/pid" ] && tgtd_alive "$(cat "$BLOCKPS_STATE_DIR/$2/pid")"; then
+    die "$1: shard $2 is already running (pid $(cat "$BLOCKPS_STATE_DIR/$2/pid")); scripts/ps-down.sh first"
+  fi
+  if "$TGTADM" -C "$3" --op show --mode sys >/dev/null 2>&1; then
+    die "$1: control number $3 is in use by a running tgtd (stop it, or set BLOCKPS_CONTROL_OFFSET)"
+  fi
+  if [ -n "$(ss -Hltn "sport = :$4" 2>/dev/null)" ]; then
+    die "$1: port $4 is in use (ss -ltn shows a listener); tgtd would fall back to 0.0.0.0:3260"
+  fi
+}
+
+# One file: checked, expanded into $expanded_dir/NAME.conf and added to the shard arrays.
+check_conf() { # CONF (as given)
+  local conf name seen control addr port iser i
+  if [ ! -f "$1" ] || [ ! -r "$1" ]; then die "$1: no such file (or not readable)"; fi
+  conf=$(realpath "$1")
   name=$(basename "$conf" .conf)
   [[ $name =~ ^[A-Za-z0-9._-]+$ ]] || die "$conf: the file name must be made of letters, digits, '.', '_' and '-' (it names the shard)"
   for seen in "${names[@]+"${names[@]}"}"; do
@@ -79,89 +165,27 @@ for conf in "$@"; do
   if grep -Eq '^[[:space:]]*include[[:space:]]' "$conf"; then
     die "$conf: 'include' is not supported by ps-up (one self-contained file per shard)"
   fi
-
-  # blockps-control N; control-port N (tgt-admin's name, not a TCP port) is the same, still accepted.
-  mapfile -t cps < <(conf_value "$conf" blockps-control; conf_value "$conf" control-port)
-  [ "${#cps[@]}" -eq 1 ] ||
-    die "$conf: needs exactly one top-level 'blockps-control N' line, tgtd's control number (the old name" \
-      "'control-port N' is accepted too) (found ${#cps[@]})"
-  is_uint "${cps[0]}" || die "$conf: blockps-control '${cps[0]}' is not a number"
-  control=$((cps[0] + BLOCKPS_CONTROL_OFFSET))
-  if [ "$control" -lt 1 ] || [ "$control" -gt 32767 ]; then
-    die "$conf: control number $control out of range 1..32767 (0 is the system tgtd's)"
-  fi
-
-  mapfile -t portal_lines < <(conf_value "$conf" blockps-portal)
-  [ "${#portal_lines[@]}" -eq 1 ] ||
-    die "$conf: needs exactly one top-level 'blockps-portal IP:PORT' line (found ${#portal_lines[@]})"
-  portal=${portal_lines[0]}
-  [[ $portal =~ ^([0-9.]+):([0-9]+)$ ]] || die "$conf: blockps-portal '$portal' is not IPv4-ADDRESS:PORT"
-  addr=${BLOCKPS_PORTAL_ADDR:-${BASH_REMATCH[1]}}
-  port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))
-  if [ "$port" -lt 1 ] || [ "$port" -gt 65535 ]; then die "$conf: port $port out of range 1..65535"; fi
-
-  mapfile -t iser_lines < <(conf_value "$conf" blockps-iser)
-  [ "${#iser_lines[@]}" -le 1 ] || die "$conf: more than one 'blockps-iser' line"
-  iser=${BLOCKPS_ISER:-${iser_lines[0]:-no}}
-  case "$iser" in
-    yes) have_rdma_device || die "$conf: iSER wanted (blockps-iser yes / BLOCKPS_ISER=yes) but this host has no" \
-      "RDMA device (/sys/class/infiniband is empty; Soft-RoCE: rdma link add rxe0 type rxe netdev DEV)" ;;
-    no) ;;
-    auto)
-      if have_rdma_device; then iser=yes; else
-        iser=no
-        say "$name: no RDMA device on this host: TCP only (blockps-iser auto)"
-      fi
-      ;;
-    *) die "$conf: blockps-iser '$iser': must be yes, no or auto" ;;
-  esac
-  if [ "$iser" = yes ]; then
-    iser_port_fix >/dev/null || die "$conf: iSER on port $port needs $(dirname "$BLOCKPS_BACKING_STORE_DIR")/blockps-preload/libblockps-tgtd-iser-port.so" \
-      "(built with the module: cmake --build build; installed with cmake --install build --component tgt_module)"
-  fi
-
+  conf_control "$conf"
+  conf_portal "$conf"
+  conf_iser "$conf" "$name" "$port"
   for i in "${!names[@]}"; do
     [ "${controls[$i]}" != "$control" ] || die "$conf and ${confs[$i]} use the same control number $control"
     [ "${ports[$i]}" != "$port" ] || die "$conf and ${confs[$i]} use the same port $port"
   done
-
-  expanded=$expanded_dir/$name.conf
-  out=$(conf_expand_shards "$conf") || die "$out"
-  echo "$out" >"$expanded"
-  # Config::General must be able to read it (tgt-admin -p only prints what it would do). It asks tgtd 0
-  # for its targets even so; that noise is dropped.
-  if ! out=$("$TGT_ADMIN" -p -e -c "$expanded" 2>/dev/null); then
-    die "$conf: tgt-admin cannot read it: $out"
-  fi
-  lus=$(conf_lus "$expanded")
-  [ -n "$lus" ] || die "$conf: no <target> with a blockps-shard line or a backing-store"
-  while read -r iqn lun bstype path; do
-    [ "$lun" != - ] || die "$conf: LU $path of $iqn has no 'lun N' (give every LU its number)"
-    case "$path" in *,*) die "$conf: backing-store path '$path' contains ',' (tgtd splits on it)" ;; esac
-    if [ "$bstype" = blockps ]; then
-      needs_module=1
-      [ "${path#/}" != "$path" ] || die "$conf: checkpoint path '$path' must be absolute"
-    fi
-  done <<<"$lus"
-
-  if [ -e "$BLOCKPS_STATE_DIR/$name/pid" ] && tgtd_alive "$(cat "$BLOCKPS_STATE_DIR/$name/pid")"; then
-    die "$conf: shard $name is already running (pid $(cat "$BLOCKPS_STATE_DIR/$name/pid")); scripts/ps-down.sh first"
-  fi
-  if "$TGTADM" -C "$control" --op show --mode sys >/dev/null 2>&1; then
-    die "$conf: control number $control is in use by a running tgtd (stop it, or set BLOCKPS_CONTROL_OFFSET)"
-  fi
-  if [ -n "$(ss -Hltn "sport = :$port" 2>/dev/null)" ]; then
-    die "$conf: port $port is in use (ss -ltn shows a listener); tgtd would fall back to 0.0.0.0:3260"
-  fi
+  conf_expand "$conf" >"$expanded_dir/$name.conf" || exit
+  check_conf_lus "$conf" "$expanded_dir/$name.conf"
+  check_free "$conf" "$name" "$control" "$port"
   names+=("$name") confs+=("$conf") controls+=("$control") addrs+=("$addr") ports+=("$port") isers+=("$iser")
-done
+}
 
-if [ -n "$needs_module" ] && [ ! -f "$BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME" ]; then
-  die "the blockps module is not installed: $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME is missing;" \
-    "build and install it: cmake --build build && cmake --install build"
-fi
+check_module_installed() {
+  if [ -n "$needs_module" ] && [ ! -f "$BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME" ]; then
+    die "the blockps module is not installed: $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME is missing;" \
+      "build and install it: cmake --build build && cmake --install build"
+  fi
+}
 
-# --- start ----------------------------------------------------------------------------------------------------
+# --- starting the shards ---------------------------------------------------------------------------------------
 started=() # indexes of shards whose tgtd runs
 # tgtd starts listening here (loopback, a port the kernel picks) and on the shard's portal only once its targets are
 # loaded. Until then a worker that logs in again after a restart is refused (ECONNREFUSED, which initiators retry)
@@ -190,25 +214,20 @@ cleanup_on_failure() {
   fi
   exit "$rc"
 }
-trap cleanup_on_failure EXIT
 
-mkdir -p "$BLOCKPS_STATE_DIR"
-for i in "${!names[@]}"; do
-  name=${names[$i]} conf=${confs[$i]} control=${controls[$i]} addr=${addrs[$i]} port=${ports[$i]} iser=${isers[$i]}
-  state=$BLOCKPS_STATE_DIR/$name
+# The shard's state directory: the effective targets.conf (with its iSER copy), conf, control, portal; and the
+# checkpoint files its LUs need (tgt-admin silently skips a backing store that does not exist).
+prepare_state() { # I
+  local name=${names[$1]} port=${ports[$1]} state=$BLOCKPS_STATE_DIR/${names[$1]} bstype path
   rm -rf "$state"
   mkdir -p "$state"
-  log=$state/tgtd.log
-  failed_log=$log
-
-  # Checkpoint files: tgt-admin silently skips a backing store that does not exist.
   while read -r _ _ bstype path; do
     [ "$bstype" = blockps ] || continue
     mkdir -p "$(dirname "$path")" || die "$name: cannot create the checkpoint directory of $path"
     [ -e "$path" ] || : >"$path" || die "$name: cannot create the checkpoint file $path"
   done < <(conf_lus "$expanded_dir/$name.conf")
 
-  if [ "$iser" = yes ]; then
+  if [ "${isers[$1]}" = yes ]; then
     conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.tcp.conf"
     conf_with_iser_targets "$state/targets.tcp.conf" >"$state/targets.conf"
     rm -f "$state/targets.tcp.conf"
@@ -216,21 +235,23 @@ for i in "${!names[@]}"; do
   else
     conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.conf"
   fi
-  echo "$conf" >"$state/conf"
-  echo "$control" >"$state/control"
-  echo "$addr:$port" >"$state/portal"
+  echo "${confs[$1]}" >"$state/conf"
+  echo "${controls[$1]}" >"$state/control"
+  echo "${addrs[$1]}:$port" >"$state/portal"
+}
 
-  tunables=()
+# tgtd in the foreground of its own session, on the placeholder portal; sets pid and iser_args.
+start_tgtd() { # I LOG
+  local control=${controls[$1]} port=${ports[$1]} tunables=() module_mount=() waited=0
   [ -z "$BLOCKPS_TGTD_GLIBC_TUNABLES" ] || tunables=("GLIBC_TUNABLES=$BLOCKPS_TGTD_GLIBC_TUNABLES")
   iser_args=()
-  if [ "$iser" = yes ]; then
+  if [ "${isers[$1]}" = yes ]; then
     tunables+=("LD_PRELOAD=$(iser_port_fix)")
     iser_args=(--iser "port=$port${BLOCKPS_ISER_POOL_MB:+,pool_sz_mb=$BLOCKPS_ISER_POOL_MB}")
   fi
-  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$placeholder_portal${iser_args[*]+ ${iser_args[*]}}" >>"$log"
+  echo "=== $(date '+%F %T') ps-up: ${tunables[*]+${tunables[*]} }$TGTD -f -C $control --iscsi portal=$placeholder_portal${iser_args[*]+ ${iser_args[*]}}" >>"$2"
   # setsid: the shard must not die with this shell's session. -f keeps tgtd in the foreground so that its
   # log goes to our file (daemonised, tgtd logs to syslog, which these machines may not have).
-  module_mount=()
   if [ "$BLOCKPS_BACKING_STORE_DIR" != "$TGTD_MODULE_DIR" ]; then
     # The mount point: Debian's tgt does not ship tgtd's module directory (a fresh machine or VM lacks it).
     mkdir -p "$TGTD_MODULE_DIR" || die "cannot create $TGTD_MODULE_DIR (the mount point of $BLOCKPS_BACKING_STORE_DIR)"
@@ -239,18 +260,20 @@ for i in "${!names[@]}"; do
       "$BLOCKPS_BACKING_STORE_DIR")
   fi
   env "${tunables[@]+"${tunables[@]}"}" setsid "${module_mount[@]+"${module_mount[@]}"}" "$TGTD" -f -C "$control" \
-    --iscsi "portal=$placeholder_portal" "${iser_args[@]+"${iser_args[@]}"}" </dev/null >>"$log" 2>&1 &
+    --iscsi "portal=$placeholder_portal" "${iser_args[@]+"${iser_args[@]}"}" </dev/null >>"$2" 2>&1 &
   pid=$!
-  echo "$pid" >"$state/pid"
-  started+=("$i")
+  echo "$pid" >"$BLOCKPS_STATE_DIR/${names[$1]}/pid"
+  started+=("$1")
   # Until setsid has exec'd tgtd the process is not called tgtd yet (and stop_tgtd would not touch it).
-  waited=0
   while pid_running "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" != tgtd ] && [ "$waited" -lt 50 ]; do
     sleep 0.1
     waited=$((waited + 1))
   done
+}
 
-  waited=0
+# Until tgtd answers tgtadm; then its placeholder portal (sets placeholder), iSER driver and module are checked.
+wait_for_tgtd() { # I LOG
+  local name=${names[$1]} control=${controls[$1]} port=${ports[$1]} log=$2 waited=0 why
   until "$TGTADM" -C "$control" --op show --mode sys >/dev/null 2>&1; do
     if ! tgtd_alive "$pid"; then
       if grep -q "another tgtd is using" "$log"; then
@@ -272,7 +295,7 @@ for i in "${!names[@]}"; do
     die "$name: tgtd lists no single placeholder portal 127.0.0.1:*: $(tr '\n' ' ' <<<"$placeholder") (log: $log)"
   # tgtd carries on without iSER when its RDMA set-up fails (no device, port taken); the iSER targets would
   # then fail to load with a bare "invalid request".
-  if [ "$iser" = yes ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+iser: ready'; then
+  if [ "${isers[$1]}" = yes ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+iser: ready'; then
     die "$name: tgtd's iSER driver is not ready (RDMA device? iSER port $port taken by another tgtd?): $(grep -i 'iser\|rdma' "$log" | tail -n 3 | tr '\n' ' ')"
   fi
   if [ -n "$needs_module" ] && ! "$TGTADM" -C "$control" --op show --mode sys | grep -Eq '^[[:space:]]+blockps([[:space:]]|$)'; then
@@ -280,14 +303,18 @@ for i in "${!names[@]}"; do
     die "$name: tgtd did not load $BLOCKPS_BACKING_STORE_DIR/$BLOCKPS_MODULE_NAME:" \
       "${why:-see the log (undefined symbol?)} (log: $log)"
   fi
+}
 
+# tgt-admin loads the targets.conf; then every LU of it must be there (sets show and luns_of).
+load_targets() { # I LOG
+  local name=${names[$1]} control=${controls[$1]} state=$BLOCKPS_STATE_DIR/${names[$1]} log=$2 reason found
+  local iqn lun path
   echo "=== $(date '+%F %T') ps-up: $TGT_ADMIN -C $control -e -c $state/targets.conf" >>"$log"
   if ! "$TGT_ADMIN" -C "$control" -e -c "$state/targets.conf" >>"$log" 2>&1; then
     # tgtadm can only say "invalid request"; the module logs the reason.
     reason=$(grep -o 'blockps: refused.*' "$log" | tail -n 1 || true)
-    die "$name: tgt-admin could not load $conf${reason:+: $reason} (log: $log)"
+    die "$name: tgt-admin could not load ${confs[$1]}${reason:+: $reason} (log: $log)"
   fi
-
   # tgt-admin can succeed while skipping LUs (a missing backing store, one "in use"): check each one.
   show=$("$TGTADM" -C "$control" --op show --mode target)
   luns_of=()
@@ -299,35 +326,75 @@ for i in "${!names[@]}"; do
     [ "$found" = yes ] || die "$name: LUN $lun ($path) of $iqn did not come up (log: $log)"
     luns_of+=("$iqn/$lun")
   done < <(conf_lus "$state/targets.conf")
+}
 
-  # NOP-In (tgt-admin has no key for it): tgtd pings idle initiators and ends sessions that stop answering,
-  # so a dead worker of a sync shard is seen in seconds, not after TCP keepalive's 30 minutes.
+# NOP-In (tgt-admin has no key for it): tgtd pings idle initiators and ends sessions that stop answering,
+# so a dead worker of a sync shard is seen in seconds, not after TCP keepalive's 30 minutes.
+set_nop_in() { # I LOG
+  local conf=${confs[$1]} nop_lines nop_interval nop_count tid param pname pvalue
   mapfile -t nop_lines < <(conf_value "$conf" blockps-nop-in)
-  if [ "${#nop_lines[@]}" -gt 0 ]; then
-    read -r nop_interval nop_count _ <<<"${nop_lines[0]}"
-    [[ "${nop_interval:-}" =~ ^[1-9][0-9]*$ && "${nop_count:-}" =~ ^[1-9][0-9]*$ ]] ||
-      die "$conf: blockps-nop-in '${nop_lines[0]}': expected INTERVAL_S COUNT, both whole numbers > 0"
-    while read -r tid; do
-      for param in "nop_interval $nop_interval" "nop_count $nop_count"; do
-        read -r pname pvalue <<<"$param"
-        "$TGTADM" -C "$control" --op update --mode target --tid "$tid" -n "$pname" -v "$pvalue" >>"$log" 2>&1 ||
-          die "$name: tgtadm could not set $pname=$pvalue on target $tid (log: $log)"
-      done
-    done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
-  fi
+  [ "${#nop_lines[@]}" -gt 0 ] || return 0
+  read -r nop_interval nop_count _ <<<"${nop_lines[0]}"
+  [[ "${nop_interval:-}" =~ ^[1-9][0-9]*$ && "${nop_count:-}" =~ ^[1-9][0-9]*$ ]] ||
+    die "$conf: blockps-nop-in '${nop_lines[0]}': expected INTERVAL_S COUNT, both whole numbers > 0"
+  while read -r tid; do
+    for param in "nop_interval $nop_interval" "nop_count $nop_count"; do
+      read -r pname pvalue <<<"$param"
+      "$TGTADM" -C "${controls[$1]}" --op update --mode target --tid "$tid" -n "$pname" -v "$pvalue" >>"$2" 2>&1 ||
+        die "${names[$1]}: tgtadm could not set $pname=$pvalue on target $tid (log: $2)"
+    done
+  done < <(awk '/^Target [0-9]+: / { sub(":", "", $2); print $2 }' <<<"$show")
+}
 
-  # Loaded: now the shard's portal (see placeholder_portal).
-  "$TGTADM" -C "$control" --lld iscsi --op new --mode portal --param "portal=$addr:$port" >>"$log" 2>&1 ||
-    die "$name: tgtd could not listen on $addr:$port (port in use? not an address of this host?) (log: $log)"
+# Loaded: now the shard's portal instead of the placeholder (see placeholder_portal).
+open_portal() { # I LOG
+  local name=${names[$1]} control=${controls[$1]} portal=${addrs[$1]}:${ports[$1]} log=$2 portals
+  "$TGTADM" -C "$control" --lld iscsi --op new --mode portal --param "portal=$portal" >>"$log" 2>&1 ||
+    die "$name: tgtd could not listen on $portal (port in use? not an address of this host?) (log: $log)"
   "$TGTADM" -C "$control" --lld iscsi --op delete --mode portal --param "portal=$placeholder" >>"$log" 2>&1 ||
     die "$name: tgtd would not close its placeholder portal $placeholder (log: $log)"
   portals=$("$TGTADM" -C "$control" --op show --mode portal)
-  if [ "$(grep -c '^Portal: ' <<<"$portals")" != 1 ] || ! grep -q "^Portal: $addr:$port," <<<"$portals"; then
-    die "$name: tgtd's portals are not $addr:$port alone: $(tr '\n' ' ' <<<"$portals")"
+  if [ "$(grep -c '^Portal: ' <<<"$portals")" != 1 ] || ! grep -q "^Portal: $portal," <<<"$portals"; then
+    die "$name: tgtd's portals are not $portal alone: $(tr '\n' ' ' <<<"$portals")"
   fi
+}
 
+start_shard() { # I
+  local log=$BLOCKPS_STATE_DIR/${names[$1]}/tgtd.log
+  prepare_state "$1"
+  failed_log=$log
+  start_tgtd "$1" "$log"
+  wait_for_tgtd "$1" "$log"
+  load_targets "$1" "$log"
+  set_nop_in "$1" "$log"
+  open_portal "$1" "$log"
   failed_log=
-  say "$name: tgtd pid $pid, control $control, portal $addr:$port${iser_args[*]+ (TCP and iSER)}, LUs ${luns_of[*]} (state $state)"
-done
-trap - EXIT
-rm -rf "$expanded_dir"
+  say "${names[$1]}: tgtd pid $pid, control ${controls[$1]}, portal ${addrs[$1]}:${ports[$1]}${iser_args[*]+ (TCP and iSER)}," \
+    "LUs ${luns_of[*]} (state $BLOCKPS_STATE_DIR/${names[$1]})"
+}
+
+main() {
+  local conf i
+  case "${1:-}" in
+    -h | --help) usage 0 ;;
+    "") echo "usage: scripts/ps-up.sh CONF... (--help for details)" >&2; exit 2 ;;
+    --print-tgt-conf)
+      [ "$#" -eq 2 ] || die "--print-tgt-conf takes one conf file (got $(($# - 1)) arguments)"
+      print_tgt_conf "$2"
+      exit 0
+      ;;
+  esac
+  check_host
+  expanded_dir=$(mktemp -d "${TMPDIR:-/tmp}/blockps-ps-up-XXXXXX")
+  trap 'rm -rf "$expanded_dir"' EXIT
+  for conf in "$@"; do check_conf "$conf"; done
+  check_module_installed
+
+  trap cleanup_on_failure EXIT
+  mkdir -p "$BLOCKPS_STATE_DIR"
+  for i in "${!names[@]}"; do start_shard "$i"; done
+  trap - EXIT
+  rm -rf "$expanded_dir"
+}
+
+main "$@"

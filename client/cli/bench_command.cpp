@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 #include "client/cli/commands.h"
 #include "client/cli/table.h"
 
@@ -214,10 +214,10 @@ void print_summary(const std::vector<PhaseResult>& results) {
   table.print(std::cout);
 }
 
-// What the run's sessions recovered from, per shard (Cluster::shard_counters; each kind was logged on stderr as
+// What the run's sessions recovered from, per shard (Cluster::recovery_counters; each kind was logged on stderr as
 // it happened): a long bench through restarts or a flaky link says how often it reconnected or lost a push.
 void print_recovery(Cluster& c) {
-  auto counters = c.shard_counters();
+  auto counters = c.recovery_counters();
   if (!counters.ok()) return;
   TextTable table({{"shard", TextTable::Align::left},
                    {"commands"},

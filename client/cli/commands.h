@@ -6,6 +6,9 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "contract/result.h"
 
 namespace blockps::cli {
 
@@ -17,11 +20,20 @@ inline constexpr int kExitUsage = 2;   // the command line is wrong (CLI11's par
 // Prints "blockps: ERROR: <message>" on stderr.
 void print_error(const std::string& message);
 
+// The whole of `file` ("-": stdin), or why not: "FILE: cannot read the WHAT: strerror".
+Result<std::string> read_input(const std::string& file, const std::string& what);
+
 // Every shard's status page: a table with a total line, or {"shards": [...]} with --json. A shard whose page
 // cannot be read is reported (stderr, and its row / its "error" member) and the exit status is kExitFailed, but
 // the other shards are still shown.
+// With `fields` (JSON pointers of contract/status_page.h): only those values, one line per page, tab-separated in
+// the order given (a string as it is, anything else as JSON): "NAME\tVALUE..." per shard of the cluster, or the
+// values alone of the one page in the file `page` ("-": stdin; what a status LU reads, NUL padding ignored), which
+// needs no cluster file. A field the contract does not name is a usage error; one a page lacks, kExitFailed.
 struct StatusOptions {
   bool json = false;
+  std::vector<std::string> fields;
+  std::optional<std::string> page;
 };
 int run_status(const std::string& cluster_file, const StatusOptions& options);
 
@@ -69,5 +81,9 @@ struct ExporterOptions {
   int timeout_s = 5;                      // a shard's login within a scrape
 };
 int run_exporter(const std::string& cluster_file, const ExporterOptions& options);
+
+// Prints the shard config `file` as tgt-admin reads it, each blockps-shard line made into its three LUs
+// (client/cli/targets_conf.h); a wrong line is kExitFailed with "FILE:LINE: what is wrong". Needs no cluster file.
+int run_conf_expand(const std::string& file);
 
 }  // namespace blockps::cli

@@ -1,6 +1,7 @@
 // `blockps`: the operator's command for a running cluster (docs/OPTIONS.md, "blockps CLI").
 //
-//   blockps --cluster cluster.toml status [--json]
+//   blockps --cluster cluster.toml status [--json | --field POINTER...]
+//   blockps status --page FILE --field POINTER...
 //   blockps -c cluster.toml [--job NAME] init --from weights.bin [--takeover] [--relayout]
 //   blockps -c cluster.toml save --to weights.bin
 //   blockps -c cluster.toml release
@@ -8,30 +9,56 @@
 //   push|pull|both|step|exchange]
 //                                 [--json] [--no-progress]
 //   blockps -c cluster.toml exporter [--listen 127.0.0.1:9464] [--timeout 5]
+//   blockps conf expand FILE
 //
 // Exit status: 0 ok, 1 an operation failed (the message says which and why), 2 a usage error.
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <optional>
 #include <string>
 
 #include "client/cli/commands.h"
+#include "client/cli/status_field.h"
 
 namespace blockps::cli {
 
 void print_error(const std::string& message) { std::cerr << "blockps: ERROR: " << message << "\n"; }
 
+Result<std::string> read_input(const std::string& file, const std::string& what) {
+  const bool from_stdin = file == "-";
+  std::FILE* in = from_stdin ? stdin : std::fopen(file.c_str(), "rb");
+  const int open_error = errno;
+  std::string text;
+  char buffer[65536];
+  for (std::size_t n = 0; in && (n = std::fread(buffer, 1, sizeof buffer, in)) > 0;) text.append(buffer, n);
+  const int err = !in ? open_error : std::ferror(in) ? errno : 0;  // a directory opens, and fails to read (EISDIR)
+  if (in && !from_stdin) std::fclose(in);
+  if (err) return Status::Error(StatusCode::io, file + ": cannot read the " + what + ": " + errno_message(err));
+  return text;
+}
+
 namespace {
+
+// --field's check: a pointer contract/status_page.h names (an unknown one is a usage error, not a missing field).
+const CLI::Validator kStatusPageField(
+    [](std::string& pointer) {
+      if (is_status_page_field(pointer)) return std::string();
+      return "'" + pointer + "' is not a field of the status page: contract/status_page.h names " +
+             status_page_fields() + " (and the members of its latency objects and arrays)";
+    },
+    "POINTER");
 
 int run(int argc, char** argv) {
   CLI::App app{"Show, initialise, save, release, benchmark and monitor a blockps parameter-server cluster"};
   app.require_subcommand(1);
   app.fallthrough();  // --cluster may also follow the subcommand
   std::string cluster_file;
+  // Required by every subcommand but `conf` and `status --page` (checked after parsing).
   app.add_option("-c,--cluster", cluster_file, "the cluster file (TOML; docs/OPTIONS.md, \"Cluster file\")")
-      ->envname("BLOCKPS_CLUSTER")
-      ->required();
+      ->envname("BLOCKPS_CLUSTER");
   std::optional<std::string> job;
   app.add_option("--job", job,
                  "init and bench: the job whose sessions claim the shards (a shard serves one job at a time; default: "
@@ -40,7 +67,20 @@ int run(int argc, char** argv) {
   StatusOptions status;
   CLI::App* status_cmd = app.add_subcommand(
       "status", "every shard's status page: a table with a total line, and each shard's job and place");
-  status_cmd->add_flag("--json", status.json, "print {\"shards\": [page, ...]} (each page with its \"name\")");
+  CLI::Option* json_flag =
+      status_cmd->add_flag("--json", status.json, "print {\"shards\": [page, ...]} (each page with its \"name\")");
+  CLI::Option* field_option =
+      status_cmd
+          ->add_option("--field", status.fields,
+                       "print only this field of each page, a JSON pointer of contract/status_page.h (/shard/size); "
+                       "repeat it for several, tab-separated on each shard's line (NAME, TAB, VALUE...)")
+          ->check(kStatusPageField)
+          ->excludes(json_flag);
+  status_cmd
+      ->add_option("--page", status.page,
+                   "with --field: read one status page from this file (- for stdin; JSON as a status LU reads, NUL "
+                   "padding ignored) instead of the cluster's shards, and print its values alone")
+      ->needs(field_option);
 
   InitOptions init;
   CLI::App* init_cmd = app.add_subcommand(
@@ -96,8 +136,19 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(1, 60))
       ->capture_default_str();
 
+  CLI::App* conf_cmd =
+      app.add_subcommand("conf", "shard config files (configs/*.conf): what the scripts read from them");
+  conf_cmd->require_subcommand(1);
+  std::string conf_file;
+  CLI::App* expand_cmd = conf_cmd->add_subcommand(
+      "expand",
+      "print FILE as tgt-admin reads it: each blockps-shard line made into its three <backing-store> blocks; a wrong "
+      "line fails with FILE:LINE and what is allowed");
+  expand_cmd->add_option("FILE", conf_file, "the shard config file")->required();
+
   try {
     app.parse(argc, argv);
+    if (cluster_file.empty() && !conf_cmd->parsed() && !status.page) throw CLI::RequiredError("--cluster");
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? kExitOk : kExitUsage;  // --help is a ParseError with status 0
   }
@@ -116,6 +167,7 @@ int run(int argc, char** argv) {
   if (release_cmd->parsed()) return run_release(cluster_file);
   if (bench_cmd->parsed()) return run_bench(cluster_file, bench);
   if (exporter_cmd->parsed()) return run_exporter(cluster_file, exporter);
+  if (expand_cmd->parsed()) return run_conf_expand(conf_file);
   return kExitUsage;  // unreachable: require_subcommand(1)
 }
 

@@ -78,6 +78,146 @@ std::string text(const json& page, const char* pointer) {
   return page.contains(p) && page[p].is_string() ? page[p].get<std::string>() : "";
 }
 
+// A family whose sample is one number of each page, as from_pages writes it.
+struct PageNumber {
+  const char* name;
+  const char* type;
+  const char* help;
+  const char* pointer;
+  double scale = 1;
+  bool sync_only = false;
+};
+
+template <std::size_t N>
+void write_numbers(std::string& out, const std::vector<ShardReport>& shards, const PageNumber (&families)[N]) {
+  for (const PageNumber& f : families) from_pages(out, shards, f.name, f.type, f.help, f.pointer, f.scale, f.sync_only);
+}
+
+// What the shard is: its size, block, learning rate and start.
+const PageNumber kShardShape[] = {
+    {"blockps_shard_size_bytes", "gauge", "the shard's size in wire bytes", status_page::kShardSize},
+    {"blockps_shard_block_bytes", "gauge", "the shard's aggregation block in wire bytes", status_page::kShardBlock},
+    {"blockps_learning_rate", "gauge", "the shard's current learning rate", status_page::kShardLr},
+    {"blockps_shard_start_time_seconds", "gauge", "when the shard was created or loaded (Unix time)",
+     status_page::kShardStartedUnix},
+};
+
+// What the workers sent and read.
+const PageNumber kTraffic[] = {
+    {"blockps_pushes_total", "counter", "gradient pushes (WRITEs of the grad LU)", status_page::kPushes},
+    {"blockps_push_bytes_total", "counter", "bytes of gradients pushed", status_page::kPushBytes},
+    {"blockps_pulls_total", "counter", "weight pulls (READs of the grad and weights LUs)", status_page::kPulls},
+    {"blockps_pull_bytes_total", "counter", "bytes of weights pulled", status_page::kPullBytes},
+    {"blockps_weight_writes_total", "counter", "WRITEs of the weights LU (assignments)", status_page::kWeightWrites},
+    {"blockps_weight_write_bytes_total", "counter", "bytes written to the weights LU", status_page::kWeightWriteBytes},
+    {"blockps_io_errors_total", "counter", "commands the shard failed", status_page::kIoErrors},
+};
+
+// The checkpoints, and the steps a crash now would lose (block_steps_total minus checkpoint_block_steps).
+const PageNumber kCheckpoints[] = {
+    {"blockps_checkpoints_total", "counter", "checkpoints written", status_page::kCheckpointCount},
+    {"blockps_checkpoint_errors_total", "counter", "checkpoint writes that failed", status_page::kCheckpointErrors},
+    {"blockps_last_checkpoint_timestamp_seconds", "gauge",
+     "when the last checkpoint was written (Unix time; 0: none yet)", status_page::kCheckpointLastUnix},
+    {"blockps_block_steps_total", "counter",
+     "optimizer steps applied, summed over the shard's blocks (back to the checkpoint's after a restart)",
+     status_page::kModelBlockSteps},
+    {"blockps_checkpoint_block_steps", "gauge",
+     "optimizer steps summed over the blocks of the checkpoint written or loaded last",
+     status_page::kCheckpointBlockSteps},
+};
+
+// Sync (BSP) shards' rounds, before and after the live-worker count.
+const PageNumber kRoundPositions[] = {
+    {"blockps_rounds_closed_total", "counter", "rounds closed and applied (sync)", status_page::kRoundsClosed, 1, true},
+    {"blockps_round_min", "gauge", "the lowest round a block of the shard is in (sync)", status_page::kRoundsMin, 1,
+     true},
+    {"blockps_round_max", "gauge", "the highest round a block of the shard is in (sync)", status_page::kRoundsMax, 1,
+     true},
+};
+const PageNumber kRoundWorkers[] = {
+    {"blockps_expected_workers", "gauge", "the workers= a round waits for (sync)", status_page::kRoundsWorkers, 1,
+     true},
+    {"blockps_parked_commands", "gauge", "READs and WRITEs waiting for a round (sync)",
+     status_page::kRoundsParkedCommands, 1, true},
+    {"blockps_stragglers_dropped_total", "counter",
+     "rounds closed without a worker that was late (straggler_ms) (sync)", status_page::kRoundsStragglersDropped, 1,
+     true},
+    {"blockps_workers_dropped_total", "counter",
+     "workers dropped from the rounds (session gone or worker_timeout_ms) (sync)", status_page::kRoundsWorkersDropped,
+     1, true},
+};
+const PageNumber kApplyFailures[] = {
+    {"blockps_apply_failures_total", "counter",
+     "updates the shard failed to apply (a GPU fault...): its grad LU fails commands until reset-rounds",
+     status_page::kRoundsApplyFailures, 1, true},
+};
+
+// Whether each shard answered this scrape, and its configuration as labels.
+void write_availability(std::string& out, const std::vector<ShardReport>& shards) {
+  {
+    Family up(out, "blockps_shard_up", "gauge", "1 when the shard's status page was read in this scrape, else 0");
+    for (const ShardReport& r : shards) up.sample(r.name, r.page ? 1 : 0);
+  }
+  Family info(out, "blockps_shard_info", "gauge",
+              "the shard's configuration as labels (dtype, opt, mode, device, engine); always 1");
+  for (const ShardReport& r : shards) {
+    if (!r.page) continue;
+    std::string labels;
+    for (const auto& [label, pointer] : {std::pair{"dtype", status_page::kShardDtype},
+                                         {"opt", status_page::kShardOpt},
+                                         {"mode", status_page::kShardMode},
+                                         {"device", status_page::kShardDevice},
+                                         {"engine", status_page::kShardEngine}})
+      labels +=
+          std::string(labels.empty() ? "" : ",") + label + "=\"" + escape_label_value(text(*r.page, pointer)) + "\"";
+    info.sample(r.name, 1, labels);
+  }
+}
+
+void write_live_workers(std::string& out, const std::vector<ShardReport>& shards) {
+  Family live(out, "blockps_live_workers", "gauge", "workers the shard counts in its rounds now (sync)");
+  const json::json_pointer p(status_page::kRoundsLiveWorkers);
+  for (const ShardReport& r : shards)
+    if (r.page && r.page->contains(p) && (*r.page)[p].is_array())
+      live.sample(r.name, static_cast<double>((*r.page)[p].size()));
+}
+
+// Degraded twice: as 0/1, and with the reason as a label so that an alert can say why without reading the page.
+void write_degraded(std::string& out, const std::vector<ShardReport>& shards) {
+  Family degraded(out, "blockps_degraded", "gauge",
+                  "1 when the shard fails its grad LU's commands (fewer live workers than min_workers, or an "
+                  "update it failed to apply) (sync/ssp)");
+  Family shard_degraded(out, "blockps_shard_degraded", "gauge",
+                        "1 with the reason while the shard fails its grad LU's commands (sync/ssp)");
+  const json::json_pointer p(status_page::kRoundsDegraded);
+  for (const ShardReport& r : shards) {
+    if (!r.page || !r.page->contains(p) || !(*r.page)[p].is_boolean()) continue;
+    const bool is_degraded = (*r.page)[p].get<bool>();
+    degraded.sample(r.name, is_degraded ? 1 : 0);
+    shard_degraded.sample(r.name, is_degraded ? 1 : 0,
+                          "reason=\"" + escape_label_value(text(*r.page, status_page::kRoundsDegradedReason)) + "\"");
+  }
+}
+
+void write_sync_rounds(std::string& out, const std::vector<ShardReport>& shards) {
+  write_numbers(out, shards, kRoundPositions);
+  write_live_workers(out, shards);
+  write_numbers(out, shards, kRoundWorkers);
+  write_degraded(out, shards);
+  write_numbers(out, shards, kApplyFailures);
+  summary(out, shards, "blockps_round_seconds", "time from a round's first push to its close (sync)",
+          status_page::kRoundsRoundLatency);
+}
+
+// The exporter's own gauge: a family without the shard label.
+void write_scrape_duration(std::string& out, double scrape_seconds) {
+  out +=
+      "# HELP blockps_exporter_scrape_duration_seconds time this scrape took to read every shard's status page\n"
+      "# TYPE blockps_exporter_scrape_duration_seconds gauge\nblockps_exporter_scrape_duration_seconds " +
+      format_value(scrape_seconds) + "\n";
+}
+
 }  // namespace
 
 std::string escape_label_value(const std::string& value) {
@@ -98,109 +238,15 @@ std::string escape_label_value(const std::string& value) {
 
 std::string render_prometheus(const std::vector<ShardReport>& shards, double scrape_seconds) {
   std::string out;
-  {
-    Family up(out, "blockps_shard_up", "gauge", "1 when the shard's status page was read in this scrape, else 0");
-    for (const ShardReport& r : shards) up.sample(r.name, r.page ? 1 : 0);
-  }
-  {
-    Family info(out, "blockps_shard_info", "gauge",
-                "the shard's configuration as labels (dtype, opt, mode, device, engine); always 1");
-    for (const ShardReport& r : shards) {
-      if (!r.page) continue;
-      const json& p = *r.page;
-      std::string labels;
-      for (const auto& [label, pointer] : {std::pair{"dtype", status_page::kShardDtype},
-                                           {"opt", status_page::kShardOpt},
-                                           {"mode", status_page::kShardMode},
-                                           {"device", status_page::kShardDevice},
-                                           {"engine", status_page::kShardEngine}})
-        labels += std::string(labels.empty() ? "" : ",") + label + "=\"" + escape_label_value(text(p, pointer)) + "\"";
-      info.sample(r.name, 1, labels);
-    }
-  }
-  from_pages(out, shards, "blockps_shard_size_bytes", "gauge", "the shard's size in wire bytes",
-             status_page::kShardSize);
-  from_pages(out, shards, "blockps_shard_block_bytes", "gauge", "the shard's aggregation block in wire bytes",
-             status_page::kShardBlock);
-  from_pages(out, shards, "blockps_learning_rate", "gauge", "the shard's current learning rate", status_page::kShardLr);
-  from_pages(out, shards, "blockps_shard_start_time_seconds", "gauge",
-             "when the shard was created or loaded (Unix time)", status_page::kShardStartedUnix);
-  from_pages(out, shards, "blockps_pushes_total", "counter", "gradient pushes (WRITEs of the grad LU)",
-             status_page::kPushes);
-  from_pages(out, shards, "blockps_push_bytes_total", "counter", "bytes of gradients pushed", status_page::kPushBytes);
-  from_pages(out, shards, "blockps_pulls_total", "counter", "weight pulls (READs of the grad and weights LUs)",
-             status_page::kPulls);
-  from_pages(out, shards, "blockps_pull_bytes_total", "counter", "bytes of weights pulled", status_page::kPullBytes);
-  from_pages(out, shards, "blockps_weight_writes_total", "counter", "WRITEs of the weights LU (assignments)",
-             status_page::kWeightWrites);
-  from_pages(out, shards, "blockps_weight_write_bytes_total", "counter", "bytes written to the weights LU",
-             status_page::kWeightWriteBytes);
-  from_pages(out, shards, "blockps_io_errors_total", "counter", "commands the shard failed", status_page::kIoErrors);
+  write_availability(out, shards);
+  write_numbers(out, shards, kShardShape);
+  write_numbers(out, shards, kTraffic);
   summary(out, shards, "blockps_aggregation_seconds",
           "time of one optimizer step over a pushed range (async) or a closed round's block (sync)",
           status_page::kAggregationLatency);
-  from_pages(out, shards, "blockps_checkpoints_total", "counter", "checkpoints written", status_page::kCheckpointCount);
-  from_pages(out, shards, "blockps_checkpoint_errors_total", "counter", "checkpoint writes that failed",
-             status_page::kCheckpointErrors);
-  from_pages(out, shards, "blockps_last_checkpoint_timestamp_seconds", "gauge",
-             "when the last checkpoint was written (Unix time; 0: none yet)", status_page::kCheckpointLastUnix);
-  from_pages(out, shards, "blockps_block_steps_total", "counter",
-             "optimizer steps applied, summed over the shard's blocks (back to the checkpoint's after a restart)",
-             status_page::kModelBlockSteps);
-  from_pages(out, shards, "blockps_checkpoint_block_steps", "gauge",
-             "optimizer steps summed over the blocks of the checkpoint written or loaded last",
-             status_page::kCheckpointBlockSteps);
-  // Sync (BSP) shards: their rounds and workers.
-  from_pages(out, shards, "blockps_rounds_closed_total", "counter", "rounds closed and applied (sync)",
-             status_page::kRoundsClosed, 1, true);
-  from_pages(out, shards, "blockps_round_min", "gauge", "the lowest round a block of the shard is in (sync)",
-             status_page::kRoundsMin, 1, true);
-  from_pages(out, shards, "blockps_round_max", "gauge", "the highest round a block of the shard is in (sync)",
-             status_page::kRoundsMax, 1, true);
-  {
-    Family live(out, "blockps_live_workers", "gauge", "workers the shard counts in its rounds now (sync)");
-    for (const ShardReport& r : shards)
-      if (const json::json_pointer p(status_page::kRoundsLiveWorkers);
-          r.page && r.page->contains(p) && (*r.page)[p].is_array())
-        live.sample(r.name, static_cast<double>((*r.page)[p].size()));
-  }
-  from_pages(out, shards, "blockps_expected_workers", "gauge", "the workers= a round waits for (sync)",
-             status_page::kRoundsWorkers, 1, true);
-  from_pages(out, shards, "blockps_parked_commands", "gauge", "READs and WRITEs waiting for a round (sync)",
-             status_page::kRoundsParkedCommands, 1, true);
-  from_pages(out, shards, "blockps_stragglers_dropped_total", "counter",
-             "rounds closed without a worker that was late (straggler_ms) (sync)",
-             status_page::kRoundsStragglersDropped, 1, true);
-  from_pages(out, shards, "blockps_workers_dropped_total", "counter",
-             "workers dropped from the rounds (session gone or worker_timeout_ms) (sync)",
-             status_page::kRoundsWorkersDropped, 1, true);
-  {
-    Family degraded(out, "blockps_degraded", "gauge",
-                    "1 when the shard fails its grad LU's commands (fewer live workers than min_workers, or an "
-                    "update it failed to apply) (sync/ssp)");
-    // The same with the reason as a label, so that an alert can say why without reading the status page.
-    Family shard_degraded(out, "blockps_shard_degraded", "gauge",
-                          "1 with the reason while the shard fails its grad LU's commands (sync/ssp)");
-    const json::json_pointer reason(status_page::kRoundsDegradedReason);
-    for (const ShardReport& r : shards)
-      if (const json::json_pointer p(status_page::kRoundsDegraded);
-          r.page && r.page->contains(p) && (*r.page)[p].is_boolean()) {
-        const bool is_degraded = (*r.page)[p].get<bool>();
-        degraded.sample(r.name, is_degraded ? 1 : 0);
-        const std::string why =
-            r.page->contains(reason) && (*r.page)[reason].is_string() ? (*r.page)[reason].get<std::string>() : "";
-        shard_degraded.sample(r.name, is_degraded ? 1 : 0, "reason=\"" + escape_label_value(why) + "\"");
-      }
-  }
-  from_pages(out, shards, "blockps_apply_failures_total", "counter",
-             "updates the shard failed to apply (a GPU fault...): its grad LU fails commands until reset-rounds",
-             status_page::kRoundsApplyFailures, 1, true);
-  summary(out, shards, "blockps_round_seconds", "time from a round's first push to its close (sync)",
-          status_page::kRoundsRoundLatency);
-  out +=
-      "# HELP blockps_exporter_scrape_duration_seconds time this scrape took to read every shard's status page\n"
-      "# TYPE blockps_exporter_scrape_duration_seconds gauge\nblockps_exporter_scrape_duration_seconds " +
-      format_value(scrape_seconds) + "\n";
+  write_numbers(out, shards, kCheckpoints);
+  write_sync_rounds(out, shards);
+  write_scrape_duration(out, scrape_seconds);
   return out;
 }
 

@@ -2,7 +2,7 @@
 
 #include <thread>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 
 namespace blockps::cli {
 namespace {

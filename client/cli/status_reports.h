@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "client/cluster_file.h"
+#include "blockps/cluster_file.h"
 
 namespace blockps::cli {
 

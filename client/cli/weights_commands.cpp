@@ -11,9 +11,10 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 #include "client/cli/commands.h"
 #include "client/cli/table.h"
+#include "client/job_and_place.h"
 #include "contract/control_lines.h"
 
 namespace blockps::cli {

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 
 namespace {
 

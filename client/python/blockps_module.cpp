@@ -14,8 +14,8 @@
 #include <thread>
 #include <type_traits>
 
-#include "client/blockps.h"
-#include "client/double_buffer.h"
+#include "blockps/cluster.h"
+#include "blockps/double_buffer.h"
 
 namespace py = pybind11;
 using blockps::Cluster;
@@ -247,15 +247,18 @@ auto block_transfer(const char* what) {
   };
 }
 
-}  // namespace
+using ClusterClass = py::class_<Cluster, HeldWithoutGil<Cluster>>;
 
-PYBIND11_MODULE(_blockps, m) {
-  m.doc() = "blockps: push gradients to and pull weights from a blockps parameter server";
+// blockps.Error and blockps.ShardUnreachableError, which every call raises (check()).
+void bind_errors(py::module_& m) {
   const auto& error = py::register_exception<BlockpsError>(m, "Error");
   // After Error: pybind11 tries the translators registered last first.
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
+}
 
-  py::class_<Cluster, HeldWithoutGil<Cluster>>(m, "Cluster")
+// Cluster(...): opening a cluster file, the job and model it holds, and what it is (sizes, dtype, shards).
+void bind_cluster_open(ClusterClass& cluster) {
+  cluster
       .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker,
                        const std::optional<std::string>& job, bool takeover, bool replace_place,
                        const std::string& expect, const std::optional<std::string>& default_job) {
@@ -308,7 +311,12 @@ PYBIND11_MODULE(_blockps, m) {
       .def_property_readonly("dtype", [](const Cluster& c) { return std::string(to_string(c.config().model.dtype)); })
       .def_property_readonly("elements",
                              [](const Cluster& c) { return c.model_bytes() / wire_size(c.config().model.dtype); })
-      .def_property_readonly("shard_count", [](const Cluster& c) { return c.config().shards.size(); })
+      .def_property_readonly("shard_count", [](const Cluster& c) { return c.config().shards.size(); });
+}
+
+// Cluster's transfers: whole-model and block push, pull and exchange, and the weights LUs as a disk.
+void bind_cluster_transfers(ClusterClass& cluster) {
+  cluster
       .def("push", transfer<&Cluster::push>("push"), py::arg("grads"),
            "Push gradients (model_bytes, wire format): each shard runs its optimizer.")
       .def("pull", transfer<&Cluster::pull>("pull"), py::arg("weights"),
@@ -360,7 +368,12 @@ PYBIND11_MODULE(_blockps, m) {
       .def("write_weights", transfer<&Cluster::write_weights>("write_weights"), py::arg("weights"),
            "Assign the weights (weights LUs; no optimizer runs).")
       .def("read_weights", transfer<&Cluster::read_weights>("read_weights"), py::arg("weights"),
-           "Read the weights (weights LUs) into a writable buffer of model_bytes.")
+           "Read the weights (weights LUs) into a writable buffer of model_bytes.");
+}
+
+// Cluster's control writes, status pages and recovery counters.
+void bind_cluster_control(ClusterClass& cluster) {
+  cluster
       .def(
           "control",
           [](Cluster& c, const std::string& lines) {
@@ -381,11 +394,11 @@ PYBIND11_MODULE(_blockps, m) {
              return out;
            })
       .def(
-          "counters",
+          "recovery_counters",
           [](Cluster& c) {
             Result<std::vector<LuQueueCounters>> counters = [&] {
               py::gil_scoped_release release;
-              return c.shard_counters();
+              return c.recovery_counters();
             }();
             check(counters.status());
             py::list out;
@@ -403,11 +416,17 @@ PYBIND11_MODULE(_blockps, m) {
           },
           "Per shard (cluster-file order), since the cluster opened: {'shard', 'commands', 'reconnects', "
           "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged on stderr).");
+}
 
+// blockps.Operation, what exchange_blocks_async returns.
+void bind_operation(py::module_& m) {
   py::class_<PyOperation>(m, "Operation")
       .def("wait", &PyOperation::wait, "Block until every shard finished its part; raises blockps.Error on failure.")
       .def("ready", &PyOperation::ready, "True when wait() would not block.");
+}
 
+// What a cluster file says without connecting: its layout, and the iSCSI name a worker logs in with.
+void bind_cluster_file(py::module_& m) {
   m.def(
       "cluster_layout",
       [](const std::string& cluster_file) {
@@ -448,7 +467,10 @@ PYBIND11_MODULE(_blockps, m) {
 
   m.def("worker_initiator", &blockps::worker_initiator_iqn, py::arg("worker"),
         "The iSCSI name Cluster(..., worker=W) logs in with when the cluster file names none.");
+}
 
+// blockps.DoubleBuffer over a Cluster.
+void bind_double_buffer(py::module_& m) {
   py::class_<DoubleBuffer, HeldWithoutGil<DoubleBuffer>>(m, "DoubleBuffer")
       .def(py::init([](Cluster& c, const std::string& mode, bool adaptive_pull, double smoothing, double safety,
                        int warmup_steps) {
@@ -497,4 +519,19 @@ PYBIND11_MODULE(_blockps, m) {
         d["pull_deviation_s"] = a.pull_deviation_s;
         return d;
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_blockps, m) {
+  m.doc() = "blockps: push gradients to and pull weights from a blockps parameter server";
+  bind_errors(m);
+  // Registered in this order: a signature names a class registered before it by its Python name.
+  ClusterClass cluster(m, "Cluster");
+  bind_cluster_open(cluster);
+  bind_cluster_transfers(cluster);
+  bind_cluster_control(cluster);
+  bind_operation(m);
+  bind_cluster_file(m);
+  bind_double_buffer(m);
 }

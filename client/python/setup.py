@@ -69,7 +69,7 @@ setup(
     name="blockps",
     version=project_version(),
     description="Workers of a blockps parameter server (block devices over iSCSI/iSER): numpy and PyTorch",
-    packages=["blockps"],
+    packages=["blockps", "blockps.torch"],
     python_requires=">=3.9",
     install_requires=["numpy"],
     extras_require={"torch": ["torch"]},

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "contract/control_lines.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 
 namespace blockps {
 namespace {

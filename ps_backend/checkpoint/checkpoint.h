@@ -13,7 +13,7 @@
 #include "aggregator/model_shard.h"
 #include "contract/place.h"
 #include "contract/result.h"
-#include "ps_backend/shard/shard_config.h"
+#include "ps_backend/config/shard_config.h"
 
 namespace blockps {
 

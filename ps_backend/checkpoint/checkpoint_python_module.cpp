@@ -15,7 +15,7 @@
 #include "aggregator/cpu_engine.h"
 #include "aggregator/model_shard.h"
 #include "ps_backend/checkpoint/checkpoint.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 
 namespace py = pybind11;
 

@@ -2,7 +2,7 @@
 
 #include "contract/blanks.h"
 #include "contract/control_lines.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 
 namespace blockps {
 namespace {

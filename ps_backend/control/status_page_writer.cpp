@@ -98,7 +98,7 @@ std::string render_status_page(const ServedShard& shard) {
 
   // The last checkpoint before the model's steps: steps only grow, so the page never shows a checkpoint ahead of
   // the model it was written from.
-  const ServedShard::LastCheckpoint last = shard.last_checkpoint();
+  const LastCheckpoint last = shard.last_checkpoint();
   set(page::kModelBlockSteps, shard.model().total_block_steps());
 
   set(page::kAggregationTotalNs, rd(k.aggregation_ns));

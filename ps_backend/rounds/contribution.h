@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
-#include "ps_backend/rounds/admission.h"
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 

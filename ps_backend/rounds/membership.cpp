@@ -1,6 +1,6 @@
 #include "ps_backend/rounds/membership.h"
 
-#include "ps_backend/shard/log.h"
+#include "ps_backend/base/log.h"
 
 namespace blockps {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "ps_backend/rounds/admission.h"
-#include "ps_backend/rounds/round_policy.h"
+#include "ps_backend/config/round_policy.h"
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 

@@ -9,7 +9,10 @@ void ParkingLot::park(const void* owner, const void* handle, bool is_push, const
                       std::uint64_t offset, std::uint64_t len, std::string refusal, Refusal refused_as) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms_);
   std::lock_guard lock(mutex_);
+  const bool refused = !refusal.empty();
   parked_.emplace(owner, ParkedCommand{handle, is_push, worker, offset, len, deadline, std::move(refusal), refused_as});
+  // A refused command is answered at its owner's next wake: bring that wake now.
+  if (const auto it = subscribers_.find(owner); refused && it != subscribers_.end()) it->second();
 }
 
 void ParkingLot::refuse(const void* owner, const std::string& why) {
@@ -65,6 +68,9 @@ void ParkingLot::process(const void* owner, const std::function<bool(const void*
         break;
       case Admission::failed:
         fail(p, Refusal::failed, degraded_reason());
+        break;
+      case Admission::conflict:  // never the rounds' answer: the claim refuses before they see a command
+        fail(p, Refusal::reservation_conflict, degraded_reason());
         break;
       case Admission::park: {
         std::lock_guard lock(mutex_);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ps_backend/rounds/admission.h"
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 
@@ -33,7 +34,7 @@ class ParkingLot {
 
   /// Hold a command the glue parked; `owner` is the LU whose glue resubmits it. With a `refusal`, the command is
   /// only held until the glue's next wake, which fails it with that reason (a store can complete a command
-  /// with its own sense only asynchronously).
+  /// with its own sense only asynchronously), and that wake is signalled now (the owner's subscription).
   void park(const void* owner, const void* handle, bool is_push, const WorkerRef& worker, std::uint64_t offset,
             std::uint64_t len, std::string refusal = {}, Refusal refused_as = Refusal::not_ready);
   /// Every command parked for `owner` fails with `why` (not_ready) at its next process(): its LU is closing.

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#include "ps_backend/base/latency_window.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/contribution.h"
 #include "ps_backend/rounds/membership.h"
 #include "ps_backend/rounds/parking.h"
-#include "ps_backend/rounds/round_policy.h"
-#include "ps_backend/shard/latency_window.h"
+#include "ps_backend/config/round_policy.h"
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 

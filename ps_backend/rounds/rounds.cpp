@@ -1,8 +1,8 @@
 #include "ps_backend/rounds/rounds.h"
 
+#include "ps_backend/base/log.h"
 #include "ps_backend/rounds/bsp_mode.h"
 #include "ps_backend/rounds/ssp_mode.h"
-#include "ps_backend/shard/log.h"
 
 namespace blockps {
 namespace {

@@ -25,7 +25,8 @@
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/parking.h"
 #include "ps_backend/rounds/round_mode.h"
-#include "ps_backend/rounds/round_policy.h"
+#include "ps_backend/config/round_policy.h"
+#include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "aggregator/wire_convert.h"
-#include "ps_backend/shard/log.h"
+#include "ps_backend/base/log.h"
 
 namespace blockps {
 

@@ -1,7 +1,7 @@
 // One LU of a shard: what each SCSI command that reaches the backing store means for its role (which commands it
-// serves, the checks of ranges and alignment, durability on FUA); what a push, a pull and a weights write do to
-// the shard is ServedShard's. The tgt glue hands commands here as plain buffers (ps_backend/tgt_glue/lu_abi.h); nothing
-// here knows tgt.
+// serves, the checks of ranges and alignment, which writes ask for durability: FUA); what a push, a pull and a
+// weights write do to the shard (and a durable one to its checkpoint) is ServedShard's. The tgt glue hands commands
+// here as plain buffers (ps_backend/tgt_glue/lu_abi.h); nothing here knows tgt.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "contract/scsi_codes.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/lu_outcome.h"
 #include "ps_backend/shard/served_shard.h"
 
@@ -45,13 +45,15 @@ class ServedLu {
 
   /// Whether a command with opcode `op` to an LU of `role` is admitted (admit()) before it is queued: the
   /// commands a job's claim fences (grad-LU READ and WRITE, a weights-LU command that changes weights) and
-  /// control writes (status-LU WRITE), whose sender the shard must know. The glue asks this on every command, so
-  /// it needs no shard.
+  /// control writes (status-LU WRITE), whose sender the shard must know. From the role alone: the glue's admission
+  /// (lu_abi.cpp) asks it first for every command, before it learns the sender or loads the shard.
   static bool needs_admission(LuRole role, std::uint8_t op);
   /// Whether this LU refuses control lines of initiators that are not administrators (admins=).
   bool checks_writers() const { return !admins_.empty(); }
   /// On the glue's main thread, before the command `handle` (one that needs_admission) from `sender` is queued:
-  /// what becomes of it (ServedShard::admit; `owner` is the LU that holds parked commands). What execute() must
+  /// what becomes of it (ServedShard::admit; `owner` is the LU that holds parked commands): run, park, or, on the
+  /// LU that holds commands, a refusal held to be failed at the next hand-back; a refusal on any other LU is
+  /// answered when it executes, and admit() says run. What execute() must
   /// know of it is kept for `handle` until then: the sender of a control write (which the shard's job lines need,
   /// and which admins= checks: a non-administrator's write is answered ACCESS DENIED), or the refusal of a command
   /// another job's claim fences (RESERVATION CONFLICT: a store answers with its own status only through its I/O
@@ -60,15 +62,15 @@ class ServedLu {
   /// `alive` (may be empty) says which sessions still exist: a control write or a status-page READ first lets the
   /// claim forget the gone ones (so a job= line finds a claim whose sessions all left lapsed, and the page counts the
   /// live ones).
-  ServedShard::Admitted admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset,
-                              std::uint64_t len, const WorkerRef& sender, const SessionProbe& alive = {});
+  Admission admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset, std::uint64_t len,
+                  const WorkerRef& sender, const SessionProbe& alive = {});
 
   /// Execute one command; never throws.
   LuOutcome execute(const TargetCommand& cmd);
 
  private:
   LuOutcome read(std::uint64_t offset, std::span<std::byte> out);
-  /// fua: the initiator asked for the write to be durable before it completes (a checkpoint follows).
+  /// fua: the initiator asked for the write to be durable before it completes (the shard checkpoints).
   LuOutcome write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle = nullptr,
                   const WorkerRef* sender = nullptr);
   LuOutcome control(std::span<const std::byte> data, const WorkerRef* sender);

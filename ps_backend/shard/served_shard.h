@@ -1,17 +1,16 @@
-// A shard as the PS serves it: the model in memory, its config, counters, and its checkpoint file (created or
-// loaded, locked against a second process, written on demand, periodically and at the end). It is the one owner
-// of a push and a pull: whether a grad-LU command may run now or waits for a round (admit, hand_back_parked),
-// whether a push is applied at once (async) or joins its rounds (sync, ssp:K), the counters, and the SCSI answer
-// when it fails (lu_outcome.h); and of whose the shard is: which job holds it (job_claim.h) and which part of which
-// model it is (its place, contract/place.h), which commands of other jobs' sessions it refuses, and the latest
-// refusals in words (refusal_log.h). ServedLu checks a command against its LU's role and calls it; the glue
-// (lu_abi.cpp) only translates tgt's types and threads. All LUs whose --backing-store paths name the same file
-// share one ServedShard (shard_registry.h). Its status page is status_page.h; the control lines it obeys are
-// parsed in control_lines.h.
+// A shard as the PS serves it: the model in memory and its rounds. It is the one owner of a push and a pull:
+// whether a command may run now, waits for a round or is refused (admit, hand_back_parked: one answer, Admission,
+// rounds/admission.h), whether a push is applied at once (async) or joins its rounds (sync, ssp:K), its durability
+// (FUA: a checkpoint), the counters, and the SCSI answer when it fails (lu_outcome.h); and of whose the shard is:
+// which job holds it (job_claim.h) and which part of which model it is (its place, contract/place.h), which
+// commands of other jobs' sessions it refuses, and the latest refusals in words (refusal_log.h). It composes the
+// rest: how it is opened (shard_creation.h), when its checkpoint is written (checkpoint_schedule.h), its counters
+// (shard_counters.h), the control lines it obeys (control/shard_control.h). ServedLu checks a command against its
+// LU's role and calls it; the glue (lu_abi.cpp) only translates tgt's types and threads. All LUs whose
+// --backing-store paths name the same file share one ServedShard (shard_registry.h). Its status page is
+// control/status_page_writer.h.
 #pragma once
 
-#include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -19,38 +18,36 @@
 #include <optional>
 #include <span>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include "aggregator/model_shard.h"
 #include "contract/lu_role.h"
 #include "contract/place.h"
 #include "contract/result.h"
+#include "ps_backend/base/latency_window.h"
 #include "ps_backend/checkpoint/checkpoint.h"
+#include "ps_backend/checkpoint/checkpoint_schedule.h"
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/control/job_claim.h"
 #include "ps_backend/control/refusal_log.h"
+#include "ps_backend/control/shard_control.h"
+#include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/rounds.h"
-#include "ps_backend/shard/latency_window.h"
-#include "ps_backend/shard/lu_options.h"
 #include "ps_backend/shard/lu_outcome.h"
+#include "ps_backend/shard/shard_counters.h"
+#include "ps_backend/shard/shard_creation.h"
 
 namespace blockps {
-
-/// Monotonic counters for the status page.
-struct ShardCounters {
-  std::atomic<std::uint64_t> pushes{0}, push_bytes{0};
-  std::atomic<std::uint64_t> pulls{0}, pull_bytes{0};  // reads of the grad and weights LUs
-  std::atomic<std::uint64_t> weight_writes{0}, weight_write_bytes{0};
-  std::atomic<std::uint64_t> aggregation_ns{0}, aggregation_max_ns{0};
-  std::atomic<std::uint64_t> checkpoints{0}, checkpoint_errors{0};
-  std::atomic<std::uint64_t> io_errors{0};
-};
 
 class ServedShard {
  public:
   /// Build a shard for `path` from `opts`: load the checkpoint when the file holds one (its shape must match
-  /// the keys given), else initialise from the options. Returns the shard or the reason it cannot be made.
-  static Result<std::shared_ptr<ServedShard>> create(const std::string& path, const LuOptions& opts);
+  /// the keys given), else initialise from the options. `wrap_store`, when given, gets the engine's store and
+  /// returns the one the shard uses (ModelShard's seam: a test's store that fails on demand). Returns the shard or
+  /// the reason it cannot be made.
+  static Result<std::shared_ptr<ServedShard>> create(const std::string& path, const LuOptions& opts,
+                                                     const ModelShard::StoreWrapper& wrap_store = {});
   /// Writes a last checkpoint when the weights changed since the last one (nothing is lost on a clean stop);
   /// only for a shard that opened successfully. Never throws.
   ~ServedShard();
@@ -62,47 +59,44 @@ class ServedShard {
   ShardCounters& counters() { return counters_; }
   const ShardCounters& counters() const { return counters_; }
 
-  /// Called after every completed change of the weights (push or weights-LU write).
-  void note_mutation() { mutations_.fetch_add(1, std::memory_order_release); }
-  void note_aggregation(std::uint64_t ns);
+  /// Called after every completed change of what a checkpoint holds (weights, optimizer settings, tenancy).
+  void note_mutation() { checkpoints_.note_mutation(); }
+  /// The optimizer's lr (control line lr=), recorded by the next checkpoint.
+  void set_lr(float lr);
 
-  /// Write a checkpoint that holds at least every change completed before the call; concurrent calls share one
-  /// write. Then, with checkpoint_copy=, copy the file there when the copy is behind it; a failed copy is counted
-  /// and shown (last_checkpoint()) but not returned. Ok or the reason the checkpoint was not written.
-  Status checkpoint();
-  /// Changes completed since the last checkpoint, or a copy of it still to make (periodic and final checkpoints
-  /// write only then).
-  bool dirty();
+  /// Write a checkpoint that holds at least every change completed before the call (CheckpointSchedule).
+  Status checkpoint() { return checkpoints_.checkpoint(); }
+  /// Changes completed since the last checkpoint, or a copy of it still to make.
+  bool dirty() { return checkpoints_.dirty(); }
 
   /// The rounds of a mode=sync or ssp:K shard; null for async.
   Rounds* rounds() { return rounds_.get(); }
   const Rounds* rounds() const { return rounds_.get(); }
 
   // A push and a pull. Offsets and lengths are the LU's bytes, already checked against its capacity and the
-  // wire dtype (ServedLu).
+  // wire dtype (ServedLu). `durable` (FUA): the change is in the checkpoint file before the command completes.
   /// A grad-LU WRITE's gradient (an I/O thread): applied now (async), or landed into its rounds (sync, ssp:K),
-  /// which `handle` was admitted to. GOOD, or target_failure() when the update was not applied.
-  LuOutcome push(std::uint64_t offset, std::span<const std::byte> data, const void* handle);
+  /// which `handle` was admitted to. GOOD; target_failure() when the update was not applied; MEDIUM ERROR, WRITE
+  /// ERROR when it was but its durable checkpoint failed.
+  LuOutcome push(std::uint64_t offset, std::span<const std::byte> data, const void* handle, bool durable = false);
   /// A READ of the grad or weights LU (an I/O thread): the weights in the wire dtype.
   LuOutcome pull(std::uint64_t offset, std::span<std::byte> out);
-  /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay.
-  LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data);
+  /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay. Answers as push().
+  LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data, bool durable = false);
 
   // Admission, on tgt's main thread, of the commands a job's claim fences (a grad-LU READ or WRITE, a weights-LU
   // write) and of those that wait for a round (grad-LU commands of a shard with rounds). `owner` is the LU that
   // holds parked commands; it watches for wake-ups and hands them back when woken.
-  /// Whether grad-LU commands of this shard may wait (it has rounds).
-  bool parks_commands() const { return rounds_ != nullptr; }
-  /// What becomes of a command before it is queued. run: queue it; parked: held for `owner`, it comes back through
-  /// hand_back_parked(); refused: held too, and failed at the next hand_back_parked(), which the caller triggers
-  /// now (a store answers a command with its own status only asynchronously or through its I/O threads);
-  /// conflict: another job holds the shard and `owner` cannot hold commands (no rounds, or not the grad LU):
-  /// queue it, and answer it reservation_conflict() when it executes. Every admitted command of the holder's
-  /// sessions counts as the job's activity (claim_idle_s).
-  enum class Admitted { run, parked, refused, conflict };
-  /// `alive` (may be empty): which sessions still exist, for a push that finds the rounds' membership full.
-  Admitted admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
-                 std::uint64_t offset, std::uint64_t len, const SessionProbe& alive = {});
+  /// Whether an LU of `role` on this shard holds commands: a grad LU of a shard with rounds.
+  bool holds_commands(LuRole role) const { return role == LuRole::grad && rounds_ != nullptr; }
+  /// What becomes of a command before it is queued (rounds/admission.h): run; park (held for `owner`, it comes
+  /// back through hand_back_parked()); or refused (not_ready, failed, conflict): where the LU holds commands it is
+  /// held too and failed at the next hand_back_parked(), whose wake is signalled now; elsewhere (conflict: another
+  /// job holds the shard) the LU answers it reservation_conflict() when it executes. Every admitted command of the
+  /// holder's sessions counts as the job's activity (claim_idle_s). `alive` (may be empty): which sessions still
+  /// exist, for a push that finds the rounds' membership full.
+  Admission admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
+                  std::uint64_t offset, std::uint64_t len, const SessionProbe& alive = {});
   /// Drop workers whose session is gone (`alive` false), then give back each command of `owner` that may go on
   /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
   void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,
@@ -118,15 +112,8 @@ class ServedShard {
   /// When the shard was created or loaded (Unix time).
   std::uint64_t started_unix() const { return started_unix_; }
   /// The optimizer's time per push (async) or per round applied (sync).
-  const LatencyWindow& aggregation_latency() const { return aggregation_latency_; }
-  /// The last checkpoint written (Unix time, 0: none yet), the last one's error or its copy's ("" when both
-  /// succeeded), and the step counts summed over the blocks of the file last written or loaded (0: none).
-  struct LastCheckpoint {
-    std::uint64_t unix_time = 0;
-    std::string error;
-    std::uint64_t block_steps = 0;
-  };
-  LastCheckpoint last_checkpoint() const;
+  const LatencyWindow& aggregation_latency() const { return counters_.aggregation_latency; }
+  LastCheckpoint last_checkpoint() const { return checkpoints_.last(); }
 
   /// A control write to the status LU (control_lines.h) from `sender` (null: a session the LU did not admit),
   /// every line checked before any is applied: the job lines first, then the place, then the others. Lines other
@@ -136,11 +123,15 @@ class ServedShard {
 
   /// The job that holds the shard, its sessions and refusals.
   ClaimStatus claim_status() const { return claim_.status(); }
+  /// The claim itself, for the control lines that join, take over and release it (shard_control.h).
+  JobClaim& claim() { return claim_; }
   /// On tgt's main thread, before a control write (whose job= line may find the claim lapsed): forget the claim's
   /// sessions that are gone.
   void forget_gone_sessions(const SessionProbe& alive) { claim_.forget_gone_sessions(alive); }
   /// Which part of which model the shard holds (none until a place= line or a checkpoint gave it one).
   std::optional<Place> place() const;
+  /// Set the place (control line place=); returns the one it replaces.
+  std::optional<Place> set_place(const Place& place);
   /// The job and place a checkpoint records.
   ShardTenancy tenancy() const;
   /// A refusal the shard answered for a reason of its own, in one sentence, for the status page (an LU's own
@@ -150,12 +141,19 @@ class ServedShard {
   std::vector<RefusalEntry> recent_refusals() const { return refusals_.recent(); }
 
  private:
-  ServedShard(std::string path, const ShardConfig& config, std::shared_ptr<CpuEngine> engine, Device device);
-  void periodic_checkpoints(std::stop_token stop);
-  /// A checkpoint or its copy failed (`why` names the file): counted, logged, shown on the status page.
-  void note_checkpoint_failure(const std::string& why);
-  Status apply_control(std::string_view text, const WorkerRef* sender);
-  void joined_job(const JobClaim::Joined& joined, const std::string& job, const WorkerRef& sender);
+  ServedShard(std::string path, const ShardConfig& config, Device device, const ModelShard::StoreWrapper& wrap_store);
+  /// Creation's last steps: the state of the checkpoint file, or a new shard's weights; then the rounds.
+  Status load(const ShardOpening& opening);
+  Status initialise();
+  void start_rounds();
+  /// The claim's verdict on a command (an other job's session: refused before the rounds see it).
+  std::optional<Admission> fence(const void* owner, const void* handle, LuRole lu, bool is_write,
+                                 const WorkerRef& worker, std::uint64_t offset, std::uint64_t len);
+  /// A refused command held for `owner` until its next hand-back.
+  Admission hold_refused(const void* owner, const void* handle, bool is_write, const WorkerRef& worker,
+                         std::uint64_t offset, std::uint64_t len, Admission refused);
+  /// The checkpoint a FUA write asks for: GOOD, or MEDIUM ERROR, WRITE ERROR.
+  LuOutcome made_durable();
   /// A grad-LU command the rounds refused, in one sentence: what, why, the workers counted, what to change.
   std::string rounds_refusal(const ParkedCommand& p, Refusal as, const std::string& why) const;
 
@@ -165,29 +163,17 @@ class ServedShard {
   ModelShard model_;
   std::unique_ptr<Rounds> rounds_;  // after model_: it applies rounds to it
   ShardCounters counters_;
-  LatencyWindow aggregation_latency_;
   const std::uint64_t started_unix_;
   JobClaim claim_;
   mutable std::mutex place_mutex_;
   std::optional<Place> place_;
   RefusalLog refusals_;
-  std::mutex control_mutex_;  // one control write at a time: what it checked holds until it is applied
+  ShardControl control_{*this};
+  CheckpointSchedule checkpoints_;
+  std::optional<ShardLock> lock_;  // PATH.lock: one process per checkpoint file
   // Set once create() succeeded: a shard that failed to open (bad init file, corrupt checkpoint) must not
   // write a "final checkpoint" over the file it could not load.
   bool serving_ = false;
-
-  std::atomic<std::uint64_t> mutations_{0};
-  std::mutex checkpoint_mutex_;               // one checkpoint write at a time
-  bool file_is_current_ = false;              // the file holds the state as of checkpointed_mutations_
-  std::uint64_t checkpointed_mutations_ = 0;  // a new shard's init counts as current: it is reproducible
-  bool copy_is_current_ = true;               // checkpoint_copy= holds the file's last write (or there is none)
-  mutable std::mutex last_checkpoint_mutex_;  // not checkpoint_mutex_: the status page must not wait on a write
-  LastCheckpoint last_checkpoint_;
-  int lock_fd_ = -1;  // flock on PATH.lock: one process per checkpoint file
-
-  std::mutex periodic_mutex_;
-  std::condition_variable_any periodic_cv_;
-  std::jthread periodic_;
 };
 
 }  // namespace blockps

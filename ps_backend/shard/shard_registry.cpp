@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdlib>
+#include <utility>
 
 namespace blockps {
 
@@ -26,6 +27,11 @@ ShardRegistry& ShardRegistry::instance() {
   return registry;
 }
 
+void ShardRegistry::wrap_stores(ModelShard::StoreWrapper wrap) {
+  std::lock_guard lk(mutex_);
+  wrap_store_ = std::move(wrap);
+}
+
 Result<std::shared_ptr<ServedShard>> ShardRegistry::attach(const std::string& path, const LuOptions& opts) {
   const Result<std::string> canonical = canonical_shard_path(path);
   if (!canonical.ok()) return canonical.status();
@@ -41,7 +47,7 @@ Result<std::shared_ptr<ServedShard>> ShardRegistry::attach(const std::string& pa
       return shard;
     }
   }
-  Result<std::shared_ptr<ServedShard>> created = ServedShard::create(*canonical, opts);
+  Result<std::shared_ptr<ServedShard>> created = ServedShard::create(*canonical, opts, wrap_store_);
   if (created.ok()) shards_[*canonical] = *created;
   return created;
 }

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "contract/result.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_shard.h"
 
 namespace blockps {
@@ -20,10 +20,15 @@ class ShardRegistry {
   /// The shard for `path` (canonical_shard_path), created or, when already open, checked against the keys
   /// `opts` gives (StatusCode::mismatch when they differ). Returns the shard or the reason for refusal.
   Result<std::shared_ptr<ServedShard>> attach(const std::string& path, const LuOptions& opts);
+  /// The shards created from now on use the store `wrap` makes of their engine's (ModelShard::StoreWrapper; empty:
+  /// the engine's own). The program that links the core supplies it: the product never does; a test wraps the
+  /// stores in one that fails on demand (tests/support/faulty_store.h).
+  void wrap_stores(ModelShard::StoreWrapper wrap);
 
  private:
   std::mutex mutex_;
   std::map<std::string, std::weak_ptr<ServedShard>> shards_;
+  ModelShard::StoreWrapper wrap_store_;
 };
 
 /// "/d/./m.ckpt" -> "/d/m.ckpt": resolved with realpath (symlinks too) when the file exists, else its directory

@@ -1,22 +1,18 @@
 /*
- * tgt glue for blockps: the only file that includes tgt's headers. It registers `--bstype blockps`, turns tgt's
- * LU life cycle and commands into calls of the C++ core (lu_abi.h), and sets the SCSI result the core chose.
- * Commands run on tgt's per-LU I/O thread pool (bs_thread), so tgtd's main thread never does the math.
- * mode=sync grad LUs first ask the core whether a READ/WRITE must wait for a round (it is then held with tgt's
- * asynchronous completion, never by blocking a pool thread) and watch an eventfd for when held ones may go on.
- * Every command a job's claim fences (grad-LU READ/WRITE, weights-LU writes) and every status-LU WRITE (control
- * lines) hands its sender (session and initiator name) to the core the same way first.
+ * tgt glue for blockps: with bs_blockps_module.c, the only files that include tgt's headers. It makes the backing
+ * store `--bstype blockps` (blockps_register_backing_store, which tgtd's entry point in bs_blockps_module.c
+ * calls), turns tgt's LU life cycle and commands into calls of the C++ core (lu_abi.h), and sets the SCSI result
+ * the core chose. Like tgt's own stores (bs_rdwr.c), one function answers a command on tgt's per-LU I/O thread
+ * pool (bs_thread), so tgtd's main thread never does the math; before that, on the main thread, the core is asked
+ * once what becomes of it (run, or held with tgt's asynchronous completion, never by blocking a pool thread, until
+ * the core's eventfd says it may go on or fails). The core decides; the glue only translates types and threads.
+ * Unit-tested without tgtd by tests/unit/ps_backend/glue/bs_blockps_ut.c, which includes this file.
  */
 #include <sys/epoll.h>
-#include <sys/wait.h>
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "list.h"
 #include "util.h"
@@ -27,13 +23,14 @@
 #include "driver.h"
 #include "target.h"
 
+#include "ps_backend/tgt_glue/bs_blockps.h"
 #include "ps_backend/tgt_glue/lu_abi.h"
 
-/* Private LU data: tgt's thread-pool state must come first (BS_THREAD_I assumes it). */
+/* Private LU data: tgt's thread-pool state must come first (BS_THREAD_I assumes it). The wake fd is the core's
+ * (blockps_lu_wake_fd). */
 struct blockps_lu_private {
 	struct bs_thread_info thread_info;
 	struct blockps_lu *core;
-	int wake_fd; /* registered with tgt's event loop, or -1 */
 };
 
 static struct blockps_lu_private *lu_private(struct scsi_lu *lu)
@@ -69,11 +66,10 @@ static int check_core(const struct scsi_lu *lu, enum blockps_result r, const cha
 	return 0;
 }
 
-static void blockps_request(struct scsi_cmd *cmd)
+/* tgt's command as the core takes it. */
+static struct blockps_command core_command(struct scsi_cmd *cmd)
 {
 	struct blockps_command c;
-	struct blockps_outcome o;
-	char message[BLOCKPS_MESSAGE_BYTES];
 
 	c.handle = cmd;
 	c.cdb = cmd->scb;
@@ -83,6 +79,16 @@ static void blockps_request(struct scsi_cmd *cmd)
 	c.in_length = scsi_get_in_length(cmd);
 	c.out = scsi_get_out_buffer(cmd);
 	c.out_length = scsi_get_out_length(cmd);
+	return c;
+}
+
+/* The request function of the I/O threads: the core executes the command and chooses its result. */
+static void blockps_request(struct scsi_cmd *cmd)
+{
+	struct blockps_command c = core_command(cmd);
+	struct blockps_outcome o;
+	char message[BLOCKPS_MESSAGE_BYTES];
+
 	/* On failure the outcome is already HARDWARE ERROR, INTERNAL TARGET FAILURE: only the reason is left to log. */
 	check_core(cmd->dev, blockps_lu_execute(lu_private(cmd->dev)->core, &c, &o, message, sizeof(message)), message);
 	set_outcome(cmd, &o);
@@ -104,36 +110,6 @@ static const char *initiator_name(struct scsi_cmd *cmd, char *buf, int size)
 		return "(unknown initiator)";
 	buf[size - 1] = '\0';
 	return buf + 4;
-}
-
-static int parked_session_alive(int tid, uint64_t itn_id);
-
-static int blockps_cmd_submit(struct scsi_cmd *cmd)
-{
-	struct blockps_lu_private *priv = lu_private(cmd->dev);
-	enum blockps_admission admission;
-	struct blockps_worker worker;
-	char message[BLOCKPS_MESSAGE_BYTES];
-	char id[512];
-
-	if (!blockps_lu_needs_admission(priv->core, cmd->scb))
-		return bs_thread_cmd_submit(cmd);
-	worker.tid = cmd->c_target->tid;
-	worker.itn_id = cmd->cmd_itn_id;
-	worker.iqn = initiator_name(cmd, id, sizeof(id));
-	worker.alive = parked_session_alive;
-	if (blockps_lu_admit(priv->core, cmd, cmd->scb, cmd->offset, cmd->tl, &worker, &admission, message,
-			     sizeof(message)) != BLOCKPS_OK) {
-		/* Refused, never run unchecked: tgt answers HARDWARE ERROR, INTERNAL TARGET FAILURE. */
-		eprintf("blockps: LU %" PRIu64 ": refused command 0x%02x of %s: %s\n", cmd->dev->lun, cmd->scb[0],
-			worker.iqn, message);
-		return -1;
-	}
-	if (admission == BLOCKPS_ADMIT_PARKED) {
-		set_cmd_async(cmd);
-		return 0;
-	}
-	return bs_thread_cmd_submit(cmd);
 }
 
 static int parked_session_alive(int tid, uint64_t itn_id)
@@ -159,19 +135,55 @@ static void parked_fail(const void *handle, const struct blockps_outcome *o)
 	target_cmd_io_done(cmd, o->status);
 }
 
-static const struct blockps_parked_ops parked_ops = {
+static void command_sender(const void *handle, struct blockps_worker *worker, char *name, size_t size)
+{
+	struct scsi_cmd *cmd = (struct scsi_cmd *)handle;
+
+	worker->tid = cmd->c_target->tid;
+	worker->itn_id = cmd->cmd_itn_id;
+	worker->iqn = initiator_name(cmd, name, (int)size);
+}
+
+/* What the core asks of tgt, on the main thread. */
+static const struct blockps_glue_ops glue_ops = {
+	.sender = command_sender,
 	.alive = parked_session_alive,
 	.aborted = parked_aborted,
 	.resubmit = parked_resubmit,
 	.fail = parked_fail,
 };
 
+/* Main thread, before a command is queued: the core says whether it runs now or waits (parked). */
+static int blockps_cmd_submit(struct scsi_cmd *cmd)
+{
+	struct blockps_command c = core_command(cmd);
+	enum blockps_admission admission;
+	char message[BLOCKPS_MESSAGE_BYTES];
+	char name[512];
+
+	if (blockps_lu_admit(lu_private(cmd->dev)->core, &c, &glue_ops, &admission, message, sizeof(message)) !=
+	    BLOCKPS_OK) {
+		/* Refused, never run unchecked: tgt answers HARDWARE ERROR, INTERNAL TARGET FAILURE. */
+		eprintf("blockps: LU %" PRIu64 ": refused command 0x%02x of %s: %s\n", cmd->dev->lun, cmd->scb[0],
+			initiator_name(cmd, name, sizeof(name)), message);
+		return -1;
+	}
+	switch (admission) {
+	case BLOCKPS_ADMIT_PARKED:
+		set_cmd_async(cmd);
+		return 0;
+	case BLOCKPS_ADMIT_RUN:
+		break;
+	}
+	return bs_thread_cmd_submit(cmd);
+}
+
 static void blockps_wake(int fd, int events, void *data)
 {
 	struct scsi_lu *lu = data;
 	char message[BLOCKPS_MESSAGE_BYTES];
 
-	check_core(lu, blockps_lu_on_wake(lu_private(lu)->core, &parked_ops, message, sizeof(message)), message);
+	check_core(lu, blockps_lu_on_wake(lu_private(lu)->core, &glue_ops, message, sizeof(message)), message);
 }
 
 static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
@@ -181,7 +193,6 @@ static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 	enum blockps_result r;
 	tgtadm_err ret;
 
-	priv->wake_fd = -1;
 	r = blockps_lu_configure(bsopts, 1U << lu->blk_shift, &priv->core, message, sizeof(message));
 	if (r != BLOCKPS_OK) {
 		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, message);
@@ -203,19 +214,15 @@ static int bs_blockps_open(struct scsi_lu *lu, char *path, int *fd, uint64_t *si
 	int wake_fd;
 
 	*fd = -1; /* no file descriptor: the shard lives in memory, the path is its checkpoint file */
-	priv->wake_fd = -1;
 	if (blockps_lu_attach(priv->core, path, size, message, sizeof(message)) != BLOCKPS_OK) {
 		eprintf("blockps: refused LU %" PRIu64 " on %s: %s\n", lu->lun, path, message);
 		return -1;
 	}
 	wake_fd = blockps_lu_wake_fd(priv->core);
-	if (wake_fd >= 0) {
-		if (tgt_event_add(wake_fd, EPOLLIN, blockps_wake, lu) != 0) {
-			eprintf("blockps: refused LU %" PRIu64 " on %s: cannot watch its eventfd\n", lu->lun, path);
-			check_core(lu, blockps_lu_detach(priv->core, message, sizeof(message)), message);
-			return -1;
-		}
-		priv->wake_fd = wake_fd;
+	if (wake_fd >= 0 && tgt_event_add(wake_fd, EPOLLIN, blockps_wake, lu) != 0) {
+		eprintf("blockps: refused LU %" PRIu64 " on %s: cannot watch its eventfd\n", lu->lun, path);
+		check_core(lu, blockps_lu_detach(priv->core, message, sizeof(message)), message);
+		return -1;
 	}
 	snprintf(lu->attrs.vendor_id, sizeof(lu->attrs.vendor_id), "%s", "BLOCKPS");
 	snprintf(lu->attrs.product_id, sizeof(lu->attrs.product_id), "%s", blockps_lu_product_id(priv->core));
@@ -226,12 +233,13 @@ static void bs_blockps_close(struct scsi_lu *lu)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
 	char message[BLOCKPS_MESSAGE_BYTES];
+	/* Attached (bs_open succeeded): the core's fd is the one bs_open watches, until the detach below closes it. */
+	int wake_fd = blockps_lu_wake_fd(priv->core);
 
-	if (priv->wake_fd >= 0) {
-		check_core(lu, blockps_lu_fail_parked(priv->core, &parked_ops, message, sizeof(message)), message);
-		tgt_event_del(priv->wake_fd);
+	if (wake_fd >= 0) {
+		check_core(lu, blockps_lu_fail_parked(priv->core, &glue_ops, message, sizeof(message)), message);
+		tgt_event_del(wake_fd);
 	}
-	priv->wake_fd = -1;
 	check_core(lu, blockps_lu_detach(priv->core, message, sizeof(message)), message);
 }
 
@@ -254,98 +262,23 @@ static struct backingstore_template blockps_bst = {
 	.bs_cmd_submit = blockps_cmd_submit,
 };
 
-#ifndef BLOCKPS_GLUE_UNIT_TEST /* the glue's unit test includes this file into its own program, not tgtd */
-#ifndef BLOCKPS_TGT_VERSION
-#error "BLOCKPS_TGT_VERSION: the version of the tgt source this glue is compiled against (ps_backend/CMakeLists.txt)"
-#endif
+/* The block-device command set of tgt's rdwr store, less UNMAP (tgt's sbc_unmap races with a thread-pool store, and
+ * thin provisioning means nothing here). COMPARE AND WRITE never reaches a store in tgt 1.0.85 (it answers INVALID
+ * OPCODE itself); it stays listed so the map matches rdwr's. */
+static unsigned char blockps_opcodes[] = {
+	ALLOW_MEDIUM_REMOVAL, COMPARE_AND_WRITE, FORMAT_UNIT, INQUIRY, MAINT_PROTOCOL_IN,
+	MODE_SELECT, MODE_SELECT_10, MODE_SENSE, MODE_SENSE_10, ORWRITE_16,
+	PERSISTENT_RESERVE_IN, PERSISTENT_RESERVE_OUT, PRE_FETCH_10, PRE_FETCH_16,
+	READ_10, READ_12, READ_16, READ_6, READ_CAPACITY, RELEASE, REPORT_LUNS, REQUEST_SENSE,
+	RESERVE, SEND_DIAGNOSTIC, SERVICE_ACTION_IN, START_STOP, SYNCHRONIZE_CACHE,
+	SYNCHRONIZE_CACHE_16, TEST_UNIT_READY, VERIFY_10, VERIFY_12, VERIFY_16,
+	WRITE_10, WRITE_12, WRITE_16, WRITE_6, WRITE_SAME, WRITE_SAME_16,
+	WRITE_VERIFY, WRITE_VERIFY_12, WRITE_VERIFY_16,
+};
 
-extern char **environ;
-
-/* The running tgtd's version, as `tgtd --version` of this very executable prints it, into `out` (NUL-terminated,
- * without the newline); 0, or -1 when it could not be learned. posix_spawn, not fork: tgtd may have threads. */
-static int running_tgtd_version(char *out, size_t size)
+void blockps_register_backing_store(void)
 {
-	char *argv[] = {"tgtd", "--version", NULL};
-	posix_spawn_file_actions_t actions;
-	int fds[2], status = 0, rc;
-	size_t got = 0;
-	pid_t pid;
-
-	if (size == 0 || pipe2(fds, O_CLOEXEC) != 0)
-		return -1;
-	posix_spawn_file_actions_init(&actions);
-	posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-	posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, "/dev/null", O_WRONLY, 0);
-	rc = posix_spawn(&pid, "/proc/self/exe", &actions, NULL, argv, environ);
-	posix_spawn_file_actions_destroy(&actions);
-	close(fds[1]);
-	if (rc != 0) {
-		close(fds[0]);
-		return -1;
-	}
-	while (got + 1 < size) {
-		ssize_t n = read(fds[0], out + got, size - 1 - got);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fds[0]);
-	while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-		;
-	out[got] = '\0';
-	out[strcspn(out, "\r\n")] = '\0';
-	return WIFEXITED(status) && WEXITSTATUS(status) == 0 && out[0] != '\0' ? 0 : -1;
-}
-
-/* The glue reads and writes tgt's internal structs (scsi_cmd, scsi_lu, bs_thread_info) as the source of
- * BLOCKPS_TGT_VERSION lays them out: in a tgtd of another version that would corrupt memory, so the module
- * refuses to register there, in one line naming both versions (scripts/ps-up.sh shows it). */
-static int built_for_this_tgtd(void)
-{
-	char running[128];
-
-	if (running_tgtd_version(running, sizeof running) != 0) {
-		eprintf("blockps: NOT LOADED: could not learn this tgtd's version (`%s --version` failed); the module "
-			"is built for tgt %s and refuses to guess\n", "/proc/self/exe", BLOCKPS_TGT_VERSION);
-		return 0;
-	}
-	if (strcmp(running, BLOCKPS_TGT_VERSION) != 0) {
-		eprintf("blockps: NOT LOADED: this module is built for tgt %s (its source's structs), the running tgtd "
-			"is %s: rebuild it against this tgt (scripts/setup.sh BUILD fetches the matching source; then "
-			"cmake --build BUILD && cmake --install BUILD --component tgt_module)\n",
-			BLOCKPS_TGT_VERSION, running);
-		return 0;
-	}
-	return 1;
-}
-#endif
-
-/* tgtd dlopens every file in its backing-store directory and calls this (bs.c). Not a constructor as well:
- * registering twice corrupts tgt's template list. */
-__attribute__((visibility("default"))) void register_bs_module(void);
-void register_bs_module(void)
-{
-	/* The block-device command set of tgt's rdwr store, less UNMAP (tgt's sbc_unmap races with a thread-pool
-	 * store, and thin provisioning means nothing here). COMPARE AND WRITE never reaches a store in tgt 1.0.85
-	 * (it answers INVALID OPCODE itself); it stays listed so the map matches rdwr's. */
-	static unsigned char opcodes[] = {
-		ALLOW_MEDIUM_REMOVAL, COMPARE_AND_WRITE, FORMAT_UNIT, INQUIRY, MAINT_PROTOCOL_IN,
-		MODE_SELECT, MODE_SELECT_10, MODE_SENSE, MODE_SENSE_10, ORWRITE_16,
-		PERSISTENT_RESERVE_IN, PERSISTENT_RESERVE_OUT, PRE_FETCH_10, PRE_FETCH_16,
-		READ_10, READ_12, READ_16, READ_6, READ_CAPACITY, RELEASE, REPORT_LUNS, REQUEST_SENSE,
-		RESERVE, SEND_DIAGNOSTIC, SERVICE_ACTION_IN, START_STOP, SYNCHRONIZE_CACHE,
-		SYNCHRONIZE_CACHE_16, TEST_UNIT_READY, VERIFY_10, VERIFY_12, VERIFY_16,
-		WRITE_10, WRITE_12, WRITE_16, WRITE_6, WRITE_SAME, WRITE_SAME_16,
-		WRITE_VERIFY, WRITE_VERIFY_12, WRITE_VERIFY_16,
-	};
-
-#ifndef BLOCKPS_GLUE_UNIT_TEST
-	if (!built_for_this_tgtd())
-		return; /* --bstype blockps stays unknown to this tgtd: every LU of ours is refused */
-#endif
 	blockps_set_log(log_to_tgtd);
-	bs_create_opcode_map(&blockps_bst, opcodes, ARRAY_SIZE(opcodes));
+	bs_create_opcode_map(&blockps_bst, blockps_opcodes, ARRAY_SIZE(blockps_opcodes));
 	register_backingstore_template(&blockps_bst);
 }

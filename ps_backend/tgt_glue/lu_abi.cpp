@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "ps_backend/shard/log.h"
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/base/log.h"
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_lu.h"
 #include "ps_backend/shard/shard_registry.h"
 
@@ -24,7 +24,7 @@ struct blockps_lu {
   // (tgtadm --params path=...) without waiting for commands in flight on the I/O threads.
   std::atomic<std::shared_ptr<blockps::ServedLu>> served;
   // grad LUs of shards with rounds (mode=sync, ssp:K): the glue's main loop watches it; Rounds writes it when
-  // parked commands may go on.
+  // parked commands may go on. The one owner of this fd: made at attach, closed at detach; the glue asks for it.
   int wake_fd = -1;
 };
 
@@ -82,7 +82,7 @@ blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity
       std::make_shared<blockps::ServedLu>(lu.options.role, std::move(shard), lu.lu_block_bytes, lu.options.admins);
   capacity = served->capacity_bytes();
   lu.served.store(served);
-  if (lu.options.role == blockps::LuRole::grad && served->shard().parks_commands()) {
+  if (served->shard().holds_commands(lu.options.role)) {
     lu.wake_fd = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (lu.wake_fd < 0)
       return report(BLOCKPS_SYSTEM_ERROR, message, size, "eventfd for parked commands", std::strerror(errno));
@@ -98,22 +98,29 @@ blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity
   return BLOCKPS_OK;
 }
 
-blockps_result admit(blockps_lu& lu, const void* handle, const uint8_t* cdb, uint64_t offset, uint32_t length,
-                     const blockps_worker& worker, blockps_admission& admission, char* message, size_t size) {
+// THE mapping of the core's answer (rounds/admission.h) to the glue's: a command the LU holds (parked, or refused
+// and held until the hand-back the shard has signalled) is PARKED; everything else runs.
+blockps_admission for_the_glue(blockps::Admission a) {
+  return a == blockps::Admission::run ? BLOCKPS_ADMIT_RUN : BLOCKPS_ADMIT_PARKED;
+}
+
+blockps_result admit(blockps_lu& lu, const blockps_command& cmd, const blockps_glue_ops& ops,
+                     blockps_admission& admission, char* message, size_t size) {
   admission = BLOCKPS_ADMIT_RUN;
+  // From the options alone: no sender's name and no shard lookup for the commands no admission concerns.
+  if (!blockps::ServedLu::needs_admission(lu.options.role, cmd.cdb[0])) return BLOCKPS_OK;
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
   if (!served) return BLOCKPS_OK;  // execute() answers NOT_ATTACHED
+  char name[512];
+  blockps_worker worker{0, 0, nullptr};
+  ops.sender(cmd.handle, &worker, name, sizeof name);
   const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
-  blockps::SessionProbe alive;
-  if (worker.alive) alive = [probe = worker.alive](int tid, std::uint64_t itn) { return probe(tid, itn) != 0; };
-  const blockps::ServedShard::Admitted admitted = served->admit(&lu, handle, cdb[0], offset, length, who, alive);
-  if (admitted == blockps::ServedShard::Admitted::run || admitted == blockps::ServedShard::Admitted::conflict)
-    return BLOCKPS_OK;  // a conflict is answered by ServedLu when it executes
+  const blockps::SessionProbe alive = [probe = ops.alive](int tid, std::uint64_t itn) { return probe(tid, itn) != 0; };
+  admission = for_the_glue(
+      served->admit(&lu, cmd.handle, cmd.cdb[0], cmd.offset, cmd.transfer_length, who, ops.alive ? alive : nullptr));
   // Only an LU with a wake fd holds commands (a grad LU of a shard with rounds): it hands them back when woken.
-  if (lu.wake_fd < 0)
+  if (admission == BLOCKPS_ADMIT_PARKED && lu.wake_fd < 0)
     return report(BLOCKPS_INTERNAL_ERROR, message, size, "admission", "a command was held by an LU that never parks");
-  admission = BLOCKPS_ADMIT_PARKED;
-  if (admitted == blockps::ServedShard::Admitted::refused) signal_wake(lu.wake_fd);  // answered from the handler
   return BLOCKPS_OK;
 }
 
@@ -125,7 +132,7 @@ void set_outcome(blockps_outcome& to, const blockps::LuOutcome& from) {
   to.info = from.info;
 }
 
-void hand_back_parked(blockps_lu& lu, const blockps_parked_ops& ops) {
+void hand_back_parked(blockps_lu& lu, const blockps_glue_ops& ops) {
   std::uint64_t count = 0;
   [[maybe_unused]] const auto n = ::read(lu.wake_fd, &count, sizeof count);
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
@@ -201,22 +208,15 @@ const char* blockps_lu_product_id(const blockps_lu* lu) {
 
 int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
 
-int blockps_lu_needs_admission(const blockps_lu* lu, const uint8_t* cdb) {
-  if (!lu || !cdb) return 0;
-  // From the options alone: no shard lookup on the hot path.
-  return blockps::ServedLu::needs_admission(lu->options.role, cdb[0]) ? 1 : 0;
-}
-
-blockps_result blockps_lu_admit(blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
-                                uint32_t length, const blockps_worker* worker, blockps_admission* admission,
-                                char* message, size_t message_size) {
-  if (!lu || !cdb || !worker || !admission)
-    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, CDB, worker or result");
+blockps_result blockps_lu_admit(blockps_lu* lu, const blockps_command* cmd, const blockps_glue_ops* ops,
+                                blockps_admission* admission, char* message, size_t message_size) {
+  if (!lu || !cmd || !cmd->cdb || !ops || !ops->sender || !admission)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, command, CDB, ops or result");
   return guarded("admission", message, message_size,
-                 [&] { return admit(*lu, handle, cdb, offset, length, *worker, *admission, message, message_size); });
+                 [&] { return admit(*lu, *cmd, *ops, *admission, message, message_size); });
 }
 
-blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops, char* message, size_t message_size) {
+blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_glue_ops* ops, char* message, size_t message_size) {
   if (!lu || !ops) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "parked commands", "no LU or ops");
   if (lu->wake_fd < 0) return BLOCKPS_OK;
   return guarded("parked commands", message, message_size, [&] {
@@ -225,8 +225,7 @@ blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_parked_ops* ops,
   });
 }
 
-blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_parked_ops* ops, char* message,
-                                      size_t message_size) {
+blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_glue_ops* ops, char* message, size_t message_size) {
   if (!lu || !ops) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "parked commands", "no LU or ops");
   if (lu->wake_fd < 0) return BLOCKPS_OK;
   return guarded("parked commands at close", message, message_size, [&] {

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Changes whenever a call's signature or the meaning of a code changes. */
-#define BLOCKPS_LU_ABI_VERSION 3
+#define BLOCKPS_LU_ABI_VERSION 4
 
 /* A `message` buffer of this size holds every message whole. */
 #define BLOCKPS_MESSAGE_BYTES 1024
@@ -67,78 +67,10 @@ uint32_t blockps_lu_io_threads(const struct blockps_lu* lu);
  * fail. */
 const char* blockps_lu_product_id(const struct blockps_lu* lu);
 
-/* An eventfd the glue watches on its main loop (tgt_event_add) while the LU is attached, or -1 when this LU never
- * parks commands. Readable when parked commands may go on, and periodically while workers are known. Cannot
- * fail. */
+/* The eventfd of parked commands, owned by the core (made at attach, closed at detach): the glue watches it on its
+ * main loop (tgt_event_add) while the LU is attached, or -1 when this LU never parks commands. Readable when
+ * parked commands may go on (or are refused), and periodically while workers are known. Cannot fail. */
 int blockps_lu_wake_fd(const struct blockps_lu* lu);
-
-/* Whether a command with this CDB needs blockps_lu_admit and its sender's identity (1) or not (0): a READ or
- * WRITE of a grad LU (a job's claim fences it; with mode=sync/ssp it may have to wait), a command that changes a
- * weights LU's weights (fenced), a WRITE of a status LU (control lines: the shard needs the sender for job= and
- * admins=). From the LU's options alone, no shard lookup. Cannot fail (0 for NULL). */
-int blockps_lu_needs_admission(const struct blockps_lu* lu, const uint8_t* cdb);
-
-/* Who sent a command: one I_T nexus (tid + itn_id locate it in tgt; iqn names it). */
-struct blockps_worker {
-  int tid;
-  uint64_t itn_id;
-  const char* iqn;
-  /* Whether a session still exists (tgt's it_nexus_lookup), on the main thread, during blockps_lu_admit only; NULL:
-   * every session counts as alive. A job's claim lapses only once none of its sessions is (claim_idle_s). */
-  int (*alive)(int tid, uint64_t itn_id);
-};
-
-enum blockps_admission {
-  BLOCKPS_ADMIT_RUN = 0,   /* queue it to the I/O threads */
-  BLOCKPS_ADMIT_PARKED = 1 /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
-                              resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
-};
-
-/* Main thread, before a command blockps_lu_needs_admission named is queued to the I/O threads: a READ/WRITE of a
- * mode=sync grad LU may park, and is PARKED also when the shard refuses it (another job holds the shard; too few
- * workers), to be failed from blockps_lu_on_wake. Everything else is RUN: the I/O thread answers what the
- * admission decided (RESERVATION CONFLICT for a command of a session outside the job that holds the shard;
- * ACCESS DENIED for a control write of a non-administrator on a status LU with admins=).
- * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cdb, worker or admission NULL); INTERNAL_ERROR.
- * On any code but OK nothing was parked and the glue must refuse the command (it fails it synchronously: tgt
- * answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */
-enum blockps_result blockps_lu_admit(struct blockps_lu* lu, const void* handle, const uint8_t* cdb, uint64_t offset,
-                                     uint32_t length, const struct blockps_worker* worker,
-                                     enum blockps_admission* admission, char* message, size_t message_size);
-
-/* A command's SCSI result. */
-struct blockps_outcome {
-  uint8_t status; /* SAM status: 0x00 GOOD, 0x02 CHECK CONDITION (with the sense below), 0x18 RESERVATION CONFLICT
-                     (no sense: another job holds the shard) */
-  uint8_t sense_key;
-  uint16_t asc; /* ASC << 8 | ASCQ */
-  int has_info;
-  uint64_t info;
-};
-
-/* What the glue does for parked commands; the core calls them on the main thread, inside blockps_lu_on_wake and
- * blockps_lu_fail_parked. */
-struct blockps_parked_ops {
-  int (*alive)(int tid, uint64_t itn_id);                                  /* the session still exists */
-  int (*aborted)(const void* handle);                                      /* an ABORT TASK / LUN RESET waits */
-  void (*resubmit)(const void* handle);                                    /* queue it to the I/O threads now */
-  void (*fail)(const void* handle, const struct blockps_outcome* outcome); /* complete it with this result */
-};
-
-/* The wake fd's handler (main thread): drains it, drops workers whose session is gone, and hands back every
- * parked command that may go on (resubmit), is refused, aborted (ABORTED COMMAND) or past its deadline (NOT
- * READY, MANUAL INTERVENTION REQUIRED) (fail). Each failed command gets one log line from the core.
- * Codes: OK (also for an LU that never parks); INVALID_ARGUMENT (lu or ops NULL); INTERNAL_ERROR (commands not
- * handed back yet stay parked until the next wake). A command refused because another job holds the shard fails
- * with RESERVATION CONFLICT (no sense). */
-enum blockps_result blockps_lu_on_wake(struct blockps_lu* lu, const struct blockps_parked_ops* ops, char* message,
-                                       size_t message_size);
-
-/* bs_close (main thread, before the LU detaches): fail every command still parked on it (NOT READY). tgt may
- * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever.
- * Codes: as blockps_lu_on_wake. */
-enum blockps_result blockps_lu_fail_parked(struct blockps_lu* lu, const struct blockps_parked_ops* ops, char* message,
-                                           size_t message_size);
 
 /* A command as tgt hands it to a store. */
 struct blockps_command {
@@ -151,6 +83,74 @@ struct blockps_command {
   const uint8_t* out; /* WRITE data, out_length bytes (may be NULL) */
   uint32_t out_length;
 };
+
+/* Who sent a command: one I_T nexus (tid + itn_id locate it in tgt; iqn names it). */
+struct blockps_worker {
+  int tid;
+  uint64_t itn_id;
+  const char* iqn;
+};
+
+/* A command's SCSI result. */
+struct blockps_outcome {
+  uint8_t status; /* SAM status: 0x00 GOOD, 0x02 CHECK CONDITION (with the sense below), 0x18 RESERVATION CONFLICT
+                     (no sense: another job holds the shard) */
+  uint8_t sense_key;
+  uint16_t asc; /* ASC << 8 | ASCQ */
+  int has_info;
+  uint64_t info;
+};
+
+/* What the core asks of the glue, on the main thread only, inside blockps_lu_admit, blockps_lu_on_wake and
+ * blockps_lu_fail_parked: the glue's one table of calls into tgt. */
+struct blockps_glue_ops {
+  /* Who sent `handle`: sets *worker; the name may be written into `name` (`size` bytes). Asked only for the
+   * commands an admission concerns. */
+  void (*sender)(const void* handle, struct blockps_worker* worker, char* name, size_t size);
+  int (*alive)(int tid, uint64_t itn_id);                                  /* the session still exists */
+  int (*aborted)(const void* handle);                                      /* an ABORT TASK / LUN RESET waits */
+  void (*resubmit)(const void* handle);                                    /* queue it to the I/O threads now */
+  void (*fail)(const void* handle, const struct blockps_outcome* outcome); /* complete it with this result */
+};
+
+/* What becomes of a command before it is queued. */
+enum blockps_admission {
+  BLOCKPS_ADMIT_RUN = 0,   /* queue it to the I/O threads */
+  BLOCKPS_ADMIT_PARKED = 1 /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
+                              resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
+};
+
+/* Main thread, for every command before it is queued: the one admission question. Only the commands a job's claim
+ * fences (a grad-LU READ or WRITE, a command that changes a weights LU's weights), that may wait for a round (a
+ * grad-LU READ or WRITE of a shard with rounds) or that carry control lines (a status-LU WRITE; a status-LU READ
+ * lets the claim forget gone sessions) concern it: for them the core learns the sender (ops->sender) and asks the
+ * shard; every other command is RUN at once, from the LU's options alone. A READ/WRITE of a mode=sync/ssp grad LU
+ * may be PARKED, also when the shard refuses it (another job holds the shard; too few workers), to be failed from
+ * blockps_lu_on_wake. Everything else is RUN: the I/O thread answers what the admission decided (RESERVATION
+ * CONFLICT for a command of a session outside the job that holds the shard; ACCESS DENIED for a control write of a
+ * non-administrator on a status LU with admins=). `cmd` needs handle and cdb, offset and transfer_length; its data
+ * buffers are not read.
+ * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cmd, its cdb, ops or admission NULL);
+ * INTERNAL_ERROR. On any code but OK nothing was parked and the glue must refuse the command (it fails it
+ * synchronously: tgt answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */
+enum blockps_result blockps_lu_admit(struct blockps_lu* lu, const struct blockps_command* cmd,
+                                     const struct blockps_glue_ops* ops, enum blockps_admission* admission,
+                                     char* message, size_t message_size);
+
+/* The wake fd's handler (main thread): drains it, drops workers whose session is gone, and hands back every
+ * parked command that may go on (resubmit), is refused, aborted (ABORTED COMMAND) or past its deadline (NOT
+ * READY, MANUAL INTERVENTION REQUIRED) (fail). Each failed command gets one log line from the core.
+ * Codes: OK (also for an LU that never parks); INVALID_ARGUMENT (lu or ops NULL); INTERNAL_ERROR (commands not
+ * handed back yet stay parked until the next wake). A command refused because another job holds the shard fails
+ * with RESERVATION CONFLICT (no sense). */
+enum blockps_result blockps_lu_on_wake(struct blockps_lu* lu, const struct blockps_glue_ops* ops, char* message,
+                                       size_t message_size);
+
+/* bs_close (main thread, before the LU detaches): fail every command still parked on it (NOT READY). tgt may
+ * close an LU without waiting for the commands a store holds; held ones would pin their sessions forever.
+ * Codes: as blockps_lu_on_wake. */
+enum blockps_result blockps_lu_fail_parked(struct blockps_lu* lu, const struct blockps_glue_ops* ops, char* message,
+                                           size_t message_size);
 
 /* Execute one command (tgt's I/O threads, several at once) and set `*outcome` to its SCSI result.
  * Codes: OK (*outcome is what the command means: GOOD, or the CHECK CONDITION the core chose, e.g. a refused

@@ -25,6 +25,8 @@
 #   BLOCKPS_ISER               yes, no or auto: overrides every file's blockps-iser line (see below)
 #   BLOCKPS_ISER_POOL_MB       tgtd's iSER buffer pool in MiB (tgtd --iser pool_sz_mb=N, at least 128; default
 #                              tgt's 1024). Each tgtd with iSER registers that much memory.
+#   BLOCKPS_CLI                the blockps CLI that reads shard configs and status pages (default: found as
+#                              blockps_cli below says: the build's, the installed one, PATH's)
 
 BLOCKPS_STATE_DIR=${BLOCKPS_STATE_DIR:-/run/blockps}
 BLOCKPS_CONTROL_OFFSET=${BLOCKPS_CONTROL_OFFSET:-0}
@@ -42,6 +44,11 @@ BLOCKPS_MODULE_NAME=bs_blockps.so
 
 # shellcheck source=scripts/lib/messages.sh
 . "$(dirname "${BASH_SOURCE[0]}")/messages.sh"
+# Written by cmake --install next to this file (BLOCKPS_INSTALLED_CLI); a source tree has none.
+if [ -f "$(dirname "${BASH_SOURCE[0]}")/installed-paths.sh" ]; then
+  # shellcheck source=/dev/null
+  . "$(dirname "${BASH_SOURCE[0]}")/installed-paths.sh"
+fi
 
 is_uint() { [[ $1 =~ ^[0-9]+$ ]]; }
 
@@ -131,120 +138,46 @@ conf_lus() {
 # --- the blockps-shard line -----------------------------------------------------------------------------------
 # A shard's three LUs come from one line of ours inside its <target IQN> block:
 #   blockps-shard /ABSOLUTE/PATH/model.ckpt 'k=v;k=v'
-# LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status (the LUNs of contract/lu_role.h's kLuRoles)
-# over the one checkpoint file, each with the line's options (the shard's bsopts, docs/OPTIONS.md); admins= goes
-# to the status LU only, the one LU that takes it
-# (ps_backend/shard/lu_options.cpp refuses it on the others). tgt-admin never sees the line: it keys backing stores by
-# path string and merges blocks with equal strings, so the line becomes three <backing-store> blocks whose paths
-# spell the one file three ways (PATH, DIR/./FILE, DIR//FILE; the module resolves them to one shard), each
-# carrying the full shard options so that whichever LU tgt-admin creates first creates the shard.
-BLOCKPS_SHARD_KEY=blockps-shard
+# tgt-admin never sees the line: `blockps conf expand` (client/cli/targets_conf.h says how) makes it into three
+# <backing-store> blocks, LUN 1 role=grad, 2 role=weights, 3 role=status over the one checkpoint file.
 
-# FILE -> the file as tgt-admin reads it: each blockps-shard line replaced by its three <backing-store> blocks,
-# every other line as written. A wrong line prints one line "FILE:LINE: reason (what is allowed)" instead and
-# returns 1; nothing of the file is printed then.
-conf_expand_shards() {
-  awk -v file="$1" -v key="$BLOCKPS_SHARD_KEY" '
-    function fail(line, msg) {
-      if (!failed) error = file ":" line ": " msg
-      failed = 1
-      exit 1
-    }
-    function out(text) { lines[++nlines] = text }
-    # The one file a path names, as far as its spelling goes: "/./" and "//" collapsed.
-    function normal(p) {
-      while (gsub(/\/\.\//, "/", p) || gsub(/\/\/+/, "/", p)) {}
-      return p
-    }
-    function parse_shard(line, rest, indent,   path, opts, n, items, i, item, k, shared, admins, dir, base) {
-      if (rest == "" || rest ~ /^[\x27"]/ || rest ~ /^[^ \t]*=/)
-        fail(line, key ": the checkpoint path is missing (expected " key " /ABSOLUTE/PATH/model.ckpt \x27size=16M;dtype=f32;...\x27)")
-      path = rest; sub(/[ \t].*/, "", path)
-      opts = rest; sub(/^[^ \t]+[ \t]*/, "", opts)
-      if (path !~ /^\//) fail(line, "checkpoint path \x27" path "\x27 must be absolute")
-      if (path ~ /\/$/) fail(line, "checkpoint path \x27" path "\x27 names a directory; name the checkpoint file")
-      if (path ~ /[,\x27"]/) fail(line, "checkpoint path \x27" path "\x27 must not contain \x27,\x27 (tgtd splits on it) or quotes")
-      if (opts ~ /^\x27.*\x27$/ || opts ~ /^".*"$/) opts = substr(opts, 2, length(opts) - 2)
-      if (opts ~ /[\x27"]/)
-        fail(line, "the options of " key " must be one single-quoted list \x27k=v;k=v\x27 without quotes inside (got " opts ")")
-      n = split(opts, items, ";")
-      shared = ""; admins = ""
-      for (i = 1; i <= n; i++) {
-        item = items[i]; sub(/^[ \t]+/, "", item); sub(/[ \t]+$/, "", item)
-        if (item == "") continue
-        k = item; sub(/[ \t]*=.*/, "", k)
-        if (k == "role")
-          fail(line, "role= is not an option of " key ": the line makes LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status; give the shard options (docs/OPTIONS.md) and admins= for the status LU")
-        if (k == "admins") admins = admins ";" item
-        else shared = shared ";" item
-      }
-      path = normal(path)
-      dir = path; sub(/\/[^\/]*$/, "", dir)
-      base = path; sub(/.*\//, "", base)
-      shard_path[t] = path; shard_line[t] = line; nshards[t]++
-      out(indent "# " key " " path " (line " line "): LUN 1 grad, 2 weights, 3 status over one checkpoint")
-      lu(indent, path, 1, "grad", shared)
-      lu(indent, dir "/./" base, 2, "weights", shared)
-      lu(indent, dir "//" base, 3, "status", admins shared)
-    }
-    function lu(indent, path, lun, role, opts) {
-      out(indent "<backing-store " path ">")
-      out(indent "    lun " lun)
-      out(indent "    bs-type blockps")
-      out(indent "    bsopts \x27role=" role opts "\x27")
-      out(indent "</backing-store>")
-    }
-    # An explicit LU (line, path, lun) of target t that a blockps-shard line of the same target would clash with.
-    function check_explicit(line, path, lun) {
-      if (!nshards[t]) return
-      if (normal(path) == shard_path[t])
-        fail(line, "backing-store " path " is the checkpoint of the " key " on line " shard_line[t] ", which makes its three LUs: remove this block, or spell all three LUs as <backing-store> blocks instead of " key)
-      if (lun == 1 || lun == 2 || lun == 3)
-        fail(line, "lun " lun " of backing-store " path " clashes with the " key " on line " shard_line[t] " (its LUs take LUNs 1 grad, 2 weights, 3 status): give this LU lun 4 or above")
-    }
-    { raw = $0; s = $0; sub(/#.*/, "", s); sub(/^[ \t]+/, "", s); sub(/[ \t\r]+$/, "", s) }
-    s ~ /^<target[ \t]/ {
-      t++; target_line[t] = NR; intarget = 1; iqn = s; sub(/^<target[ \t]+/, "", iqn); sub(/[ \t]*>$/, "", iqn)
-      out(raw); next
-    }
-    s ~ /^<\/target>/ {
-      # At the end of the target: an explicit LU may stand before or after the blockps-shard line.
-      for (i = 1; i <= nexplicit[t]; i++) check_explicit(explicit_line[t, i], explicit_path[t, i], explicit_lun[t, i])
-      intarget = 0; out(raw); next
-    }
-    intarget && (s ~ /^<(backing|direct)-store[ \t]/) {
-      inlu = 1; p = s; sub(/^<[a-z-]+[ \t]+/, "", p); sub(/[ \t]*>$/, "", p)
-      i = ++nexplicit[t]; explicit_line[t, i] = NR; explicit_path[t, i] = p; explicit_lun[t, i] = ""
-      out(raw); next
-    }
-    intarget && inlu && $1 == "lun" { explicit_lun[t, nexplicit[t]] = $2 }
-    s ~ /^<\/(backing|direct)-store>/ { inlu = 0; out(raw); next }
-    intarget && !inlu && ($1 == "backing-store" || $1 == "direct-store") {
-      i = ++nexplicit[t]; explicit_line[t, i] = NR; explicit_path[t, i] = $2; explicit_lun[t, i] = ""
-      out(raw); next
-    }
-    intarget && $1 ~ /^blockps-/ && $1 != key {
-      fail(NR, "unknown key \x27" $1 "\x27 in <target " iqn "> (the one blockps key of a target is \x27" key " PATH OPTIONS\x27)")
-    }
-    $1 == key {
-      if (!intarget) fail(NR, key " belongs inside a <target IQN> block (it makes that target\x27s LUNs 1-3)")
-      if (inlu) fail(NR, key " belongs directly inside <target>, not inside a <backing-store> block")
-      if (nshards[t])
-        fail(NR, "a second " key " in <target " iqn "> (the first is on line " shard_line[t] "): one shard per target, as its LUs take LUNs 1-3; give the other shard its own <target>")
-      # A "#" inside the quotes began a comment above (as it does for tgt-admin): say so, not "unquoted".
-      quotes = s; if (gsub(/[\x27"]/, "", quotes) % 2 && index(raw, "#"))
-        fail(NR, "\"#\" starts a comment in a config file (tgt-admin reads it so too): the options of " key " cannot contain it")
-      indent = raw; sub(/[^ \t].*/, "", indent)
-      rest = s; sub(/^[^ \t]+[ \t]*/, "", rest)
-      parse_shard(NR, rest, indent)
-      next
-    }
-    { out(raw) }
-    END {
-      if (failed) { print error; exit 1 }
-      for (i = 1; i <= nlines; i++) print lines[i]
-    }
-  ' "$1"
+# conf_expand FILE [PREFIX]: FILE as tgt-admin reads it on stdout (`blockps conf expand`). A wrong line dies with
+# PREFIX and the CLI's "FILE:LINE: what is wrong (what is allowed)"; nothing is printed then.
+conf_expand() {
+  local cli err
+  cli=$(blockps_cli) || exit
+  { err=$("$cli" conf expand "$1" 2>&1 >&3); } 3>&1 && return 0
+  die "${2:-}${err#blockps: ERROR: }"
+}
+
+# The `blockps` CLI the scripts call (conf expand, status --field), on stdout: the first that exists of
+#   $BLOCKPS_CLI                                 (dies when it names no program)
+#   BUILD/client/cli/blockps for BLOCKPS_BACKING_STORE_DIR=BUILD/tgt-modules (the build's module, as the tests,
+#                                                tests/vm, tests/soak and bench/cluster run the scripts)
+#   BINDIR/blockps of the install these scripts came with (lib/installed-paths.sh, written by cmake --install)
+#   build/client/cli/blockps of the source tree these scripts are in (before PATH: an older installed blockps
+#                                                may lack the subcommands these scripts call)
+#   blockps on PATH
+# Dies naming where it looked when none is there.
+blockps_cli() {
+  local here c
+  if [ -n "${BLOCKPS_CLI:-}" ]; then
+    [ -x "$BLOCKPS_CLI" ] || die "BLOCKPS_CLI=$BLOCKPS_CLI is not an executable (the blockps CLI)"
+    echo "$BLOCKPS_CLI"
+    return 0
+  fi
+  here=$(dirname "${BASH_SOURCE[0]}")
+  for c in "$(dirname "$BLOCKPS_BACKING_STORE_DIR")/client/cli/blockps" "${BLOCKPS_INSTALLED_CLI:-}" \
+    "$here/../../build/client/cli/blockps" "$(command -v blockps 2>/dev/null || true)"; do
+    if [ -n "$c" ] && [ -f "$c" ] && [ -x "$c" ]; then
+      echo "$c"
+      return 0
+    fi
+  done
+  die "the blockps CLI is not found (the scripts read shard configs and status pages with it): not beside" \
+    "BLOCKPS_BACKING_STORE_DIR's build, not installed${BLOCKPS_INSTALLED_CLI:+ at $BLOCKPS_INSTALLED_CLI}, not in" \
+    "$(realpath -m "$here/../../build")/client/cli, not on PATH; build it (cmake --build build --target" \
+    "blockps-cli), install it (cmake --install build --component client) or set BLOCKPS_CLI"
 }
 
 # FILE -> the file without its top-level control-port line. tgt-admin refuses `-C N` together with a

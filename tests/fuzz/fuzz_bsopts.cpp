@@ -9,7 +9,7 @@
 #include <string_view>
 #include <variant>
 
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

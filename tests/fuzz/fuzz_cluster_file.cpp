@@ -4,7 +4,8 @@
 #include <cstdint>
 #include <string_view>
 
-#include "client/cluster_file.h"
+#include "blockps/cluster_file.h"
+#include "contract/byte_size.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);

@@ -11,8 +11,8 @@
 #include <string_view>
 #include <variant>
 
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/control/status_page_writer.h"
-#include "ps_backend/shard/lu_options.h"
 #include "ps_backend/shard/served_shard.h"
 #include "tests/fuzz/fuzz_dir.h"
 

@@ -12,13 +12,17 @@ namespace blockps::fuzz {
 
 struct FuzzDir {
   std::string path;
-  explicit FuzzDir(const char* name) {
-    std::string pattern = std::string("/tmp/blockps-fuzz-") + name + "-XXXXXX";
-    if (::mkdtemp(pattern.data()) == nullptr) {
-      std::perror("mkdtemp");
-      std::abort();
+  // Under `parent` (/dev/shm for a target that writes checkpoints on every input: no disk flush), else /tmp.
+  explicit FuzzDir(const char* name, const char* parent = "/tmp") {
+    for (const char* dir : {parent, "/tmp"}) {
+      std::string pattern = std::string(dir) + "/blockps-fuzz-" + name + "-XXXXXX";
+      if (::mkdtemp(pattern.data()) != nullptr) {
+        path = pattern;
+        return;
+      }
     }
-    path = pattern;
+    std::perror("mkdtemp");
+    std::abort();
   }
   ~FuzzDir() { std::filesystem::remove_all(path); }
   FuzzDir(const FuzzDir&) = delete;

@@ -8,7 +8,7 @@
 #   --seconds N       fuzzing time per target, 1..86400 (default 30)
 #   --work DIR        build and scratch directory (default: a new one under /var/tmp, removed at the end unless
 #                     there is a finding)
-#   --only NAME       one target: bsopts, cluster_file, control or checkpoint (default: all four)
+#   --only NAME       one target: bsopts, cluster_file, control, checkpoint or command (default: all five)
 # Needs clang and libFuzzer (Debian clang, libclang-rt-14-dev; scripts/setup.sh installs them). Exit 0: every
 # target ran clean; 1: a finding or a failed build; 2: a wrong option or a missing prerequisite.
 set -euo pipefail
@@ -20,7 +20,7 @@ blockps_die_status=2
 # shellcheck source=scripts/lib/phases.sh
 . "$repo/scripts/lib/phases.sh"
 
-targets=(bsopts cluster_file control checkpoint)
+targets=(bsopts cluster_file control checkpoint command)
 tgt_source='' seconds=30 work='' only=''
 while [ "$#" -gt 0 ]; do
   case $1 in

@@ -43,11 +43,11 @@ fi
 suffix=$("$py" -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX"))') ||
   die "$py cannot name its extension suffix"
 mkdir -p "$here/blockps"
-cp "$bundle"/src/client/python/blockps/*.py "$here/blockps/"
+cp -R "$bundle/src/client/python/blockps/." "$here/blockps/"  # the .py files, blockps/torch/ with them
 mapfile -t blockps_libs < <(awk -v lib="$bundle/lib" '$1 == "blockps" { print lib "/" $2 }' "$here/link-libs.txt")
 mapfile -t checkpoint_libs < <(awk -v lib="$bundle/lib" '$1 == "checkpoint" { print lib "/" $2 }' "$here/link-libs.txt")
 read -ra include_flags <<<"$includes"
-flags=(-O2 -std=c++20 -shared -fPIC -fvisibility=hidden "${include_flags[@]}" -I "$bundle/src")
+flags=(-O2 -std=c++20 -shared -fPIC -fvisibility=hidden "${include_flags[@]}" -I "$bundle/src" -I "$bundle/src/client/include")
 # shellcheck disable=SC2016  # $ORIGIN is the dynamic loader's, not the shell's
 rpath='-Wl,--disable-new-dtags,-rpath,$ORIGIN/../../lib'
 start=$(date +%s)

@@ -11,8 +11,8 @@
 #   -h, --help  this text
 # OUT holds: bin/ (the GPU unit tests, every built GoogleTest integration test, the CLI `blockps` and
 # `blockps_lu_io` the tests spawn, bench gpu_aggregation and gpu_pushpull, /usr/sbin/tgtd and tgtadm),
-# tgt-modules/bs_blockps.so and blockps-preload/, lib/ (the ldd closure of all of them, less glibc's own
-# libraries, libstdc++, libgcc_s and the driver's), src/ (the Python binding's sources with the project headers
+# tgt-modules/bs_blockps.so, tgt-modules-fault-injection/ (the test-only module) and blockps-preload/, lib/ (the
+# ldd closure of all of them, less glibc's own libraries, libstdc++, libgcc_s and the driver's), src/ (the Python binding's sources with the project headers
 # they include, and the source-tree scripts the tests name), python/ (the static libraries the binding links
 # and build.sh, which compiles it there for that host's Python), run.sh, and manifest.txt (each file's
 # original path: run.sh recreates the build paths the tests spawn as symlinks). Debug info is stripped. The
@@ -78,7 +78,7 @@ if [ -e "$out" ] && [ -n "$(ls -A "$out" 2>/dev/null)" ]; then
 fi
 mkdir -p "$out" || die "cannot create OUT '$out'"
 out=$(cd "$out" && pwd)
-mkdir -p "$out/bin" "$out/lib" "$out/tgt-modules" "$out/src" "$out/python/static"
+mkdir -p "$out/bin" "$out/lib" "$out/tgt-modules" "$out/tgt-modules-fault-injection" "$out/src" "$out/python/static"
 
 manifest=$out/manifest.txt
 {
@@ -94,7 +94,7 @@ manifest=$out/manifest.txt
 } >"$manifest"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$manifest"; }
 
-missing_hint="build it first: cmake --build $build --target bs_blockps blockps-cli blockps_lu_io blockps_aggregator_tests blockps_gpu_aggregation blockps_gpu_pushpull blockps_c blockps_checkpoint (and the integration tests)"
+missing_hint="build it first: cmake --build $build --target bs_blockps bs_blockps_fault_injection blockps-cli blockps_lu_io blockps_aggregator_tests blockps_gpu_aggregation blockps_gpu_pushpull blockps_c blockps_checkpoint (and the integration tests)"
 elves=()  # original paths of every ELF file carried, for the ldd closure
 # carry KIND ORIGINAL DEST: copy ORIGINAL to OUT/DEST, strip its debug info, record it.
 carry() {
@@ -119,6 +119,9 @@ for tool in tgtd tgtadm; do
   carry tool "/usr/sbin/$tool" "bin/$tool"
 done
 carry module "$build/tgt-modules/bs_blockps.so" tgt-modules/bs_blockps.so
+# The test-only module with fault injection (FailingStoreTest), beside the product's as in the build: the tests find it
+# at BLOCKPS_BACKING_STORE_DIR-fault-injection.
+carry module "$build/tgt-modules-fault-injection/bs_blockps.so" tgt-modules-fault-injection/bs_blockps.so
 if [ -d "$build/blockps-preload" ]; then
   for f in "$build"/blockps-preload/*.so; do
     [ -f "$f" ] && carry preload "$f" "blockps-preload/$(basename "$f")"
@@ -170,7 +173,8 @@ for name in "${integration[@]}"; do
 done
 
 # The Python binding's sources: client/python/blockps_module.cpp, ps_backend/checkpoint/checkpoint_python_module.cpp, the
-# package's .py files, and every project header they include (quoted includes, resolved from the source root).
+# package's .py files, and every project header they include (quoted includes, resolved from the source root or
+# client/include).
 declare -A have=()
 queue=(client/python/blockps_module.cpp ps_backend/checkpoint/checkpoint_python_module.cpp)
 while [ "${#queue[@]}" -gt 0 ]; do
@@ -183,14 +187,20 @@ while [ "${#queue[@]}" -gt 0 ]; do
   cp "$src/$rel" "$out/src/$rel"
   record src "src/$rel" "$src/$rel"
   while IFS= read -r inc; do
-    [ -f "$src/$inc" ] && queue+=("$inc")
+    # From the source root, or from the client library's public face (client/include, as its targets see it).
+    if [ -f "$src/$inc" ]; then
+      queue+=("$inc")
+    elif [ -f "$src/client/include/$inc" ]; then
+      queue+=("client/include/$inc")
+    fi
   done < <(sed -n 's/^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*/\1/p' "$src/$rel")
 done
-mkdir -p "$out/src/client/python/blockps"
-for f in "$src"/client/python/blockps/*.py; do
-  cp "$f" "$out/src/client/python/blockps/"
-  record src "src/client/python/blockps/$(basename "$f")" "$f"
-done
+# The package's .py files with their folders: the core (blockps/) and its PyTorch subpackage (blockps/torch/).
+while IFS= read -r rel; do
+  mkdir -p "$(dirname "$out/src/client/python/$rel")"
+  cp "$src/client/python/$rel" "$out/src/client/python/$rel"
+  record src "src/client/python/$rel" "$src/client/python/$rel"
+done < <(cd "$src/client/python" && find blockps -name '*.py' -not -path '*/__pycache__/*' | sort)
 
 # The static libraries the binding links (debug info stripped) and the CUDA static runtime the aggregator needs.
 for a in client/libblockps.a client/libblockps_iscsi.a ps_backend/libblockps_checkpoint.a aggregator/libblockps_aggregator.a; do

@@ -196,7 +196,9 @@ setup_host() {
   local log=$results/setup.log kind path orig
   : >"$log"
   if [ "$install_module" = 1 ]; then
-    { mkdir -p /usr/lib/tgt/backing-store && cp "$bundle/tgt-modules/bs_blockps.so" /usr/lib/tgt/backing-store/; } ||
+    { mkdir -p /usr/lib/tgt/backing-store /usr/lib/tgt/backing-store-fault-injection &&
+      cp "$bundle/tgt-modules/bs_blockps.so" /usr/lib/tgt/backing-store/ &&
+      cp "$bundle/tgt-modules-fault-injection/bs_blockps.so" /usr/lib/tgt/backing-store-fault-injection/; } ||
       die "--install-module: cannot copy the module into /usr/lib/tgt/backing-store (root needed; it must be writable)"
     unset BLOCKPS_BACKING_STORE_DIR
     echo "module: copied into /usr/lib/tgt/backing-store" >>"$log"

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""Host-level aggregation (client/python/blockps/host.py) through real shards; run by test_torch_hosts.cpp. Each
-rank prints "rank R: every check passed" and exits 0, or prints the first failed check and exits 1.
+"""Host-level aggregation (client/python/blockps/torch/host.py) through real shards; run by test_torch_hosts.cpp.
+Each rank prints "rank R: every check passed" and exits 0, or prints the first failed check and exits 1.
 
     host_check.py spawn --hosts H --ranks-per-host L [--env K=V]... -- MODE ARGS...
         starts H x L ranks of MODE as processes of this machine (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,

@@ -30,7 +30,7 @@
 #include <string>
 #include <vector>
 
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 #include "contract/scsi_codes.h"
 #include "tests/support/lu_pipeline.h"
 

@@ -68,10 +68,10 @@ check(blockps.worker_initiator("rank3").endswith("-rank3"), "blockps.worker_init
 check(set(blockps.__all__) >= {"Cluster", "DoubleBuffer", "Error", "ShardUnreachableError", "cluster_layout",
                                "worker_initiator"}, f"blockps.__all__: {blockps.__all__}")
 # What the sessions did and recovered from, per shard: commands sent, no recovery on a healthy run.
-counters = c.counters()
+counters = c.recovery_counters()
 check(len(counters) >= 1 and all(k["commands"] > 0 and k["reconnects"] == 0 and k["unanswered_pushes_dropped"] == 0
                                  and k["unit_attentions_resent"] == 0 and k["shard"] for k in counters),
-      f"counters() per shard: {counters}")
+      f"recovery_counters() per shard: {counters}")
 
 # exchange_blocks_async's on_done: called once with None or the error, on one of the cluster's I/O threads, or at
 # once on the calling thread for a request refused before any I/O.
@@ -201,4 +201,14 @@ check(torch.equal(model.weight.detach(), before + torch.tensor([[1.0, 2, 3, 4], 
 check(ps.grad_copies == 0, f"autograd accumulated in place (grad_copies {ps.grad_copies})")
 check(float(ps.flat_grads().abs().sum()) == 0, "the next step starts with zero gradients")
 raises(ValueError, lambda: blockps.torch.ParameterServerStep(torch.nn.Linear(n, 2), c), "parameters")
+
+# One layout: the single-process helper places the parameters where ModelLayout does (DistributedOptimizer, the
+# hook and the checkpoints): reverse registration order, so a Linear's bias comes first.
+two = torch.nn.Linear(3, 2)
+layout = blockps.torch.ModelLayout(two, c.block_bytes // 4)
+flat = blockps.torch.flat_parameters(two, c)
+check([(s.name, s.offset) for s in layout.parameters] == [("bias", 0), ("weight", 2)],
+      f"ModelLayout: {[(s.name, s.offset) for s in layout.parameters]}")
+check(np.array_equal(flat[:8], np.concatenate([two.bias.detach().numpy(), two.weight.detach().reshape(-1).numpy()]))
+      and not flat[8:].any(), f"flat_parameters: {flat[:10]}")
 print("python binding: every check passed")

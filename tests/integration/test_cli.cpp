@@ -2,10 +2,12 @@
 // own tgtd with grad, weights and status blockps LUs, opt=sum) opened from a generated cluster file. status
 // as a table and as JSON (counters after a push, BLOCKPS_CLUSTER), init then save gives the same bytes, a
 // wrong-size init writes nothing, bench prints its progress and summary, a down shard still shows the others,
-// and the command line's and the cluster file's mistakes get their messages and exit statuses.
+// and the command line's and the cluster file's mistakes get their messages and exit statuses. Without a cluster:
+// `conf expand` of a shard config, and `status --page FILE --field POINTER` of a status page.
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -13,10 +15,10 @@
 #include <random>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
+#include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
-#include "tests/support/blockps_shard.h"
 #include "tests/support/tgtd_instance.h"
 
 namespace blockps::testing {
@@ -244,8 +246,8 @@ TEST_F(CliTest, BenchStepAndExchangeByIterationsAsJson) {
   };
   const auto before = pushes();
   for (const char* op : {"step", "exchange"}) {
-    const CommandResult r = cli({"-c", cluster_file_, "bench", "--op", op, "--iterations", "3", "--warmup", "1",
-                                 "--json", "--no-progress"});
+    const CommandResult r = cli(
+        {"-c", cluster_file_, "bench", "--op", op, "--iterations", "3", "--warmup", "1", "--json", "--no-progress"});
     ASSERT_TRUE(r.ok()) << r.describe();
     const nlohmann::json j = nlohmann::json::parse(r.output, nullptr, false);
     ASSERT_FALSE(j.is_discarded()) << "not one JSON object: " << r.output;
@@ -263,6 +265,12 @@ TEST_F(CliTest, BenchStepAndExchangeByIterationsAsJson) {
     EXPECT_GT(after[s], before[s]) << "shard " << s;
     EXPECT_EQ((after[s] - before[s]) % 8, 0u) << "shard " << s << ": " << after[s] - before[s] << " pushes";
   }
+}
+
+TEST_F(CliTest, StatusFieldPrintsEachShardsValues) {
+  const CommandResult r = cli({"-c", cluster_file_, "status", "--field", "/shard/size", "--field", "/shard/dtype"});
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.output, "shard0\t524288\tf32\nshard1\t524288\tf32\n");
 }
 
 TEST_F(CliTest, StatusWithADownShardShowsTheOthersAndFails) {
@@ -338,6 +346,124 @@ TEST_F(CliUsageTest, UsageErrorsExitWithTwo) {
   const CommandResult help = cli({"--help"});
   EXPECT_EQ(help.exit_code, 0) << help.describe();
   for (const char* sub : {"status", "init", "save", "bench"}) EXPECT_TRUE(contains(help.output, sub)) << help.output;
+}
+
+// The source tree (this file is tests/integration/test_cli.cpp): the example configs and the contract.
+std::filesystem::path repo_path(const std::string& relative) {
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / relative;
+}
+
+// `conf expand` (client/cli/targets_conf.h): the shard line made into its LUs, every other line kept.
+// tests/integration/test_shard_stanza.sh checks each refusal through ps-up.sh.
+TEST_F(CliUsageTest, ConfExpandMakesTheShardLineIntoItsThreeLus) {
+  const CommandResult r = cli({"conf", "expand", repo_path("configs/shard0.conf")});
+  ASSERT_TRUE(r.ok()) << r.describe();
+  for (const char* line :
+       {"\n    <backing-store /var/lib/blockps/shard0/model.ckpt>\n        lun 1\n        bs-type blockps\n"
+        "        bsopts 'role=grad;",
+        "\n    <backing-store /var/lib/blockps/shard0/./model.ckpt>\n        lun 2\n",
+        "\n    <backing-store /var/lib/blockps/shard0//model.ckpt>\n        lun 3\n        bs-type blockps\n"
+        "        bsopts 'role=status;",
+        "    # blockps-shard /var/lib/blockps/shard0/model.ckpt (line "})
+    EXPECT_TRUE(contains(r.output, line)) << line << " missing in\n" << r.output;
+  EXPECT_FALSE(contains(r.output, "\n    blockps-shard ")) << r.output;
+
+  // A file without the line comes back as it is, byte for byte (a missing last newline added).
+  const std::string plain = dir_.path("plain.conf");
+  const std::string text =
+      "# a comment\nblockps-control 3\n<target iqn.2026-11.io.blockps:x>\n\tbacking-store /d/x.img\r\n"
+      "</target>";
+  write_file(plain, text);
+  const CommandResult same = cli({"conf", "expand", plain});
+  ASSERT_TRUE(same.ok()) << same.describe();
+  EXPECT_EQ(same.output, text + "\n");
+}
+
+TEST_F(CliUsageTest, ConfExpandNamesTheWrongLineAndPrintsNothing) {
+  const std::string bad = dir_.path("bad.conf");
+  write_file(bad, "<target iqn.2026-11.io.blockps:x>\n    blockps-shard model.ckpt 'size=1M'\n</target>\n");
+  const CommandResult r = cli({"conf", "expand", bad});
+  EXPECT_EQ(r.exit_code, 1) << r.describe();
+  EXPECT_EQ(r.output, "blockps: ERROR: " + bad + ":2: checkpoint path 'model.ckpt' must be absolute\n");
+
+  const CommandResult missing = cli({"conf", "expand", dir_.path("missing.conf")});
+  EXPECT_EQ(missing.exit_code, 1) << missing.describe();
+  EXPECT_TRUE(contains(missing.output, "missing.conf: cannot read the shard config: No such file")) << missing.output;
+  const CommandResult no_file = cli({"conf", "expand"});
+  EXPECT_EQ(no_file.exit_code, 2) << no_file.describe();
+  EXPECT_TRUE(contains(no_file.output, "FILE is required")) << no_file.output;
+}
+
+// `status --page FILE --field POINTER`: a page's values without a cluster, as scripts/attach.sh reads them.
+TEST_F(CliUsageTest, StatusFieldPrintsAPagesValues) {
+  const std::string page = dir_.path("page.json");
+  write_file(page, std::string(R"({"shard": {"size": 1048576, "dtype": "f32", "block": 65536, "lr": 0.05},
+    "rounds": {"degraded": false, "live_workers": [{"iqn": "iqn.w 0"}]},
+    "aggregation": {"latency": {"p50_ns": 3}}})") +
+                       std::string(100, '\0'));
+  const CommandResult r =
+      cli({"status", "--page", page, "--field", "/shard/size", "--field", "/shard/dtype", "--field", "/shard/lr",
+           "--field", "/rounds/degraded", "--field", "/rounds/live_workers/0/iqn", "--field", "/aggregation/latency"});
+  ASSERT_TRUE(r.ok()) << r.describe();
+  EXPECT_EQ(r.output, "1048576\tf32\t0.05\tfalse\tiqn.w 0\t{\"p50_ns\":3}\n");
+
+  const CommandResult from_stdin =
+      run_command({"sh", "-c", "exec \"$0\" status --page - --field /shard/block <\"$1\"", BLOCKPS_CLI_PATH, page});
+  ASSERT_TRUE(from_stdin.ok()) << from_stdin.describe();
+  EXPECT_EQ(from_stdin.output, "65536\n");
+
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    std::string says;
+  };
+  const Case cases[] = {
+      {{"--field", "/shard/sise"},
+       2,
+       "--field: '/shard/sise' is not a field of the status page: "
+       "contract/status_page.h names /blockps/status_format, /shard, "},
+      {{"--field", "/aggregation/latency/p51_ns"}, 2, "is not a field of the status page"},
+      {{"--field", "/rounds/workers"},
+       1,
+       "blockps: ERROR: " + page + ": the status page has no /rounds/workers (a field of another mode"},
+      {{}, 2, "--page requires --field"},
+      {{"--field", "/shard/size", "--json"}, 2, "--json excludes --field"},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> args{"status", "--page", page};
+    args.insert(args.end(), c.args.begin(), c.args.end());
+    const CommandResult bad = cli(args);
+    EXPECT_EQ(bad.exit_code, c.exit_code) << bad.describe();
+    EXPECT_TRUE(contains(bad.output, c.says)) << c.says << " missing in " << bad.describe();
+  }
+  const std::string not_a_page = dir_.path("not-a-page");
+  write_file(not_a_page, "garbage");
+  const CommandResult garbage = cli({"status", "--page", not_a_page, "--field", "/shard/size"});
+  EXPECT_EQ(garbage.exit_code, 1) << garbage.describe();
+  EXPECT_TRUE(contains(garbage.output, "not a status page (not a JSON object")) << garbage.output;
+}
+
+// Every pointer contract/status_page.h names is a --field (the CLI's list of them must not fall behind).
+TEST_F(CliUsageTest, EveryPointerOfTheContractIsAField) {
+  const std::string header = read_file(repo_path("contract/status_page.h"));
+  ASSERT_FALSE(header.empty());
+  std::vector<std::string> pointers;
+  for (std::size_t at = 0; (at = header.find("[] = \"/", at)) != std::string::npos;) {
+    at += 6;
+    pointers.push_back(header.substr(at, header.find('"', at) - at));
+  }
+  ASSERT_GT(pointers.size(), 60u);
+  // A value at each leaf; the objects (/shard, /rounds, ...) come with their members.
+  nlohmann::json page = nlohmann::json::object();
+  for (const std::string& p : pointers)
+    if (std::none_of(pointers.begin(), pointers.end(), [&](const std::string& q) { return q.starts_with(p + "/"); }))
+      page[nlohmann::json::json_pointer(p)] = 1;
+  const std::string file = dir_.path("every.json");
+  write_file(file, page.dump());
+  std::vector<std::string> args{"status", "--page", file};
+  for (const std::string& p : pointers) args.insert(args.end(), {"--field", p});
+  const CommandResult r = cli(args);
+  EXPECT_TRUE(r.ok()) << r.describe();
 }
 
 }  // namespace

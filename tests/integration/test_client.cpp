@@ -15,11 +15,11 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
-#include "client/double_buffer.h"
-#include "client/iscsi_lun.h"
+#include "blockps/cluster.h"
+#include "blockps/double_buffer.h"
 #include "client/trace.h"
-#include "client/transport.h"
+#include "client/transport/iscsi_lun.h"
+#include "client/transport/lu_transport.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"
@@ -263,7 +263,7 @@ TEST_F(ClientTest, IdleSessionsAnswerTheTargetsNopInsAndStayLoggedIn) {
   ASSERT_TRUE(c->read_weights(snapshot).ok());
   EXPECT_EQ(snapshot, pulled);
   ASSERT_TRUE(c->status_pages().ok());
-  auto counters = c->shard_counters();
+  auto counters = c->recovery_counters();
   ASSERT_TRUE(counters.ok()) << counters.message();
   for (int s = 0; s < kShards; ++s) {
     const LuQueueCounters& k = counters.value()[static_cast<std::size_t>(s)];

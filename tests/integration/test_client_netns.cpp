@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 #include "tests/support/netns_hosts.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"

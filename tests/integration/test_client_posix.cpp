@@ -16,7 +16,7 @@
 #include <fstream>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 #include "client/job_and_place.h"
 #include "tests/support/process.h"
 #include "tests/support/temp_dir.h"

@@ -1,5 +1,5 @@
-// blockps.torch.averaging_hook (client/python/blockps/ddp.py): DistributedDataParallel with the blockps hook over
-// real averaging shards (opt=average;mode=sync) against DDP over gloo in the same torchrun ranks: parameters and
+// blockps.torch.averaging_hook (client/python/blockps/torch/ddp_hook.py): DistributedDataParallel with the blockps
+// hook over real averaging shards (opt=average;mode=sync) against DDP over gloo in the same torchrun ranks: parameters and
 // BatchNorm buffers after 20 steps of SGD with momentum, AdamW with two param groups + clip_grad_norm_ + OneCycle,
 // RMSprop and Adagrad (bit for bit on 2 ranks; within a bound the check script justifies on 3); the bf16 wire;
 // a rank killed with SIGKILL (torchrun's next attempt is exact again); a dead shard's error; a model too large.

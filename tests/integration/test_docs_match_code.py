@@ -5,7 +5,8 @@
 - the CLI's subcommands and flags (`blockps --help`, `blockps SUB --help`) in OPTIONS.md's "blockps CLI" section,
   and every subcommand in its `(subcommand)` row;
 - the Python package's exports (`blockps.__all__`, `blockps.torch.__all__` where torch is there) in its "Python"
-  section, and every `blockps.NAME` / `blockps.torch.NAME` OPTIONS.md names exists.
+  section, and every `blockps.NAME` / `blockps.torch.NAME` OPTIONS.md names exists;
+- every file of the Python package (`client/python/blockps/...py`) that README.md or a docs/*.md names exists.
 (The bsopts keys are checked against their table by a unit test, LuOptions.EveryKeyIsDocumented.)
 
     test_docs_match_code.py --repo REPO --cli PATH-TO-blockps --python-dir BUILD/python
@@ -115,17 +116,27 @@ def main():
             if f"{mod_name}.{name}" not in doc and f"`{name}" not in doc:
                 fail(f"{mod_name}.{name} (in __all__) is not in OPTIONS.md")
     for mod_name, attr in sorted(set(re.findall(r"\b(blockps(?:\.torch)?)\.([A-Za-z_][A-Za-z0-9_]*)\b", doc))):
-        if mod_name == "blockps" and attr == "torch":
+        if mod_name == "blockps" and attr in ("torch", "h"):  # blockps.h: the C API's header, not a Python name
             continue
         mod = modules.get(mod_name)
         if mod is not None and not hasattr(mod, attr) and not os.path.exists(
                 os.path.join(args.python_dir, *mod_name.split("."), attr + ".py")):
             fail(f"OPTIONS.md names {mod_name}.{attr}, which the package does not have")
 
+    print("--- Python files the docs name")
+    for name in ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(os.path.join(args.repo, "docs"))
+                                       if f.endswith(".md")):
+        with open(os.path.join(args.repo, name)) as f:
+            text = f.read()
+        for path in sorted(set(re.findall(r"client/python/blockps/[A-Za-z0-9_/]*\.py", text))):
+            if not os.path.exists(os.path.join(args.repo, path)):
+                fail(f"{name} names {path}, which the package does not have")
+
     if failures:
-        print(f"{len(failures)} place(s) where docs/OPTIONS.md and the code disagree")
+        print(f"{len(failures)} place(s) where the docs and the code disagree")
         return 1
-    print("PASS: docs/OPTIONS.md matches the cluster-file parser, the CLI and the Python package")
+    print("PASS: docs/OPTIONS.md matches the cluster-file parser, the CLI and the Python package; the docs name no "
+          "Python file the package lacks")
     return 0
 
 

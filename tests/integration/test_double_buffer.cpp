@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
-#include "client/blockps_c.h"
-#include "client/double_buffer.h"
+#include "blockps/blockps.h"
+#include "blockps/cluster.h"
+#include "blockps/double_buffer.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/process.h"
@@ -240,7 +240,7 @@ TEST_F(DoubleBufferTest, DeadShardFailsTheStepWithTheReason) {
 namespace blockps::testing {
 namespace {
 
-// The C API's double buffer (blockps_c.h, API version 2): defaults, the swap's exact values, metrics, errors.
+// The C API's double buffer (<blockps/blockps.h>, API version 2): defaults, the swap's exact values, metrics, errors.
 TEST_F(DoubleBufferTest, CApiDrivesTheSamePipeline) {
   start(256 * K, 64 * K);
   blockps_cluster* c = nullptr;

@@ -24,7 +24,7 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
+#include "blockps/cluster.h"
 #include "contract/status_page.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
@@ -516,7 +516,7 @@ TEST_F(JobClaimTest, AShardRestartedFromItsCheckpointIsStillClaimedAndTheJobsSes
 
   const Status pushed = a->push(bytes_of(g2));
   ASSERT_TRUE(pushed.ok()) << "job A's push after shard 1 restarted: " << pushed.message();
-  EXPECT_GE(a->shard_counters().value()[1].reconnects, 1u);
+  EXPECT_GE(a->recovery_counters().value()[1].reconnects, 1u);
   std::vector<float> expected(kFloats, 0.0f);
   add(expected, g1);
   add(expected, g2);

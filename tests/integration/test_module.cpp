@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 #include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 #include "tests/support/blockps_shard.h"

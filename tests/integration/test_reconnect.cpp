@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
-#include "client/blockps.h"
-#include "client/blockps_c.h"
-#include "client/iscsi_lun.h"
+#include "blockps/blockps.h"
+#include "blockps/cluster.h"
+#include "client/transport/iscsi_lun.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/process.h"
@@ -179,8 +179,8 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   EXPECT_NE(logged.find("blockps: shard 'shard1' grad LU ("), std::string::npos) << logged;
   EXPECT_NE(logged.find("session lost and logged in again (1)"), std::string::npos) << logged;
   EXPECT_EQ(logged.find("shard 'shard0'"), std::string::npos) << "shard 0 needed no recovery: " << logged;
-  EXPECT_GE(cluster_->shard_counters().value()[1].reconnects, 1u);
-  EXPECT_EQ(cluster_->shard_counters().value()[0].reconnects, 0u);
+  EXPECT_GE(cluster_->recovery_counters().value()[1].reconnects, 1u);
+  EXPECT_EQ(cluster_->recovery_counters().value()[0].reconnects, 0u);
   EXPECT_EQ(c1.unanswered_writes_dropped, 0u) << "a WRITE handed to a session the target had closed was given up";
   for (float w : weights_of(0)) ASSERT_EQ(w, kStepsBeforeKill + 1) << "shard 0 lost or doubled a push";
   for (float w : weights_of(1))

@@ -4,6 +4,7 @@
 // are survived as docs/OPTIONS.md "Synchronous rounds" says. Every wait is bounded: a hang fails the test.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <barrier>
@@ -19,10 +20,11 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
-#include "client/blockps.h"
-#include "client/iscsi_lun.h"
+#include "blockps/cluster.h"
+#include "client/transport/iscsi_lun.h"
 #include "contract/scsi_codes.h"
 #include "tests/support/blockps_shard.h"
+#include "tests/support/faulty_store.h"
 #include "tests/support/process.h"
 #include "tests/support/scsi_commands.h"
 #include "tests/support/temp_dir.h"
@@ -564,15 +566,18 @@ TEST_F(SyncModeTest, AfterEveryWorkerLeftTheNextWorkersFormAnew) {
 }
 
 // Errors flow to the commands owed them, through a real tgtd: the shard's store (the test double of
-// aggregator/faulty_store.h, behind the module's BLOCKPS_FAULT_INJECTION_FILE hook) fails every update while a
-// file exists. The push that closes the failing round, the READ parked for it and every later grad-LU command
-// fail with HARDWARE ERROR, INTERNAL TARGET FAILURE; the status page says why; reset-rounds serves again. Runs
-// on the engine BLOCKPS_TEST_DEVICE names (cpu here; gpu:0 on a GPU host, tests/gpu/run.sh).
+// tests/support/faulty_store.h, in the test-only module of tgt-modules-fault-injection/ beside the product's, whose
+// hook reads BLOCKPS_FAULT_INJECTION_FILE) fails every update while a file exists. The push that closes the failing
+// round, the READ parked for it and every later grad-LU command fail with HARDWARE ERROR, INTERNAL TARGET FAILURE; the
+// status page says why; reset-rounds serves again. Runs on the engine BLOCKPS_TEST_DEVICE names (cpu here; gpu:0 on a
+// GPU host, tests/gpu/run.sh).
 class FailingStoreTest : public SyncModeTest {
  protected:
   void start_with_fault_hook(const std::string& options) {
     TgtdOptions o;
-    o.environment = {"BLOCKPS_FAULT_INJECTION_FILE=" + fault()};
+    o.module_dir = tgt_module_dir() + "-fault-injection";  // tests/integration/CMakeLists.txt builds it there
+    ASSERT_EQ(::access((o.module_dir + "/bs_blockps.so").c_str(), R_OK), 0) << o.module_dir << ": no test module";
+    o.environment = {std::string(kFaultInjectionFileVariable) + "=" + fault()};
     const Status started = tgtd_.start(o);
     ASSERT_TRUE(started.ok()) << started.message();
     const Status s = add_blockps_shard(tgtd_, 1, kTarget, dir_.path("m.ckpt"), options);

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/netns_hosts.h"
 #include "tests/support/process.h"

@@ -1,5 +1,5 @@
-// Hosts with several ranks (client/python/blockps/host.py): the ranks of a host combine their gradients and the
-// host's leader alone pushes and pulls, through real shards. 2 hosts x 2 ranks on this machine (BLOCKPS_HOST names
+// Hosts with several ranks (client/python/blockps/torch/host.py): the ranks of a host combine their gradients and
+// the host's leader alone pushes and pulls, through real shards. 2 hosts x 2 ranks on this machine (BLOCKPS_HOST names
 // each rank's host, as torchrun's node does on real hosts; one test runs two torchrun agents instead): the hook
 // equals DDP over gloo within the sum order's rounding, DistributedOptimizer with aggregation equals it without,
 // every shard sees one worker per host, a dead local rank fails its host naming it (the optimizer's other host

@@ -1,5 +1,5 @@
-// blockps.torch.DistributedOptimizer (client/python/blockps/distributed.py) against real shards: the gradients it
-// pushes during backward are backward's, bit for bit (f32 wire; bf16 rounded as the wire rounds; through the
+// blockps.torch.DistributedOptimizer (client/python/blockps/torch/optimizer.py) against real shards: the gradients
+// it pushes during backward are backward's, bit for bit (f32 wire; bf16 rounded as the wire rounds; through the
 // staging path CUDA parameters take); one worker trains as torch.optim does, step for step (sgd, momentum,
 // adam); two torchrun ranks on sync shards end with the same parameters and BatchNorm buffers; a rank killed
 // mid-run does not hang the other; a dead shard's error names it and the parameters; early_forward trains the

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "client/layout.h"
+#include "blockps/layout.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/tgtd_instance.h"
 

@@ -5,7 +5,7 @@
 #include <utility>
 #include <vector>
 
-#include "client/aligned_buffer.h"
+#include "client/transport/aligned_buffer.h"
 
 namespace blockps::testing {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 
 namespace blockps::testing {
 

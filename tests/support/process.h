@@ -56,7 +56,7 @@ int free_loopback_port();
 // default `--redirects 0`: docs/OPTIONS.md). Empty when no port could be had.
 std::vector<std::string> torchrun_command(const std::string& torchrun, int ranks, int max_restarts = 0);
 
-// The environment setting that makes every rank of a torch test a worker of its own (blockps/host.py's host
+// The environment setting that makes every rank of a torch test a worker of its own (blockps/torch/host.py's host
 // aggregation off): the tests of the per-rank paths run their ranks on one machine, which is one host to blockps.
 inline constexpr char kEveryRankAWorker[] = "BLOCKPS_HOST_AGGREGATION=0";
 

@@ -7,12 +7,6 @@
 
 namespace blockps::testing {
 
-// The libiscsi session of an IscsiLun (nullptr when not connected): not part of the client's API, which sends
-// only READ, WRITE, SYNCHRONIZE CACHE and READ CAPACITY; IscsiLun names this struct its friend for the tests.
-struct IscsiLunSession {
-  static iscsi_context* context(const IscsiLun& lun) { return lun.ctx_; }
-};
-
 namespace {
 
 // A command libiscsi could not complete (or that was not sent: no session), with libiscsi's reason.
@@ -24,7 +18,7 @@ ScsiResult failed(const char* command, iscsi_context* ctx) {
 }  // namespace
 
 ScsiResult test_unit_ready(IscsiLun& lun) {
-  iscsi_context* ctx = IscsiLunSession::context(lun);
+  iscsi_context* ctx = lun.native_handle();
   scsi_task* task = ctx != nullptr ? iscsi_testunitready_sync(ctx, lun.lun()) : nullptr;
   if (task == nullptr) return failed("TEST UNIT READY", ctx);
   ScsiResult r;
@@ -40,7 +34,7 @@ ScsiResult test_unit_ready(IscsiLun& lun) {
 }
 
 ScsiResult lun_reset(IscsiLun& lun) {
-  iscsi_context* ctx = IscsiLunSession::context(lun);
+  iscsi_context* ctx = lun.native_handle();
   if (ctx == nullptr || iscsi_task_mgmt_lun_reset_sync(ctx, lun.lun()) != 0) return failed("LUN RESET", ctx);
   return {};
 }

@@ -3,7 +3,7 @@
 // libiscsi left it; the test that sees one disconnects.
 #pragma once
 
-#include "client/iscsi_lun.h"
+#include "client/transport/iscsi_lun.h"
 
 namespace blockps::testing {
 

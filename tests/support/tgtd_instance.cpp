@@ -264,7 +264,7 @@ TgtdInstance::StartOutcome TgtdInstance::start_once(int control, int port, std::
   cenv.push_back(nullptr);
   // tgtd loads every file of its compiled-in module directory; another one is bind-mounted over it in the
   // child's own mount namespace (the host's stays untouched).
-  const std::string module_dir = tgt_module_dir();
+  const std::string module_dir = options_.module_dir.empty() ? tgt_module_dir() : options_.module_dir;
   const bool bind_module_dir = module_dir != kTgtBackingStoreDir;
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();

@@ -70,6 +70,8 @@ struct TgtdOptions {
   std::vector<std::string> extra_args;  // appended to the tgtd command line
   // NAME=VALUE set in tgtd's environment (on top of ours), e.g. "GLIBC_TUNABLES=" + kTgtdGlibcTunables.
   std::vector<std::string> environment;
+  // The module directory this tgtd loads; empty: tgt_module_dir(). A test-only module's, e.g.
+  std::string module_dir;
   std::chrono::milliseconds ready_timeout{15'000};    // until `tgtadm --op show --mode sys` answers
   std::chrono::milliseconds stop_timeout{10'000};     // graceful stop, then SIGKILL
   std::chrono::milliseconds command_timeout{60'000};  // each tgtadm call

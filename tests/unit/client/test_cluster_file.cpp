@@ -4,7 +4,8 @@
 
 #include <string>
 
-#include "client/cluster_file.h"
+#include "blockps/cluster_file.h"
+#include "contract/byte_size.h"
 
 namespace blockps {
 namespace {

@@ -1,10 +1,11 @@
-// CommandOrder (client/command_order.h): the order in which a transport issues an exchange's WRITEs and READs.
+// CommandOrder (client/transport/command_order.h): the order in which a transport issues an exchange's WRITEs and
+// READs.
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <vector>
 
-#include "client/command_order.h"
+#include "client/transport/command_order.h"
 
 namespace blockps {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <map>
 
-#include "client/layout.h"
+#include "blockps/layout.h"
 
 namespace blockps {
 namespace {

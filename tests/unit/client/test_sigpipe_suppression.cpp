@@ -6,7 +6,7 @@
 
 #include <cerrno>
 
-#include "client/sigpipe_suppression.h"
+#include "client/transport/sigpipe_suppression.h"
 
 namespace blockps {
 namespace {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The client component as users get it: installs it with `cmake --install BUILD --prefix TMP --component client`,
-# checks the files (header, library and its SONAME, pkg-config file, CMake package) and that the library
-# exports only blockps_* symbols, then builds and runs consumer/ two ways: a CMake project with
+# checks the files (the C API header and no other, library and its SONAME, pkg-config file, CMake package) and
+# that the library exports only blockps_* symbols, then builds and runs consumer/ two ways: a CMake project with
 # find_package(blockps), and gcc with `pkg-config --cflags --libs blockps`. Exit 77 (skip) without pkg-config.
 #   test_package.sh --build BUILD_DIR --consumer CONSUMER_DIR --work WORK_DIR
 set -euo pipefail
@@ -32,6 +32,9 @@ for f in "$prefix/include/blockps/blockps.h" "$libdir/libblockps.so.0" "$libdir/
          "$libdir/cmake/blockps/blockpsTargets.cmake"; do
   [[ -e $f ]] || fail "$f was not installed"
 done
+# The public face is the C API alone: no private or C++ header installed (client/CMakeLists.txt says why).
+headers=$(cd "$prefix/include" && find . -type f -o -type l | sort | tr '\n' ' ')
+[[ $headers == './blockps/blockps.h ' ]] || fail "installed headers are '$headers', want only ./blockps/blockps.h"
 soname=$(objdump -p "$libdir/libblockps.so" | awk '$1 == "SONAME" {print $2}')
 [[ $soname == libblockps.so.0 ]] || fail "SONAME is '$soname', want libblockps.so.0"
 others=$(nm -D --defined-only "$libdir/libblockps.so" | awk '$2 ~ /^[TDBRVW]$/ && $3 !~ /^blockps_/ {print $3}')

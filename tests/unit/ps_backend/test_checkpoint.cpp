@@ -85,10 +85,10 @@ TEST(Checkpoint, HolderAndPlaceRoundTrip) {
   ASSERT_TRUE(s->place());
   EXPECT_EQ(*s->place(), *header->tenancy.place);
   int cmd = 0;
-  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), ServedShard::Admitted::conflict);
+  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), Admission::conflict);
   EXPECT_FALSE(s->control("job=run-b\n", &b).ok());
   EXPECT_EQ(error_text(s->control("job=run-a\n", &b)), "");
-  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), ServedShard::Admitted::run);
+  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), Admission::run);
   // Released, the next checkpoint records an unclaimed shard (and keeps the place).
   ASSERT_EQ(error_text(s->control("release\n", &b)), "");
   ASSERT_EQ(error_text(s->checkpoint()), "");
@@ -153,7 +153,7 @@ TEST(Checkpoint, AFormatOneCheckpointLoadsUnclaimedWithNoPlace) {
   EXPECT_FALSE(s->place());
   int cmd = 0;
   EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, WorkerRef{1, 20, "iqn.2024-01.test:b"}, 0, 512),
-            ServedShard::Admitted::run);
+            Admission::run);
   // A format this build does not know is refused, naming it.
   header["format"] = 3;
   const std::string future = header.dump();

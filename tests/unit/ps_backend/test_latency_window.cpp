@@ -3,7 +3,7 @@
 
 #include <memory>
 
-#include "ps_backend/shard/latency_window.h"
+#include "ps_backend/base/latency_window.h"
 
 namespace blockps {
 namespace {

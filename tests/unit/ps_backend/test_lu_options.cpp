@@ -3,7 +3,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 #include "tests/support/status_text.h"
 
 namespace blockps {

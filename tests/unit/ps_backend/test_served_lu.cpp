@@ -101,6 +101,15 @@ TEST(ServedLu, OutOfRangeIsRefusedAndChangesNothing) {
   EXPECT_EQ(before, after);
 }
 
+TEST(ServedLu, AStatusLuReadOfNoBlocksWithoutABufferIsGood) {
+  // A READ of 0 blocks comes without a data-in buffer: the page must not be copied to its null pointer (the
+  // sanitizer build reports memcpy given one; tests/fuzz/fuzz_command.cpp found it).
+  Lus l("role=grad;size=4K");
+  const auto c = cdb16(kRead16);
+  EXPECT_EQ(l.status.execute({c.data(), 0, 0, {}, {}}).status, kGood);
+  EXPECT_EQ(l.status.execute({c.data(), 512, 0, {}, {}}).status, kGood);
+}
+
 TEST(ServedLu, StatusPageIsJsonAndTakesControlLines) {
   Lus l("role=grad;size=8K;opt=momentum;lr=0.25");
   ASSERT_EQ(do_write(l.grad, 0, std::vector<std::byte>(4096)).status, kGood);
@@ -170,7 +179,7 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
     return status.admit(&status, handle, kWrite16, 0, 512, WorkerRef{1, 7, iqn});
   };
   int worker_cmd = 0, admin_cmd = 0, unseen_cmd = 0;
-  EXPECT_EQ(admit(&worker_cmd, "iqn.2026-11.io.blockps:worker"), ServedShard::Admitted::run);
+  EXPECT_EQ(admit(&worker_cmd, "iqn.2026-11.io.blockps:worker"), Admission::run);
   for (const void* handle : {static_cast<const void*>(&worker_cmd), static_cast<const void*>(&unseen_cmd)}) {
     const LuOutcome w = write_as(handle);
     EXPECT_EQ(w.status, kCheckCondition);
@@ -182,7 +191,7 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   ASSERT_EQ(shard->recent_refusals().size(), 1u);
   EXPECT_EQ(shard->recent_refusals()[0].iqn, "iqn.2026-11.io.blockps:worker");
   EXPECT_NE(shard->recent_refusals()[0].reason.find("not an administrator of this shard"), std::string::npos);
-  EXPECT_EQ(admit(&admin_cmd, "iqn.2026-11.io.blockps:admin"), ServedShard::Admitted::run);
+  EXPECT_EQ(admit(&admin_cmd, "iqn.2026-11.io.blockps:admin"), Admission::run);
   ASSERT_EQ(write_as(&admin_cmd).status, kGood);
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.5f);
   // An admission is for one command: the same handle again (a later command at that address) is not admitted.
@@ -204,7 +213,7 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   EXPECT_EQ(do_read(status, 0, page).status, kGood);
 }
 
-// What the glue admits before it queues (blockps_lu_needs_admission asks this): what a job's claim fences, control
+// What the glue admits before it queues (blockps_lu_admit asks this first): what a job's claim fences, control
 // writes, and status READs (the claim forgets its gone sessions first); never a weights READ (a snapshot) or a
 // SYNCHRONIZE CACHE.
 TEST(ServedLu, AdmissionCoversWhatAClaimFencesAndControlWrites) {
@@ -235,9 +244,8 @@ TEST(ServedLu, AnotherJobsCommandsAreAnsweredReservationConflict) {
   const auto as = [&](ServedLu& lu, const WorkerRef& who, std::uint8_t op, std::vector<std::byte>& in,
                       const std::vector<std::byte>& out) {
     const auto c = cdb16(op);
-    const ServedShard::Admitted admitted =
-        lu.admit(&lu, &cmd, op, 0, static_cast<std::uint32_t>(in.size() + out.size()), who);
-    EXPECT_EQ(admitted, ServedShard::Admitted::run) << "an LU that cannot hold commands queues them";
+    const Admission admitted = lu.admit(&lu, &cmd, op, 0, static_cast<std::uint32_t>(in.size() + out.size()), who);
+    EXPECT_EQ(admitted, Admission::run) << "an LU that cannot hold commands queues them";
     return lu.execute({c.data(), 0, static_cast<std::uint32_t>(in.size() + out.size()), in, out, &cmd});
   };
   std::vector<std::byte> none, in(512);

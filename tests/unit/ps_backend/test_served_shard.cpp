@@ -12,7 +12,6 @@ namespace {
 
 using unit::make_shard;
 using unit::TempDir;
-using Admitted = ServedShard::Admitted;
 
 const WorkerRef kA0{1, 10, "iqn.2024-01.test:a"}, kA1{1, 11, "iqn.2024-01.test:a"}, kB0{1, 20, "iqn.2024-01.test:b"};
 
@@ -104,10 +103,10 @@ TEST(ServedShard, ReleaseLeavesTheShardUnclaimed) {
   auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
   ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA0)), "");
   int cmd = 0;
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admitted::conflict);
+  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admission::conflict);
   EXPECT_EQ(error_text(shard->control("release\n", &kB0)), "") << "release is the operator's, from any session";
   EXPECT_EQ(shard->claim_status().holder, "");
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admitted::run);
+  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admission::run);
   EXPECT_TRUE(shard->dirty()) << "the next checkpoint records that nobody holds it";
 }
 
@@ -119,9 +118,9 @@ TEST(ServedShard, AdmissionFencesOtherJobsSessionsBeforeTheRounds) {
   auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=8K;block=4K;mode=sync;workers=2;straggler_ms=600000");
   ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA0)), "");
   int owner = 0, push = 0, pull = 0, assign = 0;
-  EXPECT_EQ(shard->admit(&owner, &assign, LuRole::weights, true, kB0, 0, 4096), Admitted::conflict);
-  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admitted::refused);
-  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admitted::refused);
+  EXPECT_EQ(shard->admit(&owner, &assign, LuRole::weights, true, kB0, 0, 4096), Admission::conflict);
+  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admission::conflict);
+  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admission::conflict);
   EXPECT_EQ(shard->rounds()->live_workers(), 0u) << "the refused push did not join the rounds";
   HandedBack back;
   back.from(*shard, &owner);
@@ -141,7 +140,7 @@ TEST(ServedShard, AdmissionFencesOtherJobsSessionsBeforeTheRounds) {
             std::string::npos)
       << recent[1].reason;
   // The holder's session goes to the rounds as before.
-  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admitted::run);
+  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admission::run);
   EXPECT_EQ(shard->rounds()->live_workers(), 1u);
 }
 
@@ -155,9 +154,9 @@ TEST(ServedShard, TakeoverResetsTheRoundsAndFencesTheOldJob) {
   ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA1)), "");
   int owner = 0, push = 0, pull = 0, later = 0;
   const std::vector<std::byte> g(4096, std::byte{0x3f});
-  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admitted::run);
+  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admission::run);
   ASSERT_EQ(shard->push(0, g, &push).status, scsi::kGood);
-  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admitted::parked);
+  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admission::park);
 
   EXPECT_FALSE(shard->control("job=run-b\n", &kB0).ok());
   ASSERT_EQ(error_text(shard->control("job=run-b\ntakeover\n", &kB0)), "");
@@ -173,12 +172,12 @@ TEST(ServedShard, TakeoverResetsTheRoundsAndFencesTheOldJob) {
   EXPECT_NE(last_refusal.find("job run-b took shard " + shard->path() + " over from job run-a (takeover by session 20"),
             std::string::npos)
       << last_refusal;
-  EXPECT_EQ(shard->admit(&owner, &later, LuRole::grad, true, kA1, 0, 4096), Admitted::refused);
+  EXPECT_EQ(shard->admit(&owner, &later, LuRole::grad, true, kA1, 0, 4096), Admission::conflict);
   // The new job's first push opens a round that waits for its second worker, not for the old job's.
-  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admitted::run);
+  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admission::run);
   ASSERT_EQ(shard->push(0, g, &push).status, scsi::kGood);
   EXPECT_EQ(shard->rounds()->live_workers(), 1u);
-  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admitted::parked);
+  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admission::park);
 }
 
 TEST(ServedShard, ThePlaceIsSetKeptAndReplacedOnlyDeliberately) {
@@ -212,13 +211,13 @@ TEST(ServedShard, ARoundsRefusalSaysWhatItCountsAndWhatToChange) {
                           "role=grad;size=8K;block=4K;mode=sync;workers=2;min_workers=2;straggler_ms=600000");
   int owner = 0, a = 0, b = 0, pull = 0;
   const std::vector<std::byte> g(4096, std::byte{0});
-  ASSERT_EQ(shard->admit(&owner, &a, LuRole::grad, true, kA0, 0, 4096), Admitted::run);
+  ASSERT_EQ(shard->admit(&owner, &a, LuRole::grad, true, kA0, 0, 4096), Admission::run);
   ASSERT_EQ(shard->push(0, g, &a).status, scsi::kGood);
-  ASSERT_EQ(shard->admit(&owner, &b, LuRole::grad, true, kB0, 4096, 4096), Admitted::run);
+  ASSERT_EQ(shard->admit(&owner, &b, LuRole::grad, true, kB0, 4096, 4096), Admission::run);
   ASSERT_EQ(shard->push(4096, g, &b).status, scsi::kGood);
   HandedBack drop;  // B's session is gone: 1 live worker < min_workers=2
   drop.from(*shard, &owner, [](int, std::uint64_t itn) { return itn != kB0.itn; });
-  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admitted::refused);
+  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admission::not_ready);
   HandedBack back;
   back.from(*shard, &owner);
   ASSERT_EQ(back.failed.size(), 1u);

@@ -51,8 +51,8 @@ TEST(StatusPage, TheHolderThePlaceAndTheRefusalsInWords) {
   const WorkerRef a{1, 10, "iqn.2024-01.test:a"}, b{1, 20, "iqn.2024-01.test:b"};
   ASSERT_EQ(error_text(shard->control("job=run-a\nplace=m-3f9a2c01d4e5b677 1/2 range\n", &a)), "");
   int cmd = 0;
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), ServedShard::Admitted::conflict);
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), ServedShard::Admitted::conflict);
+  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), Admission::conflict);
+  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), Admission::conflict);
   const nlohmann::json p = page_of(*shard);
   namespace page = status_page;
   EXPECT_EQ(at(p, page::kJobHolder), "run-a");

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <string>
 
-#include "ps_backend/shard/lu_options.h"
+#include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_shard.h"
 #include "tests/support/status_text.h"
 

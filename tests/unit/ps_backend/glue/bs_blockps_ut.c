@@ -3,8 +3,6 @@
  * so its parked-command life cycle runs without tgtd. The stubs record what the glue hands to tgt; the C++ core
  * behind lu_abi.h is the real one. Driven from test_bs_blockps.cpp through bs_blockps_ut.h.
  */
-/* Not tgtd: the glue's check of the running tgtd's version does not apply. */
-#define BLOCKPS_GLUE_UNIT_TEST 1
 #include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 
 #include <pthread.h>
@@ -12,6 +10,11 @@
 #include <string.h>
 
 #include "ps_backend/tgt_glue/bs_blockps.c"
+
+/* tgt's list.h takes offsetof through a null pointer, which clang's UndefinedBehaviorSanitizer reports (the fuzz
+ * build, tests/fuzz/fuzz_command.cpp): the compiler's own gives the same value. */
+#undef offsetof
+#define offsetof(TYPE, MEMBER) __builtin_offsetof(TYPE, MEMBER)
 
 struct ut_cmd {
   struct scsi_cmd cmd; /* first: the glue's handle is the scsi_cmd */
@@ -25,17 +28,19 @@ static struct ut_cmd* ut_of(struct scsi_cmd* cmd) { return (struct ut_cmd*)cmd; 
 /* ---- tgt as the glue sees it ---- */
 
 static struct backingstore_template* registered_bst;
-static request_func_t* pool_request_fn;
 static LIST_HEAD(pool_queue);
+/* The fds on tgt's event loop: one per attached LU that parks commands. */
+enum { UT_MAX_WATCHED = 16 };
 static struct {
   int fd;
   event_handler_t handler;
   void* data;
-} watched = {.fd = -1};
-static struct scsi_lu* ut_lu;
+} watched[UT_MAX_WATCHED];
+static int watched_count;
+static struct scsi_lu* ut_lu; /* the LU of ut_lu_init (the single-LU calls) */
 static struct target ut_target = {.tid = 1, .lid = 0};
 static struct it_nexus* ut_nexus = (struct it_nexus*)&ut_target; /* any non-NULL pointer: never dereferenced */
-enum { UT_MAX_ENDED = 16 };
+enum { UT_MAX_ENDED = 64 };
 static uint64_t ended_sessions[UT_MAX_ENDED];
 static int ended_count;
 
@@ -70,11 +75,11 @@ int register_backingstore_template(struct backingstore_template* bst) {
 void bs_create_opcode_map(struct backingstore_template* bst, unsigned char* opcodes, int num) {}
 
 tgtadm_err bs_thread_open(struct bs_thread_info* info, request_func_t* rfn, int nr_threads) {
-  pool_request_fn = rfn;
+  info->request_fn = rfn;
   return TGTADM_SUCCESS;
 }
 
-void bs_thread_close(struct bs_thread_info* info) { pool_request_fn = NULL; }
+void bs_thread_close(struct bs_thread_info* info) { info->request_fn = NULL; }
 
 int bs_thread_cmd_submit(struct scsi_cmd* cmd) {
   list_add_tail(&cmd->bs_list, &pool_queue);
@@ -84,14 +89,22 @@ int bs_thread_cmd_submit(struct scsi_cmd* cmd) {
 }
 
 int tgt_event_add(int fd, int events, event_handler_t handler, void* data) {
-  watched.fd = fd;
-  watched.handler = handler;
-  watched.data = data;
+  if (watched_count == UT_MAX_WATCHED) return -1;
+  watched[watched_count].fd = fd;
+  watched[watched_count].handler = handler;
+  watched[watched_count].data = data;
+  watched_count++;
   return 0;
 }
 
 void tgt_event_del(int fd) {
-  if (fd == watched.fd) watched.fd = -1;
+  int i;
+
+  for (i = 0; i < watched_count; i++)
+    if (watched[i].fd == fd) {
+      watched[i] = watched[--watched_count];
+      return;
+    }
 }
 
 struct it_nexus* it_nexus_lookup(int tid, uint64_t itn_id) {
@@ -119,59 +132,126 @@ void sense_data_build_with_info(struct scsi_cmd* cmd, uint8_t key, uint16_t asc,
 
 /* ---- the test's side (bs_blockps_ut.h) ---- */
 
-enum ut_init ut_lu_init(const char* bsopts) {
-  char* opts = bsopts ? strdup(bsopts) : NULL;
-  tgtadm_err ret;
+static struct scsi_lu* lu_of(struct ut_lu* lu) { return (struct scsi_lu*)lu; }
 
-  register_bs_module();
-  ended_count = 0;
-  ut_lu = calloc(1, sizeof(struct scsi_lu) + registered_bst->bs_datasize);
-  ut_lu->lun = 1;
-  ut_lu->blk_shift = 9;
-  ut_lu->bst = registered_bst;
-  ret = registered_bst->bs_init(ut_lu, opts);
+struct ut_lu* ut_lu_new(const char* bsopts, unsigned blk_shift, enum ut_init* init) {
+  char* opts = bsopts ? strdup(bsopts) : NULL;
+  struct scsi_lu* lu;
+  tgtadm_err ret;
+  enum ut_init told;
+
+  blockps_register_backing_store(); /* not tgtd's entry point (bs_blockps_module.c): no tgtd version here */
+  lu = calloc(1, sizeof(struct scsi_lu) + registered_bst->bs_datasize);
+  lu->lun = 1;
+  lu->blk_shift = blk_shift;
+  lu->bst = registered_bst;
+  ret = registered_bst->bs_init(lu, opts);
   free(opts);
-  if (ret == TGTADM_SUCCESS) return UT_INIT_OK;
-  free(ut_lu);
-  ut_lu = NULL;
-  return ret == TGTADM_UNKNOWN_PARAM     ? UT_INIT_UNKNOWN_PARAM
+  told = ret == TGTADM_SUCCESS           ? UT_INIT_OK
+         : ret == TGTADM_UNKNOWN_PARAM   ? UT_INIT_UNKNOWN_PARAM
          : ret == TGTADM_INVALID_REQUEST ? UT_INIT_INVALID_REQUEST
                                          : UT_INIT_OTHER;
+  if (init) *init = told;
+  if (told == UT_INIT_OK) return (struct ut_lu*)lu;
+  free(lu);
+  return NULL;
 }
 
-int ut_lu_open(const char* path) {
+/* bs_open on `path` as tgt's path update does it: 0 attached (the LU keeps the path). */
+static int open_path(struct scsi_lu* lu, const char* path) {
   char* p = strdup(path);
   uint64_t size = 0;
   int fd = -1;
   int ret;
 
-  ret = ut_lu->bst->bs_open(ut_lu, p, &fd, &size);
+  ret = lu->bst->bs_open(lu, p, &fd, &size);
   if (ret == 0) {
-    ut_lu->size = size;
-    ut_lu->path = p;
+    lu->size = size;
+    lu->path = p;
   } else {
     free(p);
-    ut_lu->bst->bs_exit(ut_lu); /* tgt calls bs_exit, not bs_close, when bs_open fails */
-    free(ut_lu);
-    ut_lu = NULL;
   }
+  return ret;
+}
+
+int ut_lu_attach(struct ut_lu* handle, const char* path) {
+  struct scsi_lu* lu = lu_of(handle);
+  int ret = open_path(lu, path);
+
+  if (ret != 0) {
+    lu->bst->bs_exit(lu); /* tgt calls bs_exit, not bs_close, when bs_open fails */
+    free(lu);
+  }
+  return ret;
+}
+
+/* tgt frees the path before bs_close. */
+static void close_path(struct scsi_lu* lu) {
+  if (!lu->path) return;
+  free(lu->path);
+  lu->path = NULL;
+  lu->bst->bs_close(lu);
+}
+
+int ut_lu_reopen(struct ut_lu* handle) {
+  struct scsi_lu* lu = lu_of(handle);
+  char* path;
+  int ret;
+
+  if (!lu->path) return -1;
+  path = strdup(lu->path);
+  close_path(lu);
+  ret = open_path(lu, path);
+  free(path);
+  return ret;
+}
+
+void ut_lu_delete(struct ut_lu* handle) {
+  struct scsi_lu* lu = lu_of(handle);
+
+  close_path(lu);
+  lu->bst->bs_exit(lu);
+  free(lu);
+}
+
+void ut_lu_wake(struct ut_lu* handle) {
+  int i;
+
+  for (i = 0; i < watched_count; i++)
+    if (watched[i].data == handle) {
+      watched[i].handler(watched[i].fd, EPOLLIN, watched[i].data);
+      return;
+    }
+}
+
+enum ut_init ut_lu_init(const char* bsopts) {
+  enum ut_init init;
+
+  ended_count = 0;
+  ut_lu = lu_of(ut_lu_new(bsopts, 9, &init));
+  return init;
+}
+
+int ut_lu_open(const char* path) {
+  int ret = ut_lu_attach((struct ut_lu*)ut_lu, path);
+
+  if (ret != 0) ut_lu = NULL;
   return ret;
 }
 
 void ut_lu_close(void) {
   if (!ut_lu) return;
-  free(ut_lu->path); /* tgt frees the path before bs_close */
-  ut_lu->path = NULL;
-  ut_lu->bst->bs_close(ut_lu);
-  ut_lu->bst->bs_exit(ut_lu);
-  free(ut_lu);
+  ut_lu_delete((struct ut_lu*)ut_lu);
   ut_lu = NULL;
 }
 
-int ut_wake_fd_watched(void) { return watched.fd >= 0; }
+int ut_wake_fd_watched(void) { return watched_count > 0; }
 
 void ut_wake(void) {
-  if (watched.fd >= 0) watched.handler(watched.fd, EPOLLIN, watched.data);
+  int i;
+
+  /* A handler does not add or remove watched fds (only bs_open and bs_close do). */
+  for (i = 0; i < watched_count; i++) watched[i].handler(watched[i].fd, EPOLLIN, watched[i].data);
 }
 
 struct ut_cmd* ut_cmd_new(uint64_t itn_id, int is_write, uint64_t offset, uint32_t length) {
@@ -205,12 +285,160 @@ struct ut_cmd* ut_cmd_new(uint64_t itn_id, int is_write, uint64_t offset, uint32
   return c;
 }
 
+static uint64_t be(const uint8_t* p, int bytes) {
+  uint64_t v = 0;
+  int i;
+
+  for (i = 0; i < bytes; i++) v = v << 8 | p[i];
+  return v;
+}
+
+/* tgt 1.0.85's scsi_rw_offset and scsi_rw_count (scsi.c): the LBA and the block count of a CDB. */
+static uint64_t cdb_lba(const uint8_t* cdb) {
+  switch (cdb[0]) {
+    case READ_6:
+    case WRITE_6:
+      return (uint64_t)(cdb[1] & 0x1f) << 16 | be(cdb + 2, 2);
+    case READ_10:
+    case PRE_FETCH_10:
+    case WRITE_10:
+    case VERIFY_10:
+    case WRITE_VERIFY:
+    case WRITE_SAME:
+    case SYNCHRONIZE_CACHE:
+    case READ_12:
+    case WRITE_12:
+    case VERIFY_12:
+    case WRITE_VERIFY_12:
+      return be(cdb + 2, 4);
+    case READ_16:
+    case PRE_FETCH_16:
+    case WRITE_16:
+    case ORWRITE_16:
+    case VERIFY_16:
+    case WRITE_VERIFY_16:
+    case WRITE_SAME_16:
+    case SYNCHRONIZE_CACHE_16:
+    case COMPARE_AND_WRITE:
+      return be(cdb + 2, 8);
+  }
+  return 0;
+}
+
+static uint32_t cdb_blocks(const uint8_t* cdb) {
+  switch (cdb[0]) {
+    case READ_6:
+    case WRITE_6:
+      return cdb[4] ? cdb[4] : 256;
+    case READ_10:
+    case PRE_FETCH_10:
+    case WRITE_10:
+    case VERIFY_10:
+    case WRITE_VERIFY:
+    case WRITE_SAME:
+    case SYNCHRONIZE_CACHE:
+      return (uint32_t)be(cdb + 7, 2);
+    case READ_12:
+    case WRITE_12:
+    case VERIFY_12:
+    case WRITE_VERIFY_12:
+      return (uint32_t)be(cdb + 6, 4);
+    case READ_16:
+    case PRE_FETCH_16:
+    case WRITE_16:
+    case ORWRITE_16:
+    case VERIFY_16:
+    case WRITE_VERIFY_16:
+    case WRITE_SAME_16:
+    case SYNCHRONIZE_CACHE_16:
+      return (uint32_t)be(cdb + 10, 4);
+    case COMPARE_AND_WRITE:
+      return cdb[13];
+  }
+  return 0;
+}
+
+/* A WRITE whose data-out tgt cuts to the transfer length. */
+static int sbc_write(uint8_t op) {
+  switch (op) {
+    case WRITE_6:
+    case WRITE_10:
+    case WRITE_12:
+    case WRITE_16:
+    case WRITE_VERIFY:
+    case WRITE_VERIFY_12:
+    case WRITE_VERIFY_16:
+      return 1;
+  }
+  return 0;
+}
+
+/* Whether tgt's sbc_rw hands the command to the store (it sets offset and transfer length then). */
+static int sbc_rw_command(uint8_t op) {
+  switch (op) {
+    case READ_6:
+    case READ_10:
+    case READ_12:
+    case READ_16:
+    case PRE_FETCH_10:
+    case PRE_FETCH_16:
+    case ORWRITE_16:
+    case WRITE_SAME:
+    case WRITE_SAME_16:
+    case COMPARE_AND_WRITE:
+      return 1;
+  }
+  return sbc_write(op);
+}
+
+struct ut_cmd* ut_cmd_new_cdb(struct ut_lu* lu, uint64_t itn_id, const uint8_t* cdb, size_t cdb_len,
+                              const uint8_t* data, uint32_t data_length, int data_out, struct ut_cmd* reuse) {
+  struct ut_cmd* c = reuse ? reuse : malloc(sizeof(*c));
+  struct scsi_lu* dev = lu_of(lu);
+  uint64_t lba;
+  uint32_t blocks;
+
+  if (reuse) free(reuse->data);
+  memset(c, 0, sizeof(*c));
+  memcpy(c->cdb, cdb, cdb_len < sizeof(c->cdb) ? cdb_len : sizeof(c->cdb));
+  c->data = calloc(1, data_length ? data_length : 1);
+  if (data && data_length) memcpy(c->data, data, data_length);
+  c->cmd.scb = c->cdb;
+  c->cmd.scb_len = (int)cdb_len;
+  c->cmd.dev = dev;
+  c->cmd.c_target = &ut_target;
+  c->cmd.cmd_itn_id = itn_id;
+  c->cmd.it_nexus = ut_nexus;
+  INIT_LIST_HEAD(&c->cmd.bs_list);
+  lba = cdb_lba(c->cdb);
+  blocks = cdb_blocks(c->cdb);
+  if (sbc_rw_command(c->cdb[0])) {
+    /* WRITE SAME of 0 blocks: to the end of the LU (tgt computes it from the LBA, unchecked here). */
+    if ((c->cdb[0] == WRITE_SAME || c->cdb[0] == WRITE_SAME_16) && blocks == 0)
+      blocks = (uint32_t)((dev->size >> dev->blk_shift) - lba);
+    c->cmd.offset = lba << dev->blk_shift;
+    c->cmd.tl = blocks << dev->blk_shift;
+  } else if (c->cdb[0] == VERIFY_10 || c->cdb[0] == VERIFY_12 || c->cdb[0] == VERIFY_16) {
+    c->cmd.offset = lba << dev->blk_shift;
+  }
+  if (data_out) {
+    scsi_set_out_buffer(&c->cmd, c->data);
+    scsi_set_out_length(&c->cmd, sbc_write(c->cdb[0]) && c->cmd.tl < data_length ? c->cmd.tl : data_length);
+  } else {
+    scsi_set_in_buffer(&c->cmd, c->data);
+    scsi_set_in_length(&c->cmd, data_length);
+  }
+  return c;
+}
+
+const uint8_t* ut_cmd_data(const struct ut_cmd* c) { return c->data; }
+
 void ut_cmd_free(struct ut_cmd* c) {
   free(c->data);
   free(c);
 }
 
-int ut_submit(struct ut_cmd* c) { return ut_lu->bst->bs_cmd_submit(&c->cmd); }
+int ut_submit(struct ut_cmd* c) { return c->cmd.dev->bst->bs_cmd_submit(&c->cmd); }
 
 void ut_abort(struct ut_cmd* c) { c->cmd.mreq = (struct mgmt_req*)&ut_target; /* only compared with NULL */ }
 
@@ -218,19 +446,49 @@ void ut_end_session(uint64_t itn_id) {
   if (ended_count < UT_MAX_ENDED) ended_sessions[ended_count++] = itn_id;
 }
 
+/* One pool thread's work on `cmd`: its LU's request function, then tgt's completion with the result it set. */
+static void run_queued(struct scsi_cmd* cmd) {
+  list_del_init(&cmd->bs_list);
+  ((struct bs_thread_info*)BS_THREAD_I(cmd->dev))->request_fn(cmd);
+  ut_of(cmd)->fate.executed++;
+  target_cmd_io_done(cmd, scsi_get_result(cmd));
+}
+
 int ut_run_pool(void) {
-  struct scsi_cmd* cmd;
   int ran = 0;
 
   while (!list_empty(&pool_queue)) {
-    cmd = list_first_entry(&pool_queue, struct scsi_cmd, bs_list);
-    list_del_init(&cmd->bs_list);
-    pool_request_fn(cmd);
-    ut_of(cmd)->fate.executed++;
-    target_cmd_io_done(cmd, scsi_get_result(cmd));
+    run_queued(list_first_entry(&pool_queue, struct scsi_cmd, bs_list));
     ran++;
   }
   return ran;
+}
+
+int ut_run_pool_one(size_t index) {
+  struct scsi_cmd* cmd;
+
+  list_for_each_entry(cmd, &pool_queue, bs_list) {
+    if (index-- == 0) {
+      run_queued(cmd);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+size_t ut_pool_queued(void) {
+  struct scsi_cmd* cmd;
+  size_t n = 0;
+
+  list_for_each_entry(cmd, &pool_queue, bs_list) n++;
+  return n;
+}
+
+void ut_reset(void) {
+  ended_count = 0;
+  pthread_mutex_lock(&log_lock);
+  log_count = 0;
+  pthread_mutex_unlock(&log_lock);
 }
 
 struct ut_fate ut_cmd_fate(const struct ut_cmd* c) {

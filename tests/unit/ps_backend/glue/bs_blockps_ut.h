@@ -1,6 +1,6 @@
 /* A stand-in for tgtd around the glue bs_blockps.c (compiled into bs_blockps_ut.c with tgt's functions stubbed):
  * the test plays tgt's main loop (submit, the wake fd's handler, aborts, sessions ending, LU close) and its I/O
- * pool, and reads back what the glue handed to tgt for each command. One LU at a time; main thread only. */
+ * pool, and reads back what the glue handed to tgt for each command. Main thread only. */
 #ifndef BLOCKPS_BS_BLOCKPS_UT_H
 #define BLOCKPS_BS_BLOCKPS_UT_H
 
@@ -51,6 +51,39 @@ struct ut_fate {
   uint16_t asc;
 };
 struct ut_fate ut_cmd_fate(const struct ut_cmd* cmd);
+
+/* ---- Several LUs at once and any command, as an initiator may send it (the command-path fuzzer,
+ * tests/fuzz/fuzz_command.cpp). The calls above act on the one LU of ut_lu_init; these on the LU named. ---- */
+struct ut_lu;
+/* bs_init with `bsopts` on an LU of 2^blk_shift-byte blocks (register_bs_module first): the LU, or NULL when
+ * refused (*init says how; init may be NULL). */
+struct ut_lu* ut_lu_new(const char* bsopts, unsigned blk_shift, enum ut_init* init);
+/* bs_open on `path`: 0 attached; otherwise tgt's bs_exit ran and `lu` is freed. */
+int ut_lu_attach(struct ut_lu* lu, const char* path);
+/* tgtadm's path update to the same path: bs_close, then bs_open, while commands may be in flight. The bs_open
+ * result: non-zero leaves the LU without a path (tgt keeps it; its commands reach a detached store). */
+int ut_lu_reopen(struct ut_lu* lu);
+/* bs_close (when it has a path) then bs_exit, as tgt deletes an LU (tgt refuses while commands are in flight). */
+void ut_lu_delete(struct ut_lu* lu);
+/* tgt's event loop for `lu` alone: the handler of the fd it watches, if any. */
+void ut_lu_wake(struct ut_lu* lu);
+/* A command to `lu` from session `itn_id` with the CDB `cdb` (cdb_len 1..16 bytes, the rest zero), with offset
+ * and transfer length set from it as tgt's sbc.c sets them (READ/WRITE/ORWRITE/WRITE SAME: LBA and blocks; VERIFY:
+ * the LBA; anything else 0) but without tgt's range checks, and a data buffer of `data_length` bytes copied from
+ * `data` (NULL: zeros): data-out (`data_out`) or data-in. As tgt does, a WRITE's data-out is cut to the transfer
+ * length. `reuse`: a command tgt has completed (or refused), whose memory the new one takes, as tgt's allocator may
+ * give it; NULL for a new allocation. */
+struct ut_cmd* ut_cmd_new_cdb(struct ut_lu* lu, uint64_t itn_id, const uint8_t* cdb, size_t cdb_len,
+                              const uint8_t* data, uint32_t data_length, int data_out, struct ut_cmd* reuse);
+/* The command's data buffer (what a READ returned). */
+const uint8_t* ut_cmd_data(const struct ut_cmd* cmd);
+/* tgt's I/O pool, one command: runs the `index`-th queued one (counted from the oldest) as ut_run_pool does, so
+ * the threads' order can differ from the queue's. 0 when there is no such command, else 1. */
+int ut_run_pool_one(size_t index);
+/* How many commands wait in tgt's I/O pool. */
+size_t ut_pool_queued(void);
+/* A fresh tgtd: no session ended, no log line. */
+void ut_reset(void);
 
 /* How many tgtd log lines (eprintf, from any thread) so far contain `needle`. */
 int ut_log_count(const char* needle);

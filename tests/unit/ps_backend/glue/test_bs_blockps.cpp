@@ -12,6 +12,7 @@
 
 #include "contract/scsi_codes.h"
 #include "ps_backend/shard/shard_registry.h"
+#include "tests/support/faulty_store.h"
 #include "tests/unit/ps_backend/glue/allocation_failure.h"
 #include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 #include "tests/unit/ps_backend/test_support.h"
@@ -212,14 +213,18 @@ TEST_F(Glue, AnAdmissionThatFailsRefusesTheCommandInsteadOfRunningIt) {
   expect_completed_good(next);
 }
 
-// The shard's store fails every optimizer update while a file exists (aggregator/faulty_store.h, through the
-// shard's fault-injection hook, BLOCKPS_FAULT_INJECTION_FILE): the test double of the store, the real glue and core.
+// The shard's store fails every optimizer update while a file exists (tests/support/faulty_store.h, the stores
+// the registry's shards are made with, ShardRegistry::wrap_stores): the test double of the store, the real glue and
+// core.
 class GlueWithAFailingStore : public Glue {
  protected:
-  void SetUp() override { ::setenv("BLOCKPS_FAULT_INJECTION_FILE", fault_.c_str(), 1); }
+  void SetUp() override {
+    ShardRegistry::instance().wrap_stores(
+        [file = fault_](std::unique_ptr<ShardStore> store) { return make_faulty_store(std::move(store), file); });
+  }
   void TearDown() override {
     Glue::TearDown();
-    ::unsetenv("BLOCKPS_FAULT_INJECTION_FILE");
+    ShardRegistry::instance().wrap_stores({});
   }
   void fail_updates() { std::ofstream(fault_) << "fail\n"; }
 

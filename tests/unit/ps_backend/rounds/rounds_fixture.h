@@ -10,10 +10,10 @@
 #include <string>
 #include <vector>
 
-#include "aggregator/faulty_store.h"
 #include "ps_backend/control/status_page_writer.h"
 #include "ps_backend/rounds/round_mode.h"
 #include "ps_backend/rounds/rounds.h"
+#include "tests/support/faulty_store.h"
 
 namespace blockps::unit {
 
@@ -72,7 +72,7 @@ inline const WorkerRef kA{1, 11, "iqn.w:a"}, kB{1, 12, "iqn.w:b"}, kC{1, 13, "iq
 struct Fixture {
   ModelShard model;
   Rounds rounds;
-  /// `fault_trigger`: the shard's store fails every update while that file exists (aggregator/faulty_store.h).
+  /// `fault_trigger`: the shard's store fails every update while that file exists (tests/support/faulty_store.h).
   explicit Fixture(RoundPolicy p, float lr = 1.0f, const std::string& fault_trigger = "")
       : model(
             {kShardBytes, WireDtype::f32, kBlockBytes}, sgd(lr), nullptr, Device::cpu(),

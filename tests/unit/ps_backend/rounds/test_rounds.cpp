@@ -140,7 +140,7 @@ namespace blockps::unit {
 namespace {
 
 // Errors flow to the commands owed them: a round whose update fails is never answered GOOD over old weights.
-// The store fails while a file exists (aggregator/faulty_store.h); reset() serves commands again.
+// The store fails while a file exists (tests/support/faulty_store.h); reset() serves commands again.
 TEST(Rounds, ARoundWhoseUpdateFailsFailsEveryGradCommandUntilReset) {
   const std::string trigger = ::testing::TempDir() + "rounds-fault-" + std::to_string(::getpid());
   std::remove(trigger.c_str());

@@ -1,0 +1,292 @@
+#include "client/cli/targets_conf.h"
+
+#include <cstdlib>
+#include <optional>
+#include <vector>
+
+#include "contract/lu_role.h"
+
+namespace blockps::cli {
+namespace {
+
+// tgt-admin (Config::General) reads "#" as the start of a comment anywhere on a line, and so do we.
+constexpr std::string_view kBlanks = " \t";
+
+bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+// The line as a key reads it: no comment, no leading blanks, no trailing blanks or CR.
+std::string meaning_of(std::string_view raw) {
+  std::string_view s = raw.substr(0, raw.find('#'));
+  const std::size_t first = s.find_first_not_of(kBlanks);
+  if (first == std::string_view::npos) return "";
+  s.remove_prefix(first);
+  const std::size_t last = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(0, last == std::string_view::npos ? 0 : last + 1));
+}
+
+// The first two blank-separated words of the raw line (comment included, as awk's $1 and $2 were).
+std::vector<std::string> first_words(std::string_view raw) {
+  std::vector<std::string> words;
+  std::size_t at = 0;
+  while (words.size() < 2) {
+    at = raw.find_first_not_of(kBlanks, at);
+    if (at == std::string_view::npos) break;
+    const std::size_t end = raw.find_first_of(kBlanks, at);
+    words.emplace_back(raw.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
+    at = end;
+  }
+  words.resize(2);
+  return words;
+}
+
+// "<TAG" followed by a blank, at the start of `s`.
+bool opens(std::string_view s, std::string_view tag) {
+  return s.starts_with(tag) && s.size() > tag.size() && is_blank(s[tag.size()]);
+}
+
+// What a block's opening line names: "<TAG NAME>" -> NAME (blanks before ">" dropped).
+std::string block_name(std::string_view s) {
+  std::size_t at = s.find_first_of(kBlanks);
+  at = s.find_first_not_of(kBlanks, at);
+  std::string_view name = at == std::string_view::npos ? std::string_view{} : s.substr(at);
+  if (name.ends_with('>')) {
+    name.remove_suffix(1);
+    while (!name.empty() && is_blank(name.back())) name.remove_suffix(1);
+  }
+  return std::string(name);
+}
+
+// The rest of `s` after its first word and the blanks that follow it.
+std::string after_first_word(std::string_view s) {
+  const std::size_t end = s.find_first_of(kBlanks);
+  if (end == std::string_view::npos) return "";
+  const std::size_t next = s.find_first_not_of(kBlanks, end);
+  return next == std::string_view::npos ? "" : std::string(s.substr(next));
+}
+
+std::string trimmed(std::string_view s) {
+  const std::size_t first = s.find_first_not_of(kBlanks);
+  if (first == std::string_view::npos) return "";
+  return std::string(s.substr(first, s.find_last_not_of(kBlanks) - first + 1));
+}
+
+std::string joined(std::initializer_list<std::string_view> parts) {
+  std::string out;
+  for (std::string_view part : parts) out += part;
+  return out;
+}
+
+// Every `from` replaced by `to`, left to right; whether any was.
+bool replace_all(std::string& s, std::string_view from, std::string_view to) {
+  bool any = false;
+  for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) {
+    s.replace(at, from.size(), to);
+    any = true;
+  }
+  return any;
+}
+
+// The one file a path names, as far as its spelling goes: "/./" and "//" collapsed.
+std::string normal_path(std::string p) {
+  while (replace_all(p, "/./", "/") || replace_all(p, "//", "/")) {
+  }
+  return p;
+}
+
+// A LUN as tgt-admin compares it: a number when the text is one ("01" is 1).
+std::optional<double> lun_number(const std::string& text) {
+  if (text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double v = std::strtod(text.c_str(), &end);
+  return *end == '\0' ? std::optional<double>(v) : std::nullopt;
+}
+
+// An explicit LU of a target (a <backing-store>/<direct-store> block or line), checked against the target's shard
+// line when the target ends: the line may come before or after it.
+struct ExplicitLu {
+  int line;
+  std::string path;
+  std::string lun;  // "" when the file leaves it to tgt-admin
+};
+
+struct ShardLine {
+  int line;
+  std::string path;  // normal_path'd
+};
+
+// One file read line by line (as the awk program of scripts/lib/blockps-tgt.sh before it did).
+class Expansion {
+ public:
+  explicit Expansion(const std::string& file_name) : file_(file_name) {}
+
+  Status add(int number, std::string_view raw) {
+    const std::string s = meaning_of(raw);
+    const std::vector<std::string> words = first_words(raw);
+    if (opens(s, "<target")) return open_target(raw, s);
+    if (s.starts_with("</target>")) return close_target(raw);
+    if (in_target_ && (opens(s, "<backing-store") || opens(s, "<direct-store"))) {
+      in_lu_ = true;
+      lus_.push_back({number, block_name(s), ""});
+      return keep(raw);
+    }
+    if (in_target_ && in_lu_ && words[0] == "lun" && !lus_.empty()) lus_.back().lun = words[1];
+    if (s.starts_with("</backing-store>") || s.starts_with("</direct-store>")) {
+      in_lu_ = false;
+      return keep(raw);
+    }
+    if (in_target_ && !in_lu_ && (words[0] == "backing-store" || words[0] == "direct-store")) {
+      lus_.push_back({number, words[1], ""});
+      return keep(raw);
+    }
+    if (in_target_ && words[0].starts_with("blockps-") && words[0] != kShardLineKey)
+      return error(number, "unknown key '" + words[0] + "' in <target " + iqn_ +
+                               "> (the one blockps key of a target is '" + std::string(kShardLineKey) +
+                               " PATH OPTIONS')");
+    if (words[0] == kShardLineKey) return shard_line(number, raw, s);
+    return keep(raw);
+  }
+
+  std::string take_text() { return std::move(out_); }
+
+ private:
+  // One line of output: the indentation, then the parts.
+  void add_line(const std::string& indent, std::initializer_list<std::string_view> parts) {
+    out_ += indent;
+    for (std::string_view part : parts) out_ += part;
+    out_ += '\n';
+  }
+  Status keep(std::string_view raw) {
+    out_.append(raw).append("\n");
+    return Status::Ok();
+  }
+  Status error(int line, const std::string& what) const {
+    return Status::Error(StatusCode::config, file_ + ":" + std::to_string(line) + ": " + what);
+  }
+
+  Status open_target(std::string_view raw, const std::string& s) {
+    in_target_ = true;
+    iqn_ = block_name(s);
+    shard_.reset();
+    lus_.clear();
+    return keep(raw);
+  }
+
+  // At the end of the target: an explicit LU must not be the shard line's checkpoint or take its LUNs.
+  Status close_target(std::string_view raw) {
+    for (const ExplicitLu& lu : lus_) {
+      if (!shard_) break;
+      const std::string on_line = " on line " + std::to_string(shard_->line);
+      if (normal_path(lu.path) == shard_->path)
+        return error(lu.line, "backing-store " + lu.path + " is the checkpoint of the " + std::string(kShardLineKey) +
+                                  on_line + ", which makes its three LUs: remove this block, or spell all three LUs " +
+                                  "as <backing-store> blocks instead of " + std::string(kShardLineKey));
+      const std::optional<double> lun = lun_number(lu.lun);
+      for (const LuRoleFacts& role : kLuRoles)
+        if (lun && *lun == role.lun)
+          return error(lu.line, "lun " + lu.lun + " of backing-store " + lu.path + " clashes with the " +
+                                    std::string(kShardLineKey) + on_line +
+                                    " (its LUs take LUNs 1 grad, 2 weights, 3 status): give this LU lun 4 or above");
+    }
+    in_target_ = false;
+    return keep(raw);
+  }
+
+  Status shard_line(int number, std::string_view raw, const std::string& s) {
+    const std::string key(kShardLineKey);
+    if (!in_target_)
+      return error(number, key + " belongs inside a <target IQN> block (it makes that target's LUNs 1-3)");
+    if (in_lu_) return error(number, key + " belongs directly inside <target>, not inside a <backing-store> block");
+    if (shard_)
+      return error(number,
+                   "a second " + key + " in <target " + iqn_ + "> (the first is on line " +
+                       std::to_string(shard_->line) +
+                       "): one shard per target, as its LUs take LUNs 1-3; give the other shard its own <target>");
+    // A "#" inside the quotes began a comment (as it does for tgt-admin): say so, not "unquoted".
+    std::size_t quotes = 0;
+    for (char c : s) quotes += c == '\'' || c == '"';
+    if (quotes % 2 == 1 && raw.find('#') != std::string_view::npos)
+      return error(number, "\"#\" starts a comment in a config file (tgt-admin reads it so too): the options of " +
+                               key + " cannot contain it");
+    const std::string indent(raw.substr(0, raw.find_first_not_of(kBlanks)));
+    return expand(number, after_first_word(s), indent);
+  }
+
+  // "PATH 'OPTIONS'" -> the three LUs.
+  Status expand(int number, const std::string& rest, const std::string& indent) {
+    const std::string key(kShardLineKey);
+    const std::string first_word = rest.substr(0, rest.find_first_of(kBlanks));
+    if (rest.empty() || rest[0] == '\'' || rest[0] == '"' || first_word.find('=') != std::string::npos)
+      return error(number, key + ": the checkpoint path is missing (expected " + key +
+                               " /ABSOLUTE/PATH/model.ckpt 'size=16M;dtype=f32;...')");
+    std::string path = first_word;
+    std::string options = after_first_word(rest);
+    if (!path.starts_with('/')) return error(number, "checkpoint path '" + path + "' must be absolute");
+    if (path.ends_with('/'))
+      return error(number, "checkpoint path '" + path + "' names a directory; name the checkpoint file");
+    if (path.find_first_of(",'\"") != std::string::npos)
+      return error(number, "checkpoint path '" + path + "' must not contain ',' (tgtd splits on it) or quotes");
+    if (options.size() >= 2 && (options[0] == '\'' || options[0] == '"') && options.back() == options[0])
+      options = options.substr(1, options.size() - 2);
+    if (options.find_first_of("'\"") != std::string::npos)
+      return error(number, "the options of " + key +
+                               " must be one single-quoted list 'k=v;k=v' without quotes inside (got " + options + ")");
+    std::string shared, admins;
+    for (std::size_t begin = 0; begin <= options.size();) {
+      std::size_t end = options.find(';', begin);
+      if (end == std::string::npos) end = options.size();
+      const std::string item = trimmed(std::string_view(options).substr(begin, end - begin));
+      begin = end + 1;
+      if (item.empty()) continue;
+      const std::string name = trimmed(item.substr(0, item.find('=')));
+      if (name == "role")
+        return error(number, "role= is not an option of " + key +
+                                 ": the line makes LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status; give "
+                                 "the shard options (docs/OPTIONS.md) and admins= for the status LU");
+      (name == "admins" ? admins : shared) += ";" + item;
+    }
+    path = normal_path(path);
+    shard_ = ShardLine{number, path};
+    const std::size_t slash = path.rfind('/');
+    const std::string dir = path.substr(0, slash), base = path.substr(slash + 1);
+    add_line(indent, {"# ", key, " ", path, " (line ", std::to_string(number),
+                      "): LUN 1 grad, 2 weights, 3 status over one checkpoint"});
+    for (const LuRoleFacts& role : kLuRoles) {
+      // Three spellings of one file: tgt-admin keys backing stores by path string.
+      const std::string spelling = role.role == LuRole::grad      ? path
+                                   : role.role == LuRole::weights ? joined({dir, "/./", base})
+                                                                  : joined({dir, "//", base});
+      // admins= is the status LU's alone (ps_backend/config/lu_options.cpp refuses it on the others).
+      const std::string& lu_options = role.role == LuRole::status ? joined({admins, shared}) : shared;
+      add_line(indent, {"<backing-store ", spelling, ">"});
+      add_line(indent, {"    lun ", std::to_string(role.lun)});
+      add_line(indent, {"    bs-type blockps"});
+      add_line(indent, {"    bsopts 'role=", role.name, lu_options, "'"});
+      add_line(indent, {"</backing-store>"});
+    }
+    return Status::Ok();
+  }
+
+  std::string file_;
+  std::string out_;
+  bool in_target_ = false;
+  bool in_lu_ = false;
+  std::string iqn_;
+  std::optional<ShardLine> shard_;  // of the current target
+  std::vector<ExplicitLu> lus_;     // of the current target
+};
+
+}  // namespace
+
+Result<std::string> expand_shard_lines(std::string_view text, const std::string& file_name) {
+  Expansion expansion(file_name);
+  int number = 0;
+  for (std::size_t begin = 0; begin < text.size();) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    if (Status st = expansion.add(++number, text.substr(begin, end - begin)); !st.ok()) return st;
+    begin = end + 1;
+  }
+  return expansion.take_text();
+}
+
+}  // namespace blockps::cli

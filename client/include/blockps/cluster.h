@@ -1,0 +1,258 @@
+// libblockps's C++ API: push gradients to and pull weights from a blockps parameter server, as a worker. In the
+// source tree only (the CLI, the Python binding, the benchmarks): a program outside it uses the C API,
+// <blockps/blockps.h>, the one with a stable ABI.
+//
+//   auto cluster = blockps::Cluster::open("cluster.toml");
+//   if (!cluster.ok()) { std::cerr << cluster.message() << "\n"; return 1; }
+//   std::vector<std::byte> weights((*cluster)->model_bytes()), grads(weights.size());
+//   blockps::Status s = (*cluster)->pull(weights);     // blocking
+//   blockps::Operation op = (*cluster)->push_async(grads); ... s = op.wait();
+//
+// The model is model_bytes() wire bytes (elements x dtype size) cut into blocks (cluster file [model]); the
+// layout (blockps/layout.h) puts each block on one shard. Every call moves whole blocks: runs of blocks that
+// are contiguous on one shard become one request of at most [client] max_request bytes, and all shards work
+// in parallel (one I/O thread per shard) with [client] queue_depth requests in flight each.
+//
+// Errors come back as values (Status / Result) naming the shard, the LU, the byte offsets and the reason
+// (SCSI status and sense, errno, disconnect). Nothing here throws or aborts. A Cluster is thread-safe: calls
+// from several threads are queued on each shard's I/O thread and run there one after another.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "blockps/cluster_file.h"
+#include "blockps/layout.h"
+#include "blockps/queue_counters.h"
+#include "contract/result.h"
+
+namespace blockps {
+
+// What open()'s checks and claim() use, private to the library: a worker's trace file, a shard's job and place as
+// its status page says them.
+class Trace;
+struct ShardClaim;
+struct Place;
+
+namespace detail {
+struct OperationState;
+class ShardWorker;
+struct ShardCommands;
+}  // namespace detail
+
+// Called once when an asynchronous operation has finished on every shard, with its outcome. It runs on one
+// of the cluster's I/O threads: keep it short and do not wait on another operation of the same cluster in it.
+// A request refused before any I/O (wrong buffer size, blocks outside the model) calls it at once, on the
+// calling thread.
+using CompletionCallback = std::function<void(const Status&)>;
+
+// A handle to an asynchronous push or pull. Copies share the operation. A default-made handle is finished
+// and ok.
+class Operation {
+ public:
+  Operation() = default;
+  explicit Operation(std::shared_ptr<detail::OperationState> state) : state_(std::move(state)) {}
+  // Blocks until every shard finished its part; the first failure, or ok.
+  Status wait() const;
+  // True when wait() would not block.
+  bool ready() const;
+
+ private:
+  std::shared_ptr<detail::OperationState> state_;
+};
+
+// One shard's status page (the status LU's JSON, NUL padding removed).
+struct ShardStatusPage {
+  std::string shard;
+  std::string json;
+};
+
+// Which kind of shard a worker needs (its status page's /shard/opt).
+enum class ShardKind {
+  any,        // no check
+  optimizer,  // a shard that steps an optimizer on each push (every opt but average): a pull returns weights
+  averaging,  // opt=average: a READ after a push returns the round's average gradient (the DDP hook)
+};
+std::string_view to_string(ShardKind kind);
+
+// How a worker opens a cluster: the job it belongs to and what it expects of the shards (docs/OPTIONS.md, "Jobs and
+// places"). The defaults are a worker of the cluster file's job (if it names one).
+struct OpenOptions {
+  // The job this worker belongs to; every session of every shard joins it, and a shard held by another job
+  // refuses. nullopt: the cluster file's [client] job, else $BLOCKPS_JOB, else none; "": none (no claim: a
+  // worker of no job may read the weights of a held shard, but its pushes are refused). A name is 1 to 128
+  // characters of A-Z a-z 0-9 . _ : @ / + -.
+  std::optional<std::string> job;
+  // Claim the shards even though another job holds them (needs a job): that job's sessions are dropped and its
+  // next command refused; a shard with rounds starts them afresh.
+  bool takeover = false;
+  // Set each shard's place to the one this file gives it even where it holds another (a deliberate re-layout, or
+  // a new model: `blockps init --relayout`); otherwise a shard in another place is refused.
+  bool replace_place = false;
+  // The kind of shard this worker needs (checked against every shard's opt before anything is written).
+  ShardKind expect = ShardKind::any;
+  // Only read status pages (`blockps status`, the exporter, `blockps release`): the shape checks, but no kind,
+  // place or job check, and nothing written to the shards.
+  bool status_only = false;
+
+  // The options of a worker of `job` (nullopt: the default chain above), and of a reader of status pages.
+  static OpenOptions of_job(std::optional<std::string> job) {
+    OpenOptions o;
+    o.job = std::move(job);
+    return o;
+  }
+  static OpenOptions reading_status() {
+    OpenOptions o;
+    o.status_only = true;
+    return o;
+  }
+};
+
+class Cluster {
+ public:
+  // Loads the cluster file, connects every LU of every shard (in parallel) and checks that each grad and
+  // weights LU has the capacity the layout gives its shard and that each shard's status page agrees with the
+  // file on size, dtype and block. Then, unless options.status_only, in this order: every shard is of the kind
+  // options.expect; every shard holds the place the file gives it (the model: [model] name, else the one the
+  // shards hold, else a new identity; shard i of S in the file's layout), and a shard that holds none takes it;
+  // the job claims every shard (no shard held by another job, unless takeover), from every session (grad,
+  // weights and status LU: a session of no job is refused on a held shard). Errors: the file's mistakes (see
+  // blockps/cluster_file.h), an LU that cannot be reached, a mismatch (naming the shard, the field and both values; the
+  // kind; both places and the fix), a shard held by another job (StatusCode::io, naming the holder and how to
+  // take it over), an invalid job name (invalid_argument).
+  static Result<std::unique_ptr<Cluster>> open(const std::string& cluster_file, const OpenOptions& options = {});
+  static Result<std::unique_ptr<Cluster>> open(const ClusterConfig& config, const OpenOptions& options = {});
+  // Waits for the operations in flight, then closes every session.
+  ~Cluster();
+  Cluster(const Cluster&) = delete;
+  Cluster& operator=(const Cluster&) = delete;
+
+  const ClusterConfig& config() const { return config_; }
+  // The job this cluster's sessions belong to ("" none), and the model whose place its shards hold ("" when
+  // opened status_only).
+  const std::string& job() const { return job_; }
+  const std::string& model() const { return model_; }
+  // Joins every session of every shard to `job` (with `takeover`, claiming shards another job holds), and sets
+  // the place of a shard that holds none (a cluster opened with no job could not, where another job held it).
+  // Errors as open's claim; `job` not a valid name: invalid_argument. Not for a cluster opened status_only, and
+  // not while another thread reads job() or model().
+  Status claim(const std::string& job, bool takeover = false);
+  const Layout& layout() const { return *layout_; }
+  std::uint64_t model_bytes() const { return layout_->model_bytes(); }
+
+  // Whole model: `grads` / `weights` must be model_bytes() long. push writes the gradients to the grad LUs
+  // (each shard runs its optimizer); pull reads the current weights from the grad LUs.
+  Status push(std::span<const std::byte> grads);
+  Status pull(std::span<std::byte> weights);
+  // The same, asynchronous: the buffer must stay valid (and, for push, unchanged) until the operation is
+  // finished. `on_done` (optional) is called when it is.
+  Operation push_async(std::span<const std::byte> grads, CompletionCallback on_done = {});
+  Operation pull_async(std::span<std::byte> weights, CompletionCallback on_done = {});
+
+  // Push and pull in one pipelined operation: every shard's queue carries the WRITEs of `grads` and the READs
+  // into `weights` at once, a run's READ issued as soon as its WRITE has completed, so both directions of
+  // every link are busy (push then pull uses one direction at a time). The weights pulled for a block always
+  // include this worker's push of it: async shards apply a push when its WRITE completes; a sync shard parks
+  // the READ until the round with this push is applied; ssp:K as for a pull after a push. `weights` may be
+  // the same buffer as `grads` (each block is read back only after its gradient has been sent). Both must
+  // stay valid until the operation is finished. One session per shard: fine for sync shards.
+  Status exchange(std::span<const std::byte> grads, std::span<std::byte> weights);
+  Operation exchange_async(std::span<const std::byte> grads, std::span<std::byte> weights,
+                           CompletionCallback on_done = {});
+
+  // Global blocks [first_block, first_block + block_count): `data` holds exactly those blocks' model bytes
+  // (from layout().model_offset_of_block(first_block)).
+  Status push_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads);
+  Status pull_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights);
+  Operation push_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads,
+                              CompletionCallback on_done = {});
+  Operation pull_blocks_async(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights,
+                              CompletionCallback on_done = {});
+  Status exchange_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> grads,
+                         std::span<std::byte> weights);
+  Operation exchange_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                  std::span<const std::byte> grads, std::span<std::byte> weights,
+                                  CompletionCallback on_done = {});
+
+  // The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them
+  // (snapshot). No optimizer runs.
+  Status write_weights(std::span<const std::byte> weights);
+  Status read_weights(std::span<std::byte> weights);
+  // The same for global blocks [first_block, first_block + block_count), as push_blocks.
+  Status write_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<const std::byte> weights);
+  Status read_weights_blocks(std::uint64_t first_block, std::uint64_t block_count, std::span<std::byte> weights);
+
+  // Sends control lines ("lr=0.001", "checkpoint", ...: docs/OPTIONS.md, "Control writes") to every shard's
+  // status LU, all shards at once; the first error (a shard that refuses a line it does not know, or this
+  // initiator because it is not one of the shard's admins=) is returned.
+  Status control(std::string_view lines);
+  // Every shard's status page, in cluster-file order.
+  Result<std::vector<ShardStatusPage>> status_pages();
+  // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands
+  // in flight), in cluster-file order: how much of the traffic used both directions at once.
+  Result<std::vector<LuQueueCounters>> grad_queue_counters();
+  // Every shard's counters summed over its three LUs since the cluster opened, in cluster-file order: commands,
+  // sessions logged in again, pushes given up unanswered, commands sent again after UNIT ATTENTION (each kind
+  // is also logged on stderr, once per batch that needed it).
+  Result<std::vector<LuQueueCounters>> recovery_counters();
+  // The trace BLOCKPS_TRACE switched on (a file of spans: docs/OPTIONS.md, BLOCKPS_TRACE), or null.
+  Trace* trace() const { return trace_.get(); }
+
+ private:
+  enum class Transfer { push, pull, exchange, assign_weights, read_weights };
+  // "push", "write_weights", ...: the name of the call, for messages and the trace.
+  static const char* name_of(Transfer transfer);
+  // The caller's memory of one transfer: `data` is what is written or read; an exchange reads into `pulled`.
+  struct Buffers {
+    std::byte* data = nullptr;
+    std::size_t data_bytes = 0;
+    std::byte* pulled = nullptr;
+    std::size_t pulled_bytes = 0;
+  };
+  Cluster(ClusterConfig config, std::unique_ptr<Layout> layout);
+  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+                   CompletionCallback on_done);
+  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+                            CompletionCallback& on_done);
+  // submit()'s steps: the blocks are the model's and the buffers their size (else invalid_argument); each shard's
+  // commands (runs of blocks, an exchange's READ after each WRITE); the commands queued on each shard's I/O thread.
+  Status check_request(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                       const Buffers& buffers) const;
+  std::vector<detail::ShardCommands> plan(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                                          const Buffers& buffers) const;
+  Operation post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done);
+  // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
+  Status on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+  // Runs job(shard, index) on the I/O threads of the shards `which` and waits for all.
+  Status on_shards(const std::vector<std::size_t>& which,
+                   const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+  // open()'s checks after the shape: the place and the claim (`claims`: what each shard's status page said, of the
+  // kind options.expect).
+  Status settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims);
+  // The job claim and the place of open() and claim(), with what each shard's status page said before.
+  Status claim_shards(const std::string& job, bool takeover, bool replace_place, std::vector<ShardClaim> claims);
+  // Where this cluster file puts shard `shard` of model_.
+  Place place_of(std::size_t shard) const;
+
+  ClusterConfig config_;
+  std::string job_;
+  std::string model_;
+  bool model_generated_ = false;  // model_ is a new identity (no shard held one yet)
+  bool status_only_ = false;
+  // The largest WRITE request: [client] max_request, or less where a transport's larger WRITEs are fragile
+  // (LuTransport::max_safe_write_bytes); READs use max_request.
+  std::uint64_t max_write_request_bytes_ = 0;
+  std::unique_ptr<Layout> layout_;
+  // Before shards_: destroyed after them, so that their last spans are in the file (client/trace.h).
+  std::unique_ptr<Trace> trace_;
+  std::vector<std::unique_ptr<detail::ShardWorker>> shards_;
+};
+
+}  // namespace blockps

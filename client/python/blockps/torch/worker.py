@@ -1,0 +1,65 @@
+"""What a rank is and how it reaches the shards, for both torch paths (DistributedOptimizer and the DDP hook): its
+torchrun identity, the cluster claimed for its job, and its exchange path (sessions of its own, or through its
+host's leader: blockps/torch/host.py)."""
+import os
+
+from .._blockps import Cluster
+from ..jobs import derived_job_name, require_job
+from .host import HostExchange, host_of_this_rank, leader_opens
+from .wire import bytes_of
+
+
+def torchrun_identity():
+    """(rank, world size, restart count) from torchrun's environment; (0, 1, 0) outside torchrun."""
+    env = os.environ
+    try:
+        return int(env.get("RANK", "0")), int(env.get("WORLD_SIZE", "1")), int(env.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError as e:
+        raise ValueError(f"blockps: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT must be integers: {e}") from None
+
+
+def open_for_job(cluster, worker, job, takeover):
+    """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job:
+    `job`, else the cluster file's [client] job, else blockps/jobs.py's derived name. A Cluster the script opened
+    without a job is claimed here. A shard held by another job refuses with the holder named (blockps.Error)."""
+    if isinstance(cluster, Cluster):
+        name = job or cluster.job or derived_job_name()
+        if name and (name != cluster.job or takeover):
+            cluster.claim(name, takeover)
+    else:
+        cluster = Cluster(str(cluster), worker=worker, job=job, default_job=derived_job_name(), takeover=takeover)
+    require_job(cluster)
+    return cluster
+
+
+def open_worker(host_aggregation, open_cluster):
+    """(host, cluster, shape) of this rank: its Host (None: a worker of its own; blockps/torch/host.py), the
+    cluster `open_cluster()` opened here or on its host's leader (None on the host's other ranks), and the
+    cluster's shape (dtype, block_bytes, elements, shard_count, job) every rank knows."""
+    host = host_of_this_rank(host_aggregation)
+    if host is None:
+        cluster = open_cluster()
+        return None, cluster, cluster
+    cluster, shape = leader_opens(host, open_cluster)
+    return host, cluster, shape
+
+
+class ClusterExchange:
+    """exchange_async(first, count, grads, pulled, on_done=None) over wire-dtype tensors: the cluster's own
+    pipelined exchange (each rank a worker of its own; on_done as Cluster.exchange_blocks_async's); HostExchange
+    (blockps/torch/host.py) answers the same call for a host's ranks."""
+
+    def __init__(self, cluster):
+        self.cluster = cluster
+
+    def exchange_async(self, first, count, grads, pulled, on_done=None):
+        return self.cluster.exchange_blocks_async(first, count, bytes_of(grads), bytes_of(pulled), on_done)
+
+
+def exchanger(cluster, host, elements, block_elements, wire_dtype):
+    """The exchange of a worker path: the cluster's own (host None), or through the ranks of `host`, where the
+    cluster is the leader's (None on the other local ranks)."""
+    if host is None:
+        return ClusterExchange(cluster)
+    leader_part = ClusterExchange(cluster).exchange_async if host.is_leader else None
+    return HostExchange(host, elements, block_elements, wire_dtype, leader_part)

@@ -1,0 +1,28 @@
+// How pushes from several workers become optimizer steps: the rounds engine's policy, a plain struct of its own
+// (the LU options parser, ps_backend/config/lu_options.h, fills it from mode=, workers=, min_workers=, ...).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace blockps {
+
+/// docs/OPTIONS.md, "Synchronous rounds".
+struct RoundPolicy {
+  enum class Mode { async, sync, ssp } mode = Mode::async;
+  std::uint32_t staleness = 0;              // ssp:K: how many pushes a worker may run ahead of the slowest
+  std::uint32_t workers = 1;                // expected workers: a round closes early once all of them pushed
+  std::uint32_t min_workers = 1;            // fewer live workers: the grad LU fails commands instead of waiting
+  std::uint32_t straggler_ms = 2000;        // a round closes without the missing workers after this long
+  std::uint32_t worker_timeout_ms = 10000;  // no push for this long: dropped; also the longest a command parks
+  // sync: a push that would open a block's round (no worker pushed that block yet) waits while its worker has
+  // this many more blocks in open rounds than the member with the fewest (0: no limit). Keeps the workers' flows into a
+  // shard level, so that rounds close at the pace of the pushes (docs/OPTIONS.md, "Synchronous rounds").
+  std::uint32_t push_lead = 2;
+  bool operator==(const RoundPolicy&) const = default;
+};
+std::string_view to_string(RoundPolicy::Mode m);
+std::string to_string(const RoundPolicy& p);  // "async", "sync", "ssp:K"
+
+}  // namespace blockps
