@@ -1,6 +1,6 @@
 // The SCSI facts both sides of the wire use (SPC/SBC): opcodes that reach a backing store, status bytes, sense
 // keys and ASC/ASCQ codes, as plain constants: the PS core answers with them without tgt's headers, the
-// initiator (client/iscsi_lun.h, the tests) checks answers against them without libiscsi's.
+// initiator (client/transport/iscsi_lun.h, the tests) checks answers against them without libiscsi's.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // blockps._shard_checkpoint: a shard's checkpoint file (checkpoint.h) as numpy arrays and back, for
-// the Python package's torch-format export and import (blockps/torch_checkpoint.py). It links the shard's own
+// the Python package's torch-format export and import (blockps/torch/checkpoint.py). It links the shard's own
 // reader and writer, so the file format has one definition; it runs where the checkpoint files are (the shard
 // hosts, or wherever they were copied), and talks to no shard.
 #include <pybind11/numpy.h>

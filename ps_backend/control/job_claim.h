@@ -55,7 +55,7 @@ class JobClaim {
   /// `session` joins `job`: an unclaimed shard is claimed, the holder's claim joined; a shard another job holds
   /// is taken over with `takeover` or when that job has been idle for idle_s (its sessions are refused from then
   /// on), else refused (invalid_argument, naming the holder, its sessions and idle time) and counted, with
-  /// nothing changed. `job` must be a control::is_name (control_lines.cpp checks it).
+  /// nothing changed. `job` must be a control::is_name (control/control_parser.cpp checks it).
   Result<Joined> join(const WorkerRef& session, const std::string& job, bool takeover);
   /// Forget the joined sessions `alive` says are gone (tgt tells a store nothing of logouts: the caller asks, on
   /// tgt's main thread). A claim whose sessions are all gone lapses claim_idle_s after its last command.

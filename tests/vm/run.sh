@@ -104,7 +104,7 @@ else
 fi
 # Debug info is most of the bytes; the 9p copy into the guest is slow under TCG.
 find "$pay/build" -type f \( -name '*.so*' -o -name blockps -o -name blockps-sync-train \) -exec strip --strip-debug {} +
-cc -O2 -Wall -Wextra -Werror -std=c11 -I"$repo/client" -o "$pay/bin/client_check" "$repo/tests/vm/guest/client_check.c" \
+cc -O2 -Wall -Wextra -Werror -std=c11 -I"$repo/client/include" -o "$pay/bin/client_check" "$repo/tests/vm/guest/client_check.c" \
   -L"$build/client" -lblockps -lm || die "cannot build tests/vm/guest/client_check.c"
 cp "$repo/tests/vm/guest/main.sh" "$share/guest-entry"
 chmod 755 "$share/guest-entry"

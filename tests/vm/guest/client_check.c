@@ -8,7 +8,7 @@
  * write_weights/read_weights must round-trip bit for bit, and pull must return what was written.
  * Exit 0 when all holds; 1 with the reason. Built by tests/vm/run.sh against the build's libblockps. */
 #define _POSIX_C_SOURCE 200809L
-#include <blockps_c.h>
+#include <blockps/blockps.h>
 
 #include <math.h>
 #include <stdio.h>
