@@ -6,7 +6,7 @@
 # logout and ps-down. Steps and what they check: tests/vm/guest/main.sh and tests/vm/README.md. Run as root:
 #
 #   tests/vm/run.sh [--build-dir DIR] [--cache-dir DIR] [--results DIR] [--timeout S] [--steps "a b ..."]
-#                   [--numpy ci|full]
+#                   [--numpy ci|full] [--image-only]
 #
 #   --build-dir DIR   the CMake build to test (default ./build; built already: module, client, CLI)
 #   --cache-dir DIR   where VM images are cached, keyed by a hash of their inputs (default
@@ -20,6 +20,9 @@
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
 #   --numpy ci|full   the numpy-worker step's workload (tests/vm/guest/numpy-workload.sh): ci (default) trains
 #                     a fixed 150 steps to >= 80%; full trains 2 epochs to >= 85% (about 10 more minutes)
+#   --image-only      build (or find) the cached image for this build and stop, booting nothing: .ci/run builds it
+#                     in the background while the build configurations compile (the image build is mostly
+#                     download and disk), so the later run finds it cached
 # Exit: 0 all steps passed (SKIPPED steps are listed loudly), 1 a step failed or the VM did not finish,
 # 77 QEMU or debootstrap missing (scripts/setup.sh installs them). Every phase has a time limit.
 set -euo pipefail
@@ -31,6 +34,7 @@ results=''
 vm_timeout=''
 steps=''
 numpy_workload=ci
+image_only=0
 T0=$SECONDS
 # shellcheck source=scripts/lib/phases.sh
 . "$repo/scripts/lib/phases.sh"
@@ -49,6 +53,7 @@ while [ "$#" -gt 0 ]; do
     --timeout) vm_timeout=$2; shift 2 ;;
     --steps) steps=$2; shift 2 ;;
     --numpy) numpy_workload=$2; shift 2 ;;
+    --image-only) image_only=1; shift ;;
     -h | --help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
@@ -151,6 +156,10 @@ else
   record_phase vm-image $((SECONDS - t))
 fi
 flock -u 9
+if [ "$image_only" = 1 ]; then
+  say "image ready: $img"
+  exit 0
+fi
 
 # --- boot --------------------------------------------------------------------------------------------------------
 say "booting the VM (QEMU TCG, 2 vCPUs; limit ${vm_timeout}s); the guest's console follows"
