@@ -1,5 +1,5 @@
-/* The C interface between the tgt glue (bs_blockps.c, the only file that includes tgt's headers) and the C++
- * PS core behind it (docs/ARCHITECTURE.md, "The C boundary").
+/* The C interface between the tgt glue (bs_blockps.c and bs_blockps_module.c, the only files that include tgt's
+ * headers) and the C++ PS core behind it (docs/ARCHITECTURE.md, "The C boundary").
  *
  * One convention: every call that can fail returns an `enum blockps_result` (BLOCKPS_OK = 0) and, when it is not
  * BLOCKPS_OK, writes the reason as one NUL-terminated line into the caller's `message` buffer (cut to
