@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The build configurations users and packagers run, each from scratch with warnings as errors: Release (-O3, the
 # packager's build: the product, as a package builds it, without tests and benchmarks; the CUDA engine where nvcc
-# is found) and Debug (every target). Debug is built with AddressSanitizer and UndefinedBehaviorSanitizer
+# is found) and Debug (the product and its tests; no benchmarks and no CUDA engine, which the main build compiles
+# and nothing here would run). Debug is built with AddressSanitizer and UndefinedBehaviorSanitizer
 # (-DBLOCKPS_SANITIZE=ON), and its unit and integration tests run: a report fails them. The integration tests'
 # tgtd loads the sanitized module, so it gets the ASan runtime first (LD_PRELOAD); the tests that run python,
 # torch, fio or qemu-nbd are left out there (they break or crawl under a preloaded ASan runtime) and run in the
@@ -48,11 +49,16 @@ for type in $types; do
   case $type in Release | Debug | RelWithDebInfo | MinSizeRel) ;; *) die "build type '$type' is not a CMake one" ;; esac
   dir=$work/$type
   rm -rf "$dir"
-  sanitize=OFF parts=ON
-  [ "$type" != Debug ] || sanitize=ON
-  [ "$type" != Release ] || parts=OFF  # the tests and benchmarks
+  sanitize=OFF tests=ON bench=ON cuda=ON
+  # Release: the product alone, as a package builds it.
+  [ "$type" != Release ] || tests=OFF bench=OFF
+  # Debug: what its sanitized tests run, and nothing the main build already compiles with warnings as errors for
+  # no further check: no benchmarks (not run here) and no CUDA engine (nvcc's objects carry no sanitizer, and its
+  # tests need a GPU).
+  [ "$type" != Debug ] || sanitize=ON bench=OFF cuda=OFF
   run_phase "configure-$type" cmake -S "$repo" -B "$dir" -DCMAKE_BUILD_TYPE="$type" -DBLOCKPS_WERROR=ON \
-    -DBLOCKPS_SANITIZE="$sanitize" -DBLOCKPS_TESTS="$parts" -DBLOCKPS_BENCH="$parts" -DTGT_SOURCE_DIR="$tgt_source" \
+    -DBLOCKPS_SANITIZE="$sanitize" -DBLOCKPS_TESTS="$tests" -DBLOCKPS_BENCH="$bench" -DBLOCKPS_CUDA="$cuda" \
+    -DTGT_SOURCE_DIR="$tgt_source" \
     >"$work/configure-$type.log" ||
     { cat "$work/configure-$type.log"; die "$type: configure failed"; }
   run_phase "build-$type" cmake --build "$dir" -j"$(nproc)" || die "$type: the build failed (warnings are errors)"

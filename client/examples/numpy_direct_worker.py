@@ -20,8 +20,11 @@ write would return this worker's own gradient, hence O_DIRECT.
 --log-every N          a progress line every N steps (steps done, seconds per step, loss; 0: per epoch only)
 --stall-report S       when no step finished for S seconds, say what the worker is in (the device, offset and
                        bytes of the I/O, or the compute) and dump its Python stack; again every S s (0: never)
+--time-limit S         the time the workload has (a test's limit; 0: none): every progress line projects the
+                       whole run from the seconds per step so far, and when the projection passes S the worker
+                       stops at once (exit 3) and says how fast it ran, instead of being killed at the limit
 The shards should run opt=adam;lr=0.001 (what scripts/demo.sh configures). Exit 1: accuracy below the bound;
-2: a wrong argument or an I/O error (the message names the device).
+2: a wrong argument or an I/O error (the message names the device); 3: too slow for --time-limit.
 """
 import argparse
 import faulthandler
@@ -256,12 +259,13 @@ def main():
     p.add_argument("--self-check", action="store_true")
     p.add_argument("--log-every", type=int, default=0)
     p.add_argument("--stall-report", type=float, default=60)
+    p.add_argument("--time-limit", type=float, default=0)
     a = p.parse_args()
     model_bytes, block_bytes = parse_bytes(a.model_bytes), parse_bytes(a.block_bytes)
     if a.epochs < 1 or a.batch < 1 or a.steps < 0 or not 0 <= a.rank < a.workers or a.log_every < 0 \
-            or a.stall_report < 0:
-        fail("--epochs and --batch must be >= 1, --steps, --log-every and --stall-report >= 0 and --rank in "
-             "0..--workers-1")
+            or a.stall_report < 0 or a.time_limit < 0:
+        fail("--epochs and --batch must be >= 1, --steps, --log-every, --stall-report and --time-limit >= 0 and "
+             "--rank in 0..--workers-1")
     if model_bytes < 4 * Mlp.count or model_bytes % 512 or block_bytes % 512 or block_bytes <= 0:
         fail(f"--model-bytes must be >= {4 * Mlp.count} (the MLP's f32 parameters) and, like --block-bytes, a "
              f"multiple of 512; got {model_bytes} and {block_bytes}")
@@ -293,6 +297,11 @@ def main():
     test_x, test_y = load("t10k")
     print(f"Fashion-MNIST loaded ({len(train_y)} training, {len(test_y)} test images) in "
           f"{time.monotonic() - loading:.1f} s", flush=True)
+    per_epoch = -(-len(range(a.rank, len(train_y), a.workers)) // a.batch)
+    total_steps = min(a.steps, per_epoch * a.epochs) if a.steps else per_epoch * a.epochs
+    # A test-set evaluation is a forward pass over the test images: about a third of a training step's compute
+    # per batch (forward; backward twice that), counted in steps for the projection. Evaluated once per epoch.
+    eval_steps = -(-len(test_y) // a.batch) / 3 * (1 if a.steps else a.epochs)
     start, steps = time.monotonic(), 0
     progress.step_done()  # the watchdog counts from here, not from the start
     for epoch in range(a.epochs):
@@ -311,8 +320,16 @@ def main():
             steps += 1
             progress.step_done()
             if a.log_every and steps % a.log_every == 0:
-                print(f"step {steps}  loss {loss:.4f}  {(time.monotonic() - start) / steps:.3f} s/step  "
-                      f"t {time.monotonic() - start:.1f}s", flush=True)
+                elapsed = time.monotonic() - start
+                projected = elapsed / steps * (total_steps + eval_steps)
+                budget = f"  projected {projected:.0f} s of the {a.time_limit:g} s limit" if a.time_limit else ""
+                print(f"step {steps}  loss {loss:.4f}  {elapsed / steps:.3f} s/step  t {elapsed:.1f}s{budget}",
+                      flush=True)
+                if a.time_limit and projected > a.time_limit:
+                    print(f"numpy_direct_worker: too slow for --time-limit {a.time_limit:g} s: {elapsed / steps:.3f}"
+                          f" s a step over {steps} steps projects {projected:.0f} s for {total_steps} steps and the "
+                          f"evaluation; stopping now rather than at the limit", file=sys.stderr, flush=True)
+                    sys.exit(3)
         if not seen:
             break
         ps.pull(weights)
