@@ -10,11 +10,15 @@
 # Then the Release build installs as a packager installs it: `cmake --install` of every component into a staging
 # directory (DESTDIR), the files checked, the module's symbols checked against the installed tgtd
 # (tests/module_symbols.sh), and the client package built and run by a consumer (tests/unit/client_c/test_package.sh).
-# .ci/run runs it after scripts/test.sh (whose RelWithDebInfo build provides tgt's source); each build is a timed phase.
-#   tests/build_configurations.sh --tgt-source DIR [--work DIR] [--types "Release Debug"]
-#   --tgt-source DIR   tgt's unpacked source (scripts/setup.sh puts it in BUILD/tgt-src/src)
-#   --work DIR         where the builds go (default: a new directory under /var/tmp, removed at the end)
-#   --types "..."      build types (default "Release Debug"); the install check runs for Release
+# .ci/run runs it after scripts/test.sh, whose build is Release with warnings as errors from scratch (and provides
+# tgt's source): it passes that build as --release-build and builds only Debug here. Each build is a timed phase.
+#   tests/build_configurations.sh --tgt-source DIR [--work DIR] [--types "Release Debug"] [--release-build DIR]
+#   --tgt-source DIR     tgt's unpacked source (scripts/setup.sh puts it in BUILD/tgt-src/src)
+#   --work DIR           where the builds go (default: a new directory under /var/tmp, removed at the end)
+#   --types "..."        build types (default "Release Debug"); the install check runs for Release
+#   --release-build DIR  a Release build already made with warnings as errors (CMAKE_BUILD_TYPE=Release,
+#                        BLOCKPS_WERROR=ON; its tests and benchmarks do not change what installs): the install
+#                        check runs on it instead of on a Release build of its own; --types must not name Release
 set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 blockps_prog=build-configurations
@@ -23,17 +27,26 @@ blockps_prog=build-configurations
 # shellcheck source=scripts/lib/phases.sh
 . "$repo/scripts/lib/phases.sh"
 
-tgt_source='' work='' types='Release Debug'
+tgt_source='' work='' types='Release Debug' release_build=''
 while [ "$#" -gt 0 ]; do
   case $1 in
     --tgt-source) tgt_source=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --types) types=$2; shift 2 ;;
+    --release-build) release_build=$2; shift 2 ;;
     -h | --help) usage 0 ;;
     *) die "unknown argument '$1' (--help)" ;;
   esac
 done
 [ -f "$tgt_source/usr/tgtd.h" ] || die "--tgt-source '$tgt_source' holds no tgt source (usr/tgtd.h; scripts/setup.sh unpacks it)"
+if [ -n "$release_build" ]; then
+  case " $types " in *" Release "*) die "--types names Release and --release-build gives one: choose one" ;; esac
+  cache_value() { sed -n "s/^$1:[A-Z]*=//p" "$release_build/CMakeCache.txt" 2>/dev/null; }
+  if [ "$(cache_value CMAKE_BUILD_TYPE)" != Release ] || [ "$(cache_value BLOCKPS_WERROR)" != ON ]; then
+    die "--release-build '$release_build' is not a Release build with BLOCKPS_WERROR=ON (its CMakeCache.txt says" \
+      "CMAKE_BUILD_TYPE='$(cache_value CMAKE_BUILD_TYPE)', BLOCKPS_WERROR='$(cache_value BLOCKPS_WERROR)')"
+  fi
+fi
 if [ -z "$work" ]; then
   work=$(mktemp -d /var/tmp/blockps-configs-XXXXXX)
   trap 'rm -rf "$work"' EXIT
@@ -78,8 +91,10 @@ for type in $types; do
   fi
 done
 
-case " $types " in *" Release "*) ;; *) exit 0 ;; esac
-rel=$work/Release
+if [ -z "$release_build" ]; then
+  case " $types " in *" Release "*) ;; *) exit 0 ;; esac
+fi
+rel=${release_build:-$work/Release}
 stage=$work/stage
 say "Release: cmake --install of every component into $stage (DESTDIR)"
 DESTDIR=$stage cmake --install "$rel" >"$work/install.log" || { cat "$work/install.log"; die "Release: cmake --install failed"; }
@@ -96,4 +111,4 @@ seams=$(grep -r -a -l -i -E --exclude-dir=doc 'fault_injection|faulty_?store|_UN
 bash "$repo/tests/module_symbols.sh" "$module" || die "Release: $module does not load into the installed tgtd"
 bash "$repo/tests/unit/client_c/test_package.sh" --build "$rel" --consumer "$repo/tests/unit/client_c/consumer" \
   --work "$work/package" || die "Release: the client package does not build or run in a consumer"
-say "$types: built with warnings as errors; the Release install works"
+say "$types: built with warnings as errors; the Release install works (${rel})"

@@ -39,7 +39,7 @@ fail() {
 ok() { echo "[       OK ] $*"; }
 
 if grep -q '^BLOCKPS_SANITIZE:BOOL=ON$' "$build/CMakeCache.txt" 2>/dev/null; then
-  skip "$build is a sanitized build (BLOCKPS_SANITIZE=ON): not what goes to a GPU host (bundle a RelWithDebInfo build)"
+  skip "$build is a sanitized build (BLOCKPS_SANITIZE=ON): not what goes to a GPU host (bundle the build scripts/test.sh makes)"
 fi
 if grep -q '^BLOCKPS_BENCH:BOOL=OFF$' "$build/CMakeCache.txt" 2>/dev/null; then
   skip "$build has no benchmarks (BLOCKPS_BENCH=OFF): the bundle carries gpu_aggregation and gpu_pushpull"
