@@ -19,12 +19,12 @@
 #                     plus the full workload's extra step time)
 #   --steps "..."     run only these steps (names as in main.sh); rdma, ps-up, attach-* are needed by the rest
 #   --numpy ci|full   the numpy-worker step's workload (tests/vm/guest/numpy-workload.sh): ci (default) trains
-#                     a fixed 150 steps to >= 80%; full trains 2 epochs to >= 85% (about 10 more minutes)
+#                     a fixed 150 steps to >= 80%; full trains 2 epochs to >= 85% (about 5 more minutes)
 #   --guest-cpu MODEL QEMU's CPU model for the guest (default Nehalem-v1, the x86-64-v2 level: the reason is at
 #                     the boot below; qemu-system-x86_64 -cpu help lists the models)
 #   --image-only      build (or find) the cached image for this build and stop, booting nothing: .ci/run builds it
-#                     in the background while the build configurations compile (the image build is mostly
-#                     download and disk), so the later run finds it cached
+#                     in the background while the Debug build compiles (the image build is mostly download and
+#                     disk), so the later run finds it cached
 # Exit: 0 all steps passed (SKIPPED steps are listed loudly), 1 a step failed or the VM did not finish,
 # 77 QEMU or debootstrap missing (scripts/setup.sh installs them). Every phase has a time limit.
 set -euo pipefail
