@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "client/job_and_place.h"
+#include "client/send_order.h"
 #include "client/trace.h"
 #include "client/transport/aligned_buffer.h"
 #include "client/transport/lu_transport.h"
@@ -84,8 +85,8 @@ Result<std::string> read_status_page(ShardWorker& shard);
 class ShardWorker {
  public:
   // `asking`: who this worker is, for the sentences of refusals (its `shard` is filled in here).
-  ShardWorker(const ShardSpec& spec, QueueLimits limits, AskingWorker asking)
-      : spec_(spec), limits_(limits), asking_(std::move(asking)) {
+  ShardWorker(const ShardSpec& spec, QueueLimits limits, SendOrder send_order, AskingWorker asking)
+      : spec_(spec), limits_(limits), send_order_(send_order), asking_(std::move(asking)) {
     asking_.shard = "shard '" + spec_.name + "'";
   }
   ~ShardWorker() {
@@ -135,11 +136,12 @@ class ShardWorker {
     work_cv_.notify_one();
   }
 
-  // One exchange's commands on this shard's grad LU (each block's WRITE, then its READ after it). Exchanges queued
-  // behind each other run as one batch (serve()), so that the WRITEs of the next exchange go out while the READs
-  // of the one before are still coming back: run one at a time, each exchange drained the link before the next
-  // filled it, and a stream of small exchanges (DistributedOptimizer's 1 MiB buckets, a host's chunks) used each
-  // direction of the link half the time (bench/RESULTS.md, "Hosts with several ranks").
+  // One exchange's commands on this shard's grad LU (each block's WRITE, then its READ after it). Exchanges join the
+  // shard's stream as they are queued (run_exchanges), so that the WRITEs of the next exchange go out while the READs
+  // of the ones before are still coming back or parked: run one at a time, each exchange drained the link before the
+  // next filled it, and a stream of small exchanges (DistributedOptimizer's 1 MiB buckets, a host's chunks) used each
+  // direction of the link half the time (bench/RESULTS.md, "Hosts with several ranks"); run as batches, the next
+  // batch waited for the slowest round of the one before.
   void post_exchange(ShardCommands part, std::shared_ptr<OperationState> op) {
     {
       std::lock_guard lock(mutex_);
@@ -161,18 +163,30 @@ class ShardWorker {
   // the way of a push), unless `explain` is false (the status page's own read).
   Status run(LuRole role, const std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets,
              bool explain = true) {
+    std::vector<LuCommand> batch(commands);
+    return run_growing(role, batch, model_offsets, nullptr, explain);
+  }
+
+  // run(), where `feed` (none: nullptr) appends to `commands` and to `model_offsets` while they run.
+  Status run_growing(LuRole role, std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets,
+                     CommandFeed* feed, bool explain = true) {
     const std::int64_t issued_unix_ms = unix_ms_now();
     const LuQueueCounters before = lu(role).queue_counters();
-    const std::optional<LuFailure> f = lu(role).run(commands, limits_);
+    const std::optional<LuFailure> f = lu(role).run_growing(commands, limits_, feed);
     log_recovery(role, before, lu(role).queue_counters());
     if (!f) return Status::Ok();
-    const LuCommand& c = commands[f->command];
-    std::string where = lu_name(role) + ": " + (c.direction == IoDirection::write ? "write" : "read") + " of " +
-                        std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
-    if (f->command < model_offsets.size())
-      where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
+    std::string where = lu_name(role) + ": ";
+    if (f->command < commands.size()) {
+      const LuCommand& c = commands[f->command];
+      where += std::string(c.direction == IoDirection::write ? "write" : "read") + " of " +
+               std::to_string(c.bytes()) + " bytes at shard byte offset " + std::to_string(c.offset);
+      if (f->command < model_offsets.size())
+        where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
+    }
     std::string reason = f->reason;
-    if (const std::optional<ShardAnswer> answer = explain ? shard_answer(*f, role, c.direction) : std::nullopt) {
+    const IoDirection direction =
+        f->command < commands.size() ? commands[f->command].direction : IoDirection::write;
+    if (const std::optional<ShardAnswer> answer = explain ? shard_answer(*f, role, direction) : std::nullopt) {
       if (std::string why = explain_from_page(*answer, issued_unix_ms); !why.empty()) reason += ": " + why;
     }
     return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + reason);
@@ -181,9 +195,16 @@ class ShardWorker {
   // run(), as a span named `what` with the bytes it moved on this shard's lane of the cluster's trace (if any).
   Status run_traced(const char* what, LuRole role, const std::vector<LuCommand>& commands,
                     const std::vector<std::uint64_t>& model_offsets) {
-    if (trace_ == nullptr) return run(role, commands, model_offsets);
+    std::vector<LuCommand> batch(commands);
+    return run_growing_traced(what, role, batch, model_offsets, nullptr);
+  }
+
+  // run_growing(), traced as run_traced() is (the span covers the batch as it grew).
+  Status run_growing_traced(const char* what, LuRole role, std::vector<LuCommand>& commands,
+                            const std::vector<std::uint64_t>& model_offsets, CommandFeed* feed) {
+    if (trace_ == nullptr) return run_growing(role, commands, model_offsets, feed);
     const auto begin = Trace::Clock::now();
-    Status s = run(role, commands, model_offsets);
+    Status s = run_growing(role, commands, model_offsets, feed);
     std::uint64_t bytes = 0;
     for (const LuCommand& c : commands) bytes += c.bytes();
     trace_->span(what, trace_lane_, begin, Trace::Clock::now(), bytes);
@@ -214,6 +235,12 @@ class ShardWorker {
     return status.run(write, limits_);
   }
 
+  // From the next exchange the stream takes in on (Cluster::prefer_send_order).
+  void set_send_order(SendOrder order) {
+    std::lock_guard lock(mutex_);
+    send_order_ = order;
+  }
+
   // The job this worker's sentences name; changed by Cluster::claim, on this I/O thread.
   void set_job(const std::string& job) { asking_.job = job; }
 
@@ -240,26 +267,25 @@ class ShardWorker {
     std::shared_ptr<OperationState> op;
     std::optional<ShardCommands> exchange;
   };
-  // A batch of exchanges stops growing at this many bytes each way: the exchanges queued after it wait for the whole
-  // of it.
-  static constexpr std::uint64_t kMaxBatchBytes = 64ull << 20;
+  // A shard's stream of exchanges takes in no more exchanges once it holds this many commands: it ends when they
+  // have completed, and the next stream starts with the exchanges queued meanwhile. It bounds the memory of one
+  // stream's bookkeeping (about 150 bytes a command); at 256 KiB a command it is 16 GiB each way, many steps of
+  // any model, so the one drain it costs is rare.
+  static constexpr std::size_t kMaxStreamCommands = std::size_t{1} << 16;
 
-  // The exchanges of the batch that runs: how many of each one's commands are still to complete with success. An
-  // exchange whose commands all did is finished at once (`on_finished`), not when the whole batch is; the last one
-  // to finish does so with the batch, after the batch's recovery lines are logged (as a batch of one always did).
+  // The exchanges of the stream that runs: how many of each one's commands are still to complete with success. An
+  // exchange whose commands all did is finished at once (`on_finished`), not when the stream ends (one that fails,
+  // or has no commands, is finished by serve() when the stream ends).
   struct ExchangeCompletions {
     std::vector<std::size_t> left;  // by exchange (LuCommand::tag)
-    std::vector<bool> failed;       // by exchange: a command failed, so the batch's outcome is this exchange's
-    std::size_t unfinished = 0;
+    std::vector<bool> failed;       // by exchange: a command failed, so the stream's outcome is this exchange's
     std::function<void(std::size_t)> on_finished;
     void completed(const LuCommand& c, bool ok) {
       if (c.tag >= left.size()) return;
       if (!ok)
         failed[c.tag] = true;
-      else if (--left[c.tag] == 0 && !failed[c.tag] && unfinished > 1) {
-        --unfinished;
+      else if (--left[c.tag] == 0 && !failed[c.tag])
         on_finished(c.tag);
-      }
     }
   };
 
@@ -273,12 +299,14 @@ class ShardWorker {
   // On the I/O thread, the only one that touches the LUs after start(). Every LU, not only those that are idle
   // with the worker: the weights and status sessions wait while exchanges keep the grad LU busy step after step.
   void keep_sessions_alive() {
-    for (const std::unique_ptr<LuTransport>& lu : lus_) {
-      if (lu == nullptr) continue;
-      try {
-        lu->keep_alive();
-      } catch (const std::exception&) {  // e.g. bad_alloc for a message: the next run() finds the session as it is
-      }
+    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) keep_lu_alive(role);
+  }
+  void keep_lu_alive(LuRole role) {
+    const std::unique_ptr<LuTransport>& lu = lus_[static_cast<int>(role)];
+    if (lu == nullptr) return;
+    try {
+      lu->keep_alive();
+    } catch (const std::exception&) {  // e.g. bad_alloc for a message: the next run() finds the session as it is
     }
   }
 
@@ -298,13 +326,8 @@ class ShardWorker {
         if (!work_cv_.wait_until(lock, keep_alive_due, [&] { return stopping_ || !jobs_.empty(); }))
           continue;                 // nothing to run for a while: keep the sessions alive (above), outside the mutex
         if (jobs_.empty()) return;  // stopping, and every queued job is done
-        std::uint64_t bytes = 0;
-        do {
-          if (const std::optional<ShardCommands>& exchange = jobs_.front().exchange)
-            for (const LuCommand& c : exchange->commands) bytes += c.direction == IoDirection::write ? c.bytes() : 0;
-          batch.push_back(std::move(jobs_.front()));
-          jobs_.pop_front();
-        } while (batch.front().exchange && !jobs_.empty() && jobs_.front().exchange && bytes < kMaxBatchBytes);
+        batch.push_back(std::move(jobs_.front()));  // an exchange's stream takes in the next ones as it runs
+        jobs_.pop_front();
       }
       Status s = Status::Ok();
       std::vector<bool> finished(batch.size(), false);  // exchanges finished while the batch ran
@@ -321,37 +344,89 @@ class ShardWorker {
     }
   }
 
-  // The exchanges of `batch` as one run of commands on the grad LU, in the order they were queued, each one's READs'
-  // predecessors renumbered. Each exchange is finished (its op's part done, `finished`) as soon as its own commands
-  // completed, not with the whole batch: a forward that waits for the first layers' weights (DistributedOptimizer's
-  // early_forward) need not wait for the rest. Not reordered (e.g. the most recent first, P3's order for a backward
-  // pass): every worker must push a shard's blocks in one order, or a sync shard's push_lead holds the worker whose
-  // first blocks are another's last, while that other's READs wait for them (seen: ResNet-18 stalled at step 0).
+  // The exchanges of `batch` as one stream of commands on the grad LU: those queued while it runs join it (Stream), so
+  // that an exchange queued while an earlier one's READs are parked at a sync shard (until the slowest worker's
+  // push of their blocks) goes out at once, instead of waiting for a batch that ends only with its slowest round
+  // (bench/RESULTS.md, "Where the link time goes": 458-608 ms a shard and step). Each exchange is finished (its op's
+  // part done, `finished`) as soon as its own commands completed, not with the whole stream: a forward that waits for
+  // the first layers' weights (DistributedOptimizer's early_forward) need not wait for the rest. The commands go out
+  // in the order queued (client/transport/command_order.h); a sync shard admits a round's WRITEs in any order, so
+  // another worker's other order holds nobody.
   Status run_exchanges(std::vector<Job>& batch, std::vector<bool>& finished) {
-    std::vector<LuCommand> commands;
-    std::vector<std::uint64_t> model_offsets;
-    ExchangeCompletions completions{std::vector<std::size_t>(batch.size(), 0), std::vector<bool>(batch.size(), false),
-                                    batch.size(), [&](std::size_t j) {
+    ExchangeCompletions completions{{}, {}, [&](std::size_t j) {
                                       finished[j] = true;
                                       batch[j].op->part_done(Status::Ok());
                                     }};
-    for (std::size_t j = 0; j < batch.size(); ++j) {
-      const ShardCommands& part = *batch[j].exchange;
-      const std::size_t base = commands.size();
-      for (LuCommand c : part.commands) {
+    Stream stream(*this, batch, finished, completions);
+    for (std::size_t j = 0; j < batch.size(); ++j) stream.add(j, stream.commands);
+    running_exchanges_ = &completions;  // serve() clears it once the batch is over, also after an exception
+    return run_growing_traced("exchange", LuRole::grad, stream.commands, stream.model_offsets, &stream);
+  }
+
+  // The commands of a stream of exchanges, and what joins it while it runs: one queued exchange each time every WRITE
+  // of the stream has gone out (CommandOrder::wants_more), so that the exchanges still queued behind the WRITEs in
+  // flight (the credit window, [client] exchange_writes) are sent in `send_order_`; only the exchanges ahead of the
+  // first job of another kind, which waits for the stream's end; while the stream holds fewer than
+  // kMaxStreamCommands. Also keeps the shard's other sessions alive while the stream keeps the grad LU busy.
+  struct Stream final : CommandFeed {
+    Stream(ShardWorker& shard, std::vector<Job>& batch, std::vector<bool>& finished, ExchangeCompletions& completions)
+        : shard(shard), batch(batch), finished(finished), completions(completions) {}
+    ShardWorker& shard;
+    std::vector<Job>& batch;
+    std::vector<bool>& finished;
+    ExchangeCompletions& completions;
+    std::vector<LuCommand> commands;
+    std::vector<std::uint64_t> model_offsets;
+    std::chrono::steady_clock::time_point keep_alive_due = std::chrono::steady_clock::now() + kKeepAliveInterval;
+
+    // Appends exchange batch[j]'s commands to `into` (the stream's commands), its READs' predecessors renumbered.
+    void add(std::size_t j, std::vector<LuCommand>& into) {
+      ShardCommands& part = *batch[j].exchange;
+      const std::size_t base = into.size();
+      for (LuCommand& c : part.commands) {
         if (c.after != kNoPredecessor) c.after += base;
         c.tag = static_cast<std::uint32_t>(j);
-        commands.push_back(std::move(c));
+        into.push_back(std::move(c));
       }
-      completions.left[j] = part.commands.size();
+      completions.left.push_back(part.commands.size());
+      completions.failed.push_back(false);
       model_offsets.insert(model_offsets.end(), part.model_offsets.begin(), part.model_offsets.end());
+      part.commands.clear();  // moved into the stream
     }
-    running_exchanges_ = &completions;  // serve() clears it once the batch is over, also after an exception
-    return run_traced("exchange", LuRole::grad, commands, model_offsets);
+
+    void more(std::vector<LuCommand>& growing) override {
+      if (std::chrono::steady_clock::now() >= keep_alive_due) {
+        for (LuRole role : {LuRole::weights, LuRole::status}) shard.keep_lu_alive(role);
+        keep_alive_due = std::chrono::steady_clock::now() + kKeepAliveInterval;
+      }
+      if (growing.size() >= kMaxStreamCommands) return;
+      std::lock_guard lock(shard.mutex_);
+      const std::optional<std::size_t> next = shard.next_exchange();
+      if (!next) return;
+      batch.push_back(std::move(shard.jobs_[*next]));
+      shard.jobs_.erase(shard.jobs_.begin() + static_cast<std::ptrdiff_t>(*next));
+      finished.push_back(false);
+      add(batch.size() - 1, growing);
+    }
+  };
+
+  // Under mutex_: the queued exchange to send next (an index into jobs_, client/send_order.h), among those ahead of the
+  // first job of another kind; none when the queue starts with such a job or is empty.
+  std::optional<std::size_t> next_exchange() const {
+    std::vector<QueuedExchange> queued;
+    for (const Job& job : jobs_) {
+      if (!job.exchange) break;
+      const std::vector<std::uint64_t>& offsets = job.exchange->model_offsets;
+      queued.push_back({job.exchange->commands,
+                        offsets.empty() ? UINT64_MAX : *std::min_element(offsets.begin(), offsets.end())});
+    }
+    if (queued.empty()) return std::nullopt;
+    return next_to_send(queued, send_order_);
   }
 
   ShardSpec spec_;
   QueueLimits limits_;
+  SendOrder send_order_;  // under mutex_
   AskingWorker asking_;
   std::unique_ptr<LuTransport> lus_[3];
   std::thread thread_;
@@ -540,7 +615,8 @@ Result<std::vector<nlohmann::json>> connect_shards(const ClusterConfig& config, 
       .shard = {}, .initiator = config.client.initiator, .job = {}, .cluster_file = config.source, .since_unix_ms = 0};
   for (const ShardSpec& spec : config.shards) {
     shards.push_back(std::make_unique<ShardWorker>(
-        spec, QueueLimits{config.client.queue_depth, config.client.exchange_writes}, asking));
+        spec, QueueLimits{config.client.queue_depth, config.client.exchange_writes},
+        config.client.send_order.value_or(SendOrder::ascending), asking));
   }
   std::vector<std::optional<Status>> outcome(config.shards.size());
   std::vector<nlohmann::json> pages(config.shards.size());
@@ -669,6 +745,11 @@ Status Cluster::settle(const std::string& job, const OpenOptions& options, std::
     }
   }
   return claim_shards(job, options.takeover, options.replace_place, std::move(claims));
+}
+
+void Cluster::prefer_send_order(SendOrder order) {
+  if (config_.client.send_order) return;  // the cluster file's choice stands
+  for (auto& shard : shards_) shard->set_send_order(order);
 }
 
 Place Cluster::place_of(std::size_t shard) const {
@@ -886,6 +967,9 @@ Status Cluster::check_request(Transfer transfer, std::uint64_t first_block, std:
   return Status::Ok();
 }
 
+// How many commands an exchange's part on one shard is cut into at least, where its blocks allow (Cluster::plan).
+constexpr std::uint64_t kExchangeSlices = 8;
+
 std::vector<detail::ShardCommands> Cluster::plan(Transfer transfer, std::uint64_t first_block,
                                                  std::uint64_t block_count, const Buffers& buffers) const {
   const std::uint64_t base = layout_->model_offset_of_block(first_block);
@@ -899,9 +983,18 @@ std::vector<detail::ShardCommands> Cluster::plan(Transfer transfer, std::uint64_
   };
   // An exchange pairs each WRITE with a READ of the same run (so READs use the WRITE size cap): a shard's
   // WRITEs first, in order, then their READs, each waiting for its WRITE (client/transport/command_order.h
-  // interleaves them on the wire).
-  for (ShardRun& run :
-       layout_->runs(first_block, block_count, writing ? max_write_request_bytes_ : config_.client.max_request_bytes)) {
+  // interleaves them on the wire). Its runs are also cut so that each shard gets kExchangeSlices of them where
+  // its blocks allow: a sync shard answers a READ when the rounds of all its blocks closed, so one READ of a shard's
+  // whole part (a small model: one 1 MiB bucket is the whole Fashion-MNIST MLP) waits for the last push of the
+  // exchange, and the pull cannot overlap the push (bench/RESULTS.md, issue 48: the MLP at 10 Mbit/s, 0.69x DDP
+  // with one command a shard, 1.32x with at least 8).
+  std::uint64_t cap = writing ? max_write_request_bytes_ : config_.client.max_request_bytes;
+  if (exchanging) {
+    const std::uint64_t block = layout_->block_bytes();
+    const std::uint64_t per_shard = block_count * block / shards_.size();
+    cap = std::min(cap, std::max(block, per_shard / kExchangeSlices / block * block));
+  }
+  for (ShardRun& run : layout_->runs(first_block, block_count, cap)) {
     detail::ShardCommands& part = parts[run.shard];
     part.model_offsets.push_back(run.pieces.front().model_offset);
     part.commands.push_back(command(writing ? IoDirection::write : IoDirection::read, run, buffers.data));

@@ -226,7 +226,8 @@ Status parse_client(const toml::table& table, const std::string& source, std::ui
   const Where cw{source, "client"};
   if (s = refuse_unknown_keys(
           cw, table,
-          {"job", "initiator", "queue_depth", "exchange_writes", "engine", "max_request", "reconnect_s", "timeout_s"});
+          {"job", "initiator", "queue_depth", "exchange_writes", "send_order", "engine", "max_request", "reconnect_s",
+           "timeout_s"});
       !s.ok())
     return s;
   if (s = read_job_name(cw, table, "job", "the job's name, the same for every worker of the job", client.job); !s.ok())
@@ -249,6 +250,17 @@ Status parse_client(const toml::table& table, const std::string& source, std::ui
       return cw.bad("exchange_writes", show(*n),
                     "must be a whole number from 1 to queue_depth (" + std::to_string(client.queue_depth) + ")");
     client.exchange_writes = static_cast<int>(*v);
+  }
+  if (table.get("send_order") != nullptr) {
+    SendOrder order = SendOrder::ascending;
+    if (s = read_choice<SendOrder>(cw, table, "send_order",
+                                   {{"ascending", SendOrder::ascending},
+                                    {"descending", SendOrder::descending},
+                                    {"queue", SendOrder::queue}},
+                                   order);
+        !s.ok())
+      return s;
+    client.send_order = order;
   }
   if (s = read_choice<PosixEngine>(
           cw, table, "engine",

@@ -3,6 +3,7 @@
 
     fashion_mnist.py report --run NAME=RUN.json ... [--plot out.png] [--min-accuracy A] [--target-accuracy T]
     fashion_mnist.py shard-setup --model M --block BYTES --shards S     the model bytes and optimizer bsopts
+    fashion_mnist.py block-for --model M --shards S                    a block size that lets M pipeline
 
 train.py (the torchrun script) imports it, so every run trains the same model with the same recipe; the report
 compares runs (final accuracy, time to --target-accuracy, images/s) and plots test accuracy against training
@@ -164,6 +165,10 @@ def main():
     s.add_argument("--title")
     s.add_argument("--min-accuracy", type=float, default=0.85, help="exit 1 when a run ends below it")
     s.add_argument("--target-accuracy", type=float, default=0.90, help="the table's time-to-accuracy column")
+    s = sub.add_parser("block-for", help="print a block size (bytes) for the model over the shards "
+                       "(blockps.torch.block_bytes_for: 16 blocks a shard or more, 16K..256K)")
+    s.add_argument("--model", choices=sorted(MODELS), required=True)
+    s.add_argument("--shards", type=int, required=True)
     s = sub.add_parser("shard-setup", help="print the cluster's model bytes and the shards' optimizer bsopts")
     s.add_argument("--model", choices=sorted(MODELS), required=True)
     s.add_argument("--block", type=int, required=True, help="block bytes")
@@ -171,6 +176,11 @@ def main():
     a = p.parse_args()
     if a.command == "report":
         cmd_report(a)
+    elif a.command == "block-for":
+        if a.shards < 1:
+            p.error("--shards must be >= 1")
+        import blockps.torch
+        print(blockps.torch.block_bytes_for(MODELS[a.model].build(), a.shards))
     else:
         if a.block < 4 or a.block % 4 or a.shards < 1:
             p.error("--block must be a positive multiple of 4 and --shards >= 1")

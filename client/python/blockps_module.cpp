@@ -22,6 +22,7 @@ using blockps::Cluster;
 using blockps::DoubleBuffer;
 using blockps::LuQueueCounters;
 using blockps::Result;
+using blockps::SendOrder;
 
 namespace {
 
@@ -304,6 +305,23 @@ void bind_cluster_open(ClusterClass& cluster) {
           py::arg("job"), py::arg("takeover") = false,
           "Join every session of every shard to `job` (takeover: also shards another job holds); raises "
           "blockps.Error naming the holder of a shard another job holds.")
+      .def(
+          "prefer_send_order",
+          [](Cluster& c, const std::string& order) {
+            if (order == "ascending") {
+              c.prefer_send_order(SendOrder::ascending);
+            } else if (order == "descending") {
+              c.prefer_send_order(SendOrder::descending);
+            } else if (order == "queue") {
+              c.prefer_send_order(SendOrder::queue);
+            } else {
+              throw py::value_error("blockps: send order '" + order + "': must be ascending, descending or queue");
+            }
+          },
+          py::arg("order"),
+          "The order in which each shard sends the exchanges queued behind its credit window: 'ascending' or "
+          "'descending' model offsets (first send the first layers: blockps.torch's layout puts them last, so "
+          "descending), or 'queue'; the cluster file's [client] send_order, where it names one, stands.")
       .def_property_readonly("initiator", [](const Cluster& c) { return c.config().client.initiator; })
       .def_property_readonly("model_bytes", &Cluster::model_bytes)
       .def_property_readonly("block_bytes", [](const Cluster& c) { return c.layout().block_bytes(); })

@@ -508,7 +508,7 @@ ScsiResult IscsiLun::not_queued(IoDirection direction) const {
 
 template <class Next, class Completed>
 ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
-                                 LuQueueCounters* counters) {
+                                 LuQueueCounters* counters, int wait_ms) {
   const SigpipeSuppression no_sigpipe;  // iscsi_service() writes the commands
   // Found here, a closed connection fails the queue before anything is issued: every command stays not issued.
   if (ScsiResult r = find_closed_connection(); !r.ok()) return r;
@@ -533,7 +533,7 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
       failure = usage_error("not connected");
       break;
     }
-    if (ScsiResult r = service_once(100); !r.ok()) {
+    if (ScsiResult r = service_once(wait_ms); !r.ok()) {
       failure = std::move(r);
       break;
     }
@@ -577,28 +577,51 @@ ScsiResult IscsiLun::drive_queue(std::span<QueueSlot> slots, Next&& next, Comple
   return failure;
 }
 
+ScsiResult IscsiLun::check_commands(std::span<const LuCommand> commands, std::size_t first,
+                                    std::size_t& failed) const {
+  if (std::string why = CommandOrder::check(commands, first); !why.empty()) {
+    failed = first;
+    return usage_error(why);
+  }
+  for (std::size_t i = first; i < commands.size(); ++i) {
+    if (ScsiResult r = check_range(commands[i].offset, commands[i].bytes()); !r.ok()) {
+      failed = i;
+      return r;
+    }
+  }
+  return {};
+}
+
 CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, QueueLimits limits,
                                           LuQueueCounters* counters, const CommandObserver& observer) {
+  return run_batch(commands, nullptr, {}, limits, counters, observer);
+}
+
+CommandBatchResult IscsiLun::run_growing_commands(std::vector<LuCommand>& commands, const GrowBatch& grow,
+                                                  QueueLimits limits, LuQueueCounters* counters,
+                                                  const CommandObserver& observer) {
+  return run_batch(commands, &commands, grow, limits, counters, observer);
+}
+
+CommandBatchResult IscsiLun::run_batch(std::span<const LuCommand> commands, std::vector<LuCommand>* growing,
+                                       const GrowBatch& grow, QueueLimits limits, LuQueueCounters* counters,
+                                       const CommandObserver& observer) {
   CommandBatchResult result;
   if (limits.depth < 1) {
     result.error = usage_error("queue depth " + std::to_string(limits.depth) + " must be >= 1");
     return result;
   }
-  if (std::string why = CommandOrder::check(commands); !why.empty()) {
-    result.error = usage_error(why);
+  if (ScsiResult r = check_commands(commands, 0, result.failed_command); !r.ok()) {
+    result.error = std::move(r);
     return result;
   }
-  for (std::size_t i = 0; i < commands.size(); ++i) {
-    if (ScsiResult r = check_range(commands[i].offset, commands[i].bytes()); !r.ok()) {
-      result.error = r;
-      result.failed_command = i;
-      return result;
-    }
-  }
-  std::vector<QueueSlot> slots(
-      static_cast<std::size_t>(std::min<std::size_t>(limits.depth, std::max<std::size_t>(commands.size(), 1))));
+  const bool grows = growing != nullptr && grow;
+  // A batch that grows may become as deep as the queue allows; a fixed one needs no more slots than commands.
+  const std::size_t most = grows ? static_cast<std::size_t>(limits.depth) : std::max<std::size_t>(commands.size(), 1);
+  std::vector<QueueSlot> slots(static_cast<std::size_t>(std::min<std::size_t>(limits.depth, most)));
   limits.depth = static_cast<int>(slots.size());
   CommandOrder order(commands, limits, counters, observer);
+  if (grows) order.will_grow();
   result.outcomes.assign(commands.size(), CommandOutcome::not_issued);
   const auto fail = [&](ScsiResult r, std::size_t command) {
     if (result.error.ok()) {
@@ -606,10 +629,30 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
       result.failed_command = command;
     }
   };
+  // Asks the feed for more once every WRITE is issued (CommandOrder::wants_more); false when it has none (or what it
+  // gave is refused: the batch's failure).
+  bool refused = false;
+  const auto grow_batch = [&] {
+    if (!grows || refused) return false;
+    const std::size_t known = growing->size();
+    grow(*growing);
+    if (growing->size() == known) return false;
+    commands = *growing;  // the vector may have moved: the order and the failures look at it from now on
+    order.grew(commands);
+    result.outcomes.resize(commands.size(), CommandOutcome::not_issued);
+    std::size_t bad = 0;
+    if (ScsiResult r = check_commands(commands, known, bad); !r.ok()) {
+      fail(std::move(r), bad);  // nothing more is issued; what is in flight is waited for
+      refused = true;
+      return false;
+    }
+    return true;
+  };
   const auto issue = [&](QueueSlot& s) {
-    if (order.all_issued()) return Issue::stop;
-    const std::optional<std::size_t> index = order.next();
-    if (!index) return Issue::not_now;
+    if (refused || (!grows && order.all_issued())) return Issue::stop;
+    std::optional<std::size_t> index = order.next();
+    if (!index && grows && order.wants_more() && grow_batch()) index = order.next();
+    if (!index) return refused ? Issue::stop : Issue::not_now;
     const LuCommand& cmd = commands[*index];
     s.hold(cmd, *index);
     if (!queue(s)) {
@@ -631,7 +674,8 @@ CommandBatchResult IscsiLun::run_commands(std::span<const LuCommand> commands, Q
     fail(s.c.result, s.tag);
     return false;
   };
-  if (ScsiResult r = drive_queue(slots, issue, completed, counters); !r.ok()) {
+  const int wait_ms = grows ? static_cast<int>(kFeedPollInterval.count()) : 100;
+  if (ScsiResult r = drive_queue(slots, issue, completed, counters, wait_ms); !r.ok()) {
     // The queue ended early: the first command that never completed is the one that failed.
     const auto first_unfinished = std::find_if(result.outcomes.begin(), result.outcomes.end(), [](CommandOutcome o) {
       return o == CommandOutcome::unanswered || o == CommandOutcome::not_issued;

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
 #include <vector>
@@ -159,6 +160,12 @@ class IscsiLun {
   // in read()). `counters` (optional) is added to; `observer` (optional) is told of every completion.
   CommandBatchResult run_commands(std::span<const LuCommand> commands, QueueLimits limits,
                                   LuQueueCounters* counters = nullptr, const CommandObserver& observer = {});
+  // run_commands(), where `grow` appends commands to `commands` while they run (client/transport/lu_transport.h,
+  // CommandFeed::more says when it is called); each new command is checked as it joins, and the batch ends when
+  // nothing is in flight and `grow` added nothing. CommandBatchResult's indices are into `commands` as it grew.
+  using GrowBatch = std::function<void(std::vector<LuCommand>& commands)>;
+  CommandBatchResult run_growing_commands(std::vector<LuCommand>& commands, const GrowBatch& grow, QueueLimits limits,
+                                          LuQueueCounters* counters = nullptr, const CommandObserver& observer = {});
   // Keeps up to `depth` commands of `stream` in flight (READ16 / WRITE16 as in run_commands), issued in the order
   // next() gives them, until next() gives none. After the first failure nothing more is issued; what is in flight
   // is waited for. Returns that failure: a command refused here (as run_commands() refuses it) or by libiscsi, a
@@ -186,9 +193,18 @@ class IscsiLun {
   // answered UNIT ATTENTION is queued again instead, counted in `counters` (optional). Returns why the queue ended
   // early (transport failure, no completion for options_.timeout), ok() otherwise; slots still busy then hold
   // the commands that never completed.
+  // With `wait_ms`, how long one look at the connection waits for a completion before the slots are offered to
+  // `next` again (a growing batch looks at its feed that often).
   template <class Next, class Completed>
   ScsiResult drive_queue(std::span<QueueSlot> slots, Next&& next, Completed&& completed,
-                         LuQueueCounters* counters = nullptr);
+                         LuQueueCounters* counters = nullptr, int wait_ms = 100);
+  // run_commands() and run_growing_commands(): `growing` (nullptr: a batch of fixed size) is `commands`'s vector.
+  CommandBatchResult run_batch(std::span<const LuCommand> commands, std::vector<LuCommand>* growing,
+                               const GrowBatch& grow, QueueLimits limits, LuQueueCounters* counters,
+                               const CommandObserver& observer);
+  // "" when commands[first..] may be sent (an earlier predecessor, a range this session can carry), else the
+  // refusal of the first that may not, with its index.
+  ScsiResult check_commands(std::span<const LuCommand> commands, std::size_t first, std::size_t& failed) const;
   // One command outside a queue: queue_task(c) queues it with `c` as its completion (nullptr: it could not;
   // `name` says which command in that error), and it is waited for, and sent again while the answer is a UNIT
   // ATTENTION. With c.keep_task, c.task is the last try's, for the caller to free.

@@ -53,21 +53,35 @@ class LibiscsiTransport final : public LuTransport {
   std::uint64_t max_safe_write_bytes() const override { return kLibiscsiImmediateWriteBytes; }
   LuQueueCounters queue_counters() const override { return counters_; }
 
-  std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) override {
-    // The commands still to run (indices into `commands`), and this batch's copy of them with their `after`
-    // renumbered into it.
+  std::optional<LuFailure> run_growing(std::vector<LuCommand>& commands, QueueLimits limits,
+                                       CommandFeed* feed) override {
+    // The commands still to run (indices into `commands`, ascending). The first try runs `commands` itself; after a
+    // lost session, a copy of the pending ones with their `after` renumbered into it (`again`).
     std::vector<std::size_t> pending(commands.size());
     for (std::size_t i = 0; i < pending.size(); ++i) pending[i] = i;
+    std::vector<LuCommand> again;
+    bool first_try = true;
     std::optional<Clock::time_point> give_up_at;  // set when the session is first found lost
     std::string lost_because = std::exchange(lost_while_idle_, {});
     if (lost_because.empty()) lost_because = "an earlier transport failure dropped the session";
+    const auto first_pending = [&] { return pending.empty() ? commands.size() : pending.front(); };
+    // What the feed adds goes to `commands` (the caller's, whose indices the failures name) and is pending; on a
+    // try after a lost session, renumbered into that try's batch too.
+    const IscsiLun::GrowBatch grow = [&](std::vector<LuCommand>& batch) {
+      const std::size_t known = commands.size();
+      feed->more(commands);
+      for (std::size_t i = known; i < commands.size(); ++i) {
+        pending.push_back(i);
+        if (&batch != &commands) batch.push_back(renumbered_one(commands, pending, pending.size() - 1));
+      }
+    };
     for (;;) {
       if (!lun_.connected()) {
         if (reconnect_for_.count() == 0)
-          return LuFailure{pending.empty() ? 0 : pending.front(), "disconnected (" + lost_because + ")", false};
+          return LuFailure{first_pending(), "disconnected (" + lost_because + ")", false};
         if (!give_up_at) give_up_at = Clock::now() + reconnect_for_;
         if (std::optional<std::string> why = log_in_again(*give_up_at)) {
-          return LuFailure{pending.front(),
+          return LuFailure{first_pending(),
                            lost_because + "; not logged in again within " + seconds_text(reconnect_for_) +
                                " s ([client] reconnect_s); the last login: " + *why,
                            true};
@@ -79,7 +93,7 @@ class LibiscsiTransport final : public LuTransport {
             continue;
           }
           if (!joined.ok()) {
-            LuFailure refused = failure_of(pending.front(), joined);
+            LuFailure refused = failure_of(first_pending(), joined);
             refused.reason = "logged in again, and the shard refused this session's " + join_words() + ": " +
                              refused.reason + " (nothing was sent again)";
             refused.job_refused = true;
@@ -87,14 +101,18 @@ class LibiscsiTransport final : public LuTransport {
           }
         }
       }
-      const std::vector<LuCommand> batch = renumbered(commands, pending);
-      const CommandBatchResult r = lun_.run_commands(batch, limits, &counters_, observer_);
+      if (!first_try) again = renumbered(commands, pending);
+      std::vector<LuCommand>& batch = first_try ? commands : again;
+      first_try = false;
+      const CommandBatchResult r = feed != nullptr
+                                       ? lun_.run_growing_commands(batch, grow, limits, &counters_, observer_)
+                                       : lun_.run_commands(batch, limits, &counters_, observer_);
       if (r.ok()) return std::nullopt;
-      const std::size_t failed = pending[r.failed_command];
+      const std::size_t failed = r.failed_command < pending.size() ? pending[r.failed_command] : first_pending();
       if (!r.session_lost || reconnect_for_.count() == 0 || r.outcomes.size() != batch.size())
         return failure_of(failed, r.error);
       lost_because = "the session was lost: " + r.error.describe();
-      std::vector<std::size_t> again;
+      std::vector<std::size_t> still;
       for (std::size_t j = 0; j < batch.size(); ++j) {
         switch (r.outcomes[j]) {
           case CommandOutcome::succeeded:
@@ -106,15 +124,15 @@ class LibiscsiTransport final : public LuTransport {
               ++counters_.unanswered_writes_dropped;
               break;
             }
-            again.push_back(pending[j]);
+            still.push_back(pending[j]);
             break;
           case CommandOutcome::not_issued:
-            again.push_back(pending[j]);
+            still.push_back(pending[j]);
             break;
         }
       }
-      if (again.empty()) return std::nullopt;
-      pending = std::move(again);
+      if (still.empty()) return std::nullopt;
+      pending = std::move(still);
     }
   }
 
@@ -160,22 +178,25 @@ class LibiscsiTransport final : public LuTransport {
     return "`" + words + "`";
   }
 
-  // commands[pending[k]] for each k, each `after` pointing at its predecessor's new place, or at none where the
-  // predecessor is no longer pending (it succeeded, or it was a WRITE given up above).
+  // commands[pending[k]], its `after` pointing at its predecessor's place among `pending`, or at none where the
+  // predecessor is no longer pending (it succeeded, or it was a WRITE given up above). `pending` ascends.
+  static LuCommand renumbered_one(std::span<const LuCommand> commands, const std::vector<std::size_t>& pending,
+                                  std::size_t k) {
+    LuCommand c = commands[pending[k]];
+    if (c.after != kNoPredecessor) {
+      const auto end = pending.begin() + static_cast<std::ptrdiff_t>(k);
+      const auto it = std::lower_bound(pending.begin(), end, c.after);
+      c.after = it != end && *it == c.after ? static_cast<std::size_t>(it - pending.begin()) : kNoPredecessor;
+    }
+    return c;
+  }
+
+  // renumbered_one() of every pending command: the batch of a try after a lost session.
   static std::vector<LuCommand> renumbered(std::span<const LuCommand> commands,
                                            const std::vector<std::size_t>& pending) {
     std::vector<LuCommand> batch;
     batch.reserve(pending.size());
-    for (std::size_t k = 0; k < pending.size(); ++k) {
-      LuCommand c = commands[pending[k]];
-      if (c.after != kNoPredecessor) {
-        const auto it = std::lower_bound(pending.begin(), pending.begin() + static_cast<std::ptrdiff_t>(k), c.after);
-        c.after = it != pending.begin() + static_cast<std::ptrdiff_t>(k) && *it == c.after
-                      ? static_cast<std::size_t>(it - pending.begin())
-                      : kNoPredecessor;
-      }
-      batch.push_back(std::move(c));
-    }
+    for (std::size_t k = 0; k < pending.size(); ++k) batch.push_back(renumbered_one(commands, pending, k));
     return batch;
   }
 

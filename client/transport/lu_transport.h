@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "blockps/lu_address.h"
 #include "blockps/queue_counters.h"
@@ -48,6 +49,20 @@ struct SessionJoin {
   std::string lines;  // "job=NAME\n"
 };
 
+// Commands that join a batch while it runs (LuTransport::run_growing): a shard's stream (client/cluster.cpp), where
+// an exchange queued while an earlier one's READs are parked at a sync shard goes out at once, instead of waiting
+// for the end of a batch that ends only when its slowest round closes.
+class CommandFeed {
+ public:
+  virtual ~CommandFeed() = default;
+  // Appends to `commands` (the batch so far; its commands stay where they are) what joins it now, each new
+  // command's `after` naming an earlier command of the batch or none; nothing when nothing does. Called on the
+  // transport's thread when every WRITE of the batch has been issued and a slot is free (CommandOrder::wants_more),
+  // at least every kFeedPollInterval while commands are in flight, and once more before the batch ends (nothing in
+  // flight, nothing appended).
+  virtual void more(std::vector<LuCommand>& commands) = 0;
+};
+
 class LuTransport {
  public:
   virtual ~LuTransport() = default;
@@ -58,7 +73,14 @@ class LuTransport {
   virtual std::uint32_t block_size() const = 0;
   // Runs every command, within `limits`, in the order of client/transport/command_order.h (a command with a predecessor
   // only after that one succeeded). Nothing more is issued after the first failure.
-  virtual std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) = 0;
+  std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) {
+    std::vector<LuCommand> batch(commands.begin(), commands.end());
+    return run_growing(batch, limits, nullptr);
+  }
+  // run(), with `feed` (none: nullptr) appending commands to `commands` while they run; the batch ends when nothing is
+  // in flight and the feed has nothing more. LuFailure::command is an index into `commands` as it has grown.
+  virtual std::optional<LuFailure> run_growing(std::vector<LuCommand>& commands, QueueLimits limits,
+                                               CommandFeed* feed) = 0;
   // What the batches so far did (commands issued, and issued beside the other direction).
   virtual LuQueueCounters queue_counters() const = 0;
   // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).

@@ -42,8 +42,10 @@ LuFailure errno_failure(std::size_t command, int err) {
 // One command ready for the kernel: the iovecs it transfers, and a bounce buffer when the caller's memory
 // could not be used as it is.
 struct PreparedCommand {
-  const LuCommand* command = nullptr;
   std::size_t index = 0;
+  // A bounced READ's segments, where its bytes go when it completes (a copy: the batch's vector of commands may
+  // grow, and move, while the command is in flight).
+  std::vector<IoSegment> read_into;
   std::vector<iovec> iov;
   AlignedBuffer bounce;
   std::uint64_t bytes = 0;
@@ -93,31 +95,48 @@ class PosixTransport final : public LuTransport {
   std::uint64_t capacity_bytes() const override { return capacity_; }
   std::uint32_t block_size() const override { return block_size_; }
 
-  std::optional<LuFailure> run(std::span<const LuCommand> commands, QueueLimits limits) override {
-    for (std::size_t i = 0; i < commands.size(); ++i) {
-      const std::uint64_t bytes = commands[i].bytes();
-      if (commands[i].offset % block_size_ != 0 || bytes % block_size_ != 0 || bytes == 0)
-        return LuFailure{i, "offset " + std::to_string(commands[i].offset) + " and length " + std::to_string(bytes) +
-                                " must be non-zero multiples of the sector size " + std::to_string(block_size_)};
-    }
-    if (std::string why = CommandOrder::check(commands); !why.empty()) return LuFailure{0, why};
+  std::optional<LuFailure> run_growing(std::vector<LuCommand>& commands, QueueLimits limits,
+                                       CommandFeed* feed) override {
+    if (std::optional<LuFailure> f = refusal(commands, 0)) return f;
     // psync runs the commands one at a time in index order, which keeps every command after its predecessor.
-    if (engine_ == PosixEngine::psync) return run_psync(commands);
+    if (engine_ == PosixEngine::psync) return run_psync(commands, feed);
     limits.depth = std::min(limits.depth < 1 ? 1 : limits.depth, depth_);
-    return run_queued(commands, limits);
+    return run_queued(commands, limits, feed);
   }
   LuQueueCounters queue_counters() const override { return counters_; }
   // The kernel's one session per target is joined through the status device's own control write.
   std::optional<LuFailure> join_job(const SessionJoin&) override { return std::nullopt; }
 
  private:
+  // Why commands[first..] cannot run (a length or offset off the sectors, a predecessor that is not earlier), or none.
+  std::optional<LuFailure> refusal(std::span<const LuCommand> commands, std::size_t first) const {
+    for (std::size_t i = first; i < commands.size(); ++i) {
+      const std::uint64_t bytes = commands[i].bytes();
+      if (commands[i].offset % block_size_ != 0 || bytes % block_size_ != 0 || bytes == 0)
+        return LuFailure{i, "offset " + std::to_string(commands[i].offset) + " and length " + std::to_string(bytes) +
+                                " must be non-zero multiples of the sector size " + std::to_string(block_size_)};
+    }
+    if (std::string why = CommandOrder::check(commands, first); !why.empty()) return LuFailure{first, why};
+    return std::nullopt;
+  }
+
+  // Asks `feed` (if any) for more commands; true when it gave some that may run (those refused: `failure`).
+  bool grow(std::vector<LuCommand>& commands, CommandFeed* feed, std::optional<LuFailure>& failure) const {
+    if (feed == nullptr || failure) return false;
+    const std::size_t known = commands.size();
+    feed->more(commands);
+    if (commands.size() == known) return false;
+    failure = refusal(commands, known);
+    return !failure;
+  }
+
   static bool aligned(const IoSegment& s, std::uint32_t block) {
     return reinterpret_cast<std::uintptr_t>(s.data) % kDirectIoAlignment == 0 && s.bytes % block == 0;
   }
 
   // Builds the iovecs; a write through a bounce buffer is copied into it now.
   std::optional<LuFailure> prepare(const LuCommand& c, std::size_t index, PreparedCommand& p) const {
-    p.command = &c;
+    p.read_into.clear();
     p.index = index;
     p.bytes = c.bytes();
     p.iov.clear();
@@ -130,6 +149,7 @@ class PosixTransport final : public LuTransport {
     }
     p.bounce = make_aligned_buffer(p.bytes, /*zeroed=*/false);  // filled below (write) or by the read
     if (!p.bounce) return LuFailure{index, "out of memory for a bounce buffer"};
+    if (c.direction == IoDirection::read) p.read_into = c.segments;
     if (c.direction == IoDirection::write) {
       std::size_t at = 0;
       for (const IoSegment& s : c.segments) {
@@ -143,9 +163,9 @@ class PosixTransport final : public LuTransport {
 
   // A completed read through a bounce buffer: hand the bytes to the caller's segments.
   static void finish(PreparedCommand& p) {
-    if (!p.bounce || p.command->direction != IoDirection::read) return;
+    if (!p.bounce) return;
     std::size_t at = 0;
-    for (const IoSegment& s : p.command->segments) {
+    for (const IoSegment& s : p.read_into) {
       std::memcpy(s.data, p.bounce.get() + at, s.bytes);
       at += s.bytes;
     }
@@ -159,9 +179,10 @@ class PosixTransport final : public LuTransport {
     return std::nullopt;
   }
 
-  std::optional<LuFailure> run_psync(std::span<const LuCommand> commands) {
+  std::optional<LuFailure> run_psync(std::vector<LuCommand>& commands, CommandFeed* feed) {
     PreparedCommand p;
-    for (std::size_t i = 0; i < commands.size(); ++i) {
+    std::optional<LuFailure> refused;
+    for (std::size_t i = 0; i < commands.size() || grow(commands, feed, refused); ++i) {
       if (auto f = prepare(commands[i], i, p)) return f;
       std::uint64_t offset = commands[i].offset;
       for (const iovec& v : p.iov) {
@@ -180,7 +201,7 @@ class PosixTransport final : public LuTransport {
       }
       finish(p);
     }
-    return std::nullopt;
+    return refused;
   }
 
   // libaio and io_uring: keep up to `limits.depth` commands in flight, in the order of CommandOrder; slot i's user
@@ -189,8 +210,11 @@ class PosixTransport final : public LuTransport {
   // linked READ must be submitted with its WRITE and then holds a slot for the WRITE's whole flight, halving
   // the WRITEs in flight; what the link would save is one io_uring_enter per batch of completions, which this
   // loop makes anyway.)
-  std::optional<LuFailure> run_queued(std::span<const LuCommand> commands, QueueLimits limits) {
+  std::optional<LuFailure> run_queued(std::vector<LuCommand>& commands, QueueLimits limits, CommandFeed* feed) {
     QueuedBatch q(commands, limits, &counters_, observer_);
+    q.growing = &commands;
+    q.feed = feed;
+    if (feed != nullptr) q.order.will_grow();
     while (true) {
       std::vector<iocb> aio_cbs;  // libaio: this round's control blocks
       aio_cbs.reserve(q.free_slots.size());
@@ -220,7 +244,9 @@ class PosixTransport final : public LuTransport {
       return static_cast<std::size_t>(static_cast<PreparedCommand*>(data) - slots.data());
     }
 
-    std::span<const LuCommand> commands;
+    std::span<const LuCommand> commands;  // the batch so far: *growing, re-pointed whenever it grows
+    std::vector<LuCommand>* growing = nullptr;
+    CommandFeed* feed = nullptr;  // none: the batch does not grow
     std::vector<PreparedCommand> slots;
     std::vector<std::size_t> free_slots;
     CommandOrder order;
@@ -236,7 +262,16 @@ class PosixTransport final : public LuTransport {
     int queued = 0;
     while (!q.failure && !q.free_slots.empty()) {
       if (engine_ == PosixEngine::io_uring && io_uring_sq_space_left(&uring_) == 0) break;  // reap first
-      const std::optional<std::size_t> next = q.order.next();
+      std::optional<std::size_t> next = q.order.next();
+      if (!next && q.order.wants_more()) {
+        const std::size_t known = q.growing->size();
+        const bool more = grow(*q.growing, q.feed, q.failure);
+        if (q.growing->size() != known) {
+          q.commands = *q.growing;  // the vector may have moved
+          q.order.grew(q.commands);
+        }
+        if (more) next = q.order.next();
+      }
       if (!next) break;
       q.first_unissued = std::max(q.first_unissued, *next + 1);
       batch_first = std::min(batch_first, *next);
@@ -318,9 +353,13 @@ class PosixTransport final : public LuTransport {
       if (f && (!q.failure || f->command < q.failure->command)) q.failure = f;
       q.free_slots.push_back(slot);
     };
+    // A batch that grows looks at its feed every kFeedPollInterval while what is in flight waits (parked READs).
+    constexpr long kFeedPollNs = std::chrono::nanoseconds(kFeedPollInterval).count();
     if (engine_ == PosixEngine::libaio) {
-      const int n = io_getevents(aio_, 1, static_cast<long>(q.events.size()), q.events.data(), nullptr);
-      if (n == -EINTR) return std::nullopt;
+      timespec poll_interval{0, kFeedPollNs};
+      const int n = io_getevents(aio_, 1, static_cast<long>(q.events.size()), q.events.data(),
+                                 q.feed != nullptr ? &poll_interval : nullptr);
+      if (n == -EINTR || n == 0) return std::nullopt;
       if (n < 0)
         return LuFailure{q.first_unissued,
                          "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
@@ -331,8 +370,10 @@ class PosixTransport final : public LuTransport {
       return std::nullopt;
     }
     io_uring_cqe* cqe = nullptr;
-    const int r = io_uring_wait_cqe(&uring_, &cqe);
-    if (r == -EINTR) return std::nullopt;
+    __kernel_timespec poll_interval{0, kFeedPollNs};
+    const int r = q.feed != nullptr ? io_uring_wait_cqe_timeout(&uring_, &cqe, &poll_interval)
+                                    : io_uring_wait_cqe(&uring_, &cqe);
+    if (r == -EINTR || r == -ETIME) return std::nullopt;
     if (r < 0)
       return LuFailure{q.first_unissued,
                        "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};

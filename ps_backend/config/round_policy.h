@@ -18,7 +18,9 @@ struct RoundPolicy {
   std::uint32_t worker_timeout_ms = 10000;  // no push for this long: dropped; also the longest a command parks
   // sync: a push that would open a block's round (no worker pushed that block yet) waits while its worker has
   // this many more blocks in open rounds than the member with the fewest (0: no limit). Keeps the workers' flows into a
-  // shard level, so that rounds close at the pace of the pushes (docs/OPTIONS.md, "Synchronous rounds").
+  // shard level, so that rounds close at the pace of the pushes (docs/OPTIONS.md, "Synchronous rounds"). It holds a
+  // worker across blocks and is safe in any order of pushes because the member with the fewest is never held and a
+  // worker's WRITEs go out whatever its parked READs wait for (the library's stream, issue 48).
   std::uint32_t push_lead = 2;
   bool operator==(const RoundPolicy&) const = default;
 };

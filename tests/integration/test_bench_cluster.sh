@@ -32,7 +32,7 @@ step "--help names every option"
 for option in --workers --ranks-per-host --host-aggregation --shards --placement --model-size --mode --rate --steps --warmup --queue-depth \
   --exchange-writes --mtu \
   --iperf-seconds --prefix --build-dir --keep --workload --model --epochs --batch --evals-per-epoch --runs --plot \
-  --ops --push-lead --timeline; do
+  --ops --push-lead --send-order --block --timeline; do
   grep -q -- "$option" "$tmp/help" || fail "--help does not mention $option"
 done
 
@@ -59,6 +59,9 @@ refused "--ranks-per-host '0': must be a whole number in 1..16" --ranks-per-host
 refused "--workers 64 x --ranks-per-host 4: at most 128 ranks" --workers 64 --ranks-per-host 4
 refused "--host-aggregation 'yes': must be on or off" --host-aggregation yes
 refused "--push-lead '-1': must be a whole number in 0..1000000" --push-lead -1
+refused "--send-order 'fifo': must be ascending, descending or queue" --send-order fifo
+refused "--block '24K': must be 16K, 32K, 64K, 128K, 256K or auto" --block 24K
+refused "--block auto: only with --workload train" --block auto
 
 [ "$(id -u)" = 0 ] || skip "bench/cluster needs root (network namespaces, tgtd)"
 command -v iperf3 >/dev/null || skip "iperf3 is not installed (scripts/setup.sh installs it)"

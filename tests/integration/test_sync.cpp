@@ -123,6 +123,15 @@ class SyncModeTest : public ::testing::Test {
     return c.ok() ? std::move(c.value()) : nullptr;
   }
 
+  // Block k (of open_worker's 64K blocks) of a gradient, and of a pull's buffer.
+  static constexpr std::uint64_t kBlock = 64 * 1024;
+  static std::span<const std::byte> block_of(const std::vector<float>& g, std::uint64_t k) {
+    return bytes_of(g).subspan(k * kBlock, kBlock);
+  }
+  static std::span<std::byte> into(std::vector<std::byte>& pulled, std::uint64_t k) {
+    return std::span(pulled).subspan(k * kBlock, kBlock);
+  }
+
   // Worker `who` as a separate blockps_lu_io process: it pushes the whole LU, then READs it back (parked until
   // the round closes), for at most 30 s.
   std::future<CommandResult> spawn_pushpull(const std::string& who) {
@@ -222,23 +231,16 @@ TEST_F(SyncModeTest, ThreeWorkersReadTheAveragedStepAndWaitForTheLastPush) {
 // The client's pipelined exchange against BSP: each worker's one session carries its WRITEs and its READs (a
 // READ parked until the block's round closes while the worker's later WRITEs still go out), and every worker
 // reads exactly the averaged step of each round. One session per worker: the shard counts 3 workers, not 6.
-// The library runs a worker's queued exchanges as one batch; each of them finishes as soon as its own commands
-// did, not with the whole batch: here exchange Z (block 3) is answered when its round closes, while exchange Y
+// The library runs a worker's queued exchanges as one stream; each of them finishes as soon as its own commands
+// did, not with the whole stream: here exchange Z (block 3) is answered when its round closes, while exchange Y
 // (block 2), queued before it, still waits for its own. (DistributedOptimizer's early forward waits for one
 // module's blocks at a time and relies on this.)
 TEST_F(SyncModeTest, AnExchangeOfABatchFinishesWithItsOwnRoundNotWithTheWholeBatch) {
   ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000"));
   std::unique_ptr<Cluster> a = open_worker("a"), b = open_worker("b");
   ASSERT_TRUE(a && b);
-  constexpr std::uint64_t kBlock = 64 * 1024;
   const std::vector<float> ga = values(1), gb = values(2);
   std::vector<std::byte> pulled_a(kBytes), pulled_b(kBytes);
-  const auto block_of = [&](const std::vector<float>& g, std::uint64_t k) {
-    return bytes_of(g).subspan(k * kBlock, kBlock);
-  };
-  const auto into = [&](std::vector<std::byte>& p, std::uint64_t k) {
-    return std::span(p).subspan(k * kBlock, kBlock);
-  };
   // X runs first, its READ parked until b pushes block 0; Y and Z queue behind it and run together.
   const Operation x = a->exchange_blocks_async(0, 1, block_of(ga, 0), into(pulled_a, 0));
   const Operation y = a->exchange_blocks_async(2, 1, block_of(ga, 2), into(pulled_a, 2));
@@ -255,6 +257,55 @@ TEST_F(SyncModeTest, AnExchangeOfABatchFinishesWithItsOwnRoundNotWithTheWholeBat
   ASSERT_TRUE(b->exchange_blocks(2, 1, block_of(gb, 2), into(pulled_b, 2)).ok());
   ASSERT_TRUE(y.wait().ok());
   ASSERT_TRUE(z.wait().ok());
+}
+
+// The shard's stream (issue 48): an exchange queued while an earlier one's READ is parked goes out at once, not when
+// that READ comes back. Worker a's exchange X (block 0) parks until b pushes block 0; a's exchange Y (block 2),
+// queued after it, must reach the shard meanwhile, since b pushes block 2 first and its pull of block 2 waits for
+// a's push of it. (Run as batches, Y waited for X's READ, which waited for b, which waited for Y: b's pull failed
+// after worker_timeout_ms.) Then both workers push all four blocks as four exchanges each, in opposite orders, at
+// once, for three steps: every round closes and both read the same weights.
+TEST_F(SyncModeTest, AnExchangeQueuedBehindAParkedReadGoesOutAtOnceAndOppositeOrdersNeverStall) {
+  ASSERT_NO_FATAL_FAILURE(start_shard("workers=2;min_workers=2;straggler_ms=60000;worker_timeout_ms=20000"));
+  std::unique_ptr<Cluster> a = open_worker("a"), b = open_worker("b");
+  ASSERT_TRUE(a && b);
+  const std::vector<float> ga = values(1), gb = values(2);
+  std::vector<std::byte> pulled_a(kBytes), pulled_b(kBytes);
+  const Operation x = a->exchange_blocks_async(0, 1, block_of(ga, 0), into(pulled_a, 0));
+  std::this_thread::sleep_for(300ms);  // X's WRITE landed, its READ is parked
+  const Operation y = a->exchange_blocks_async(2, 1, block_of(ga, 2), into(pulled_a, 2));
+  const Operation b2 = b->exchange_blocks_async(2, 1, block_of(gb, 2), into(pulled_b, 2));
+  const auto deadline = Clock::now() + 10s;
+  while (!(b2.ready() && y.ready()) && Clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(b2.ready()) << "a's exchange Y waited behind X's parked READ";
+  EXPECT_TRUE(b2.wait().ok()) << b2.wait().message();
+  EXPECT_TRUE(y.wait().ok()) << y.wait().message();
+  EXPECT_FALSE(x.ready()) << "X finished before b pushed block 0";
+  ASSERT_TRUE(b->exchange_blocks(0, 1, block_of(gb, 0), into(pulled_b, 0)).ok());
+  ASSERT_TRUE(x.wait().ok());
+  for (std::uint64_t k : {1, 3}) {  // close the other rounds of this step
+    const Operation mine = a->exchange_blocks_async(k, 1, block_of(ga, k), into(pulled_a, k));
+    ASSERT_TRUE(b->exchange_blocks(k, 1, block_of(gb, k), into(pulled_b, k)).ok());
+    ASSERT_TRUE(mine.wait().ok());
+  }
+  EXPECT_EQ(pulled_a, pulled_b);
+
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    std::vector<Operation> ops;
+    for (std::uint64_t k = 0; k < 4; ++k) {
+      ops.push_back(a->exchange_blocks_async(k, 1, block_of(ga, k), into(pulled_a, k)));
+      ops.push_back(b->exchange_blocks_async(3 - k, 1, block_of(gb, 3 - k), into(pulled_b, 3 - k)));
+    }
+    const auto step_deadline = Clock::now() + 10s;
+    for (const Operation& op : ops) {
+      while (!op.ready() && Clock::now() < step_deadline) std::this_thread::sleep_for(10ms);
+      ASSERT_TRUE(op.ready()) << "an exchange did not finish within 10 s: the opposite orders stalled";
+      EXPECT_TRUE(op.wait().ok()) << op.wait().message();
+    }
+    EXPECT_EQ(pulled_a, pulled_b);
+  }
+  EXPECT_EQ(status_page()["rounds"]["rounds_min"], 4);
 }
 
 TEST_F(SyncModeTest, ThreeWorkersExchangingReadTheAveragedStepOfEveryRound) {
@@ -331,22 +382,18 @@ TEST_F(SyncModeTest, AWriteThatWouldLeadTooFarIsAnsweredWhenTheSlowestWorkerCatc
   connect(a, "a");
   connect(b, "b");
   const auto ga = values(1), gb = values(2);
-  constexpr std::uint64_t kBlock = 64 * 1024;
-  const auto block = [](const std::vector<float>& g, std::uint64_t k) {
-    return bytes_of(g).subspan(k * kBlock, kBlock);
-  };
-  ASSERT_TRUE(a.write(0, block(ga, 0)).ok());           // A: block 0's round open
-  ASSERT_TRUE(b.write(3 * kBlock, block(gb, 3)).ok());  // B pushes too: block 3's round open
-  ASSERT_TRUE(a.write(kBlock, block(ga, 1)).ok());      // A: 2 open, B 1
-  auto held = std::async(std::launch::async, [&] { return a.write(2 * kBlock, block(ga, 2)); });
+  ASSERT_TRUE(a.write(0, block_of(ga, 0)).ok());           // A: block 0's round open
+  ASSERT_TRUE(b.write(3 * kBlock, block_of(gb, 3)).ok());  // B pushes too: block 3's round open
+  ASSERT_TRUE(a.write(kBlock, block_of(ga, 1)).ok());      // A: 2 open, B 1
+  auto held = std::async(std::launch::async, [&] { return a.write(2 * kBlock, block_of(ga, 2)); });
   EXPECT_EQ(held.wait_for(500ms), std::future_status::timeout) << "A's WRITE of block 2 would lead B by 2 blocks";
-  ASSERT_TRUE(b.write(0, block(gb, 0)).ok());  // closes block 0's round: A leads by 0
+  ASSERT_TRUE(b.write(0, block_of(gb, 0)).ok());  // closes block 0's round: A leads by 0
   ASSERT_EQ(held.wait_for(10s), std::future_status::ready) << "the held WRITE was not answered after B caught up";
   const ScsiResult held_result = held.get();
   ASSERT_TRUE(held_result.ok()) << held_result.describe();
-  ASSERT_TRUE(b.write(kBlock, block(gb, 1)).ok());
-  ASSERT_TRUE(b.write(2 * kBlock, block(gb, 2)).ok());  // a round A opened: never held
-  ASSERT_TRUE(a.write(3 * kBlock, block(ga, 3)).ok());
+  ASSERT_TRUE(b.write(kBlock, block_of(gb, 1)).ok());
+  ASSERT_TRUE(b.write(2 * kBlock, block_of(gb, 2)).ok());  // a round A opened: never held
+  ASSERT_TRUE(a.write(3 * kBlock, block_of(ga, 3)).ok());
   // Every round closed once with both gradients: the exact averaged step (IQN order: a, then b).
   std::vector<float> expected(kBytes / 4, 0.0f);
   reference_round(expected, {ga, gb}, 0.5f);
@@ -413,9 +460,10 @@ TEST_F(SyncModeTest, AShardKilledMidExchangeFailsItNamingTheShard) {
   const auto g = values(5);
   Operation op = a->exchange_async(bytes_of(g), back);
   const auto parked_by = Clock::now() + 10s;
-  for (;;) {  // every READ parked: the exchange is in the middle, waiting on the round
+  for (;;) {  // the READs parked: the exchange is in the middle, waiting on the round (3 of its 4: at queue depth 4
+              // the shard's stream keeps a slot for the WRITEs of exchanges still to come)
     const auto page = status_page();
-    if (!page.is_null() && page["rounds"]["parked_commands"] == 4) break;
+    if (!page.is_null() && page["rounds"]["parked_commands"] == 3) break;
     ASSERT_LT(Clock::now(), parked_by) << "the exchange's READs never parked: " << page.dump();
     std::this_thread::sleep_for(20ms);
   }

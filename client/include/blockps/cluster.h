@@ -144,6 +144,11 @@ class Cluster {
   // Errors as open's claim; `job` not a valid name: invalid_argument. Not for a cluster opened status_only, and
   // not while another thread reads job() or model().
   Status claim(const std::string& job, bool takeover = false);
+  // The order in which each shard's stream sends the exchanges queued behind its credit window (SendOrder), unless
+  // the cluster file's [client] send_order chose one (that stands): the opener knows where its model's first layers
+  // are (blockps.torch lays parameters out in reverse: descending). Without either: ascending. From the next
+  // exchange a shard takes in on; any thread.
+  void prefer_send_order(SendOrder order);
   const Layout& layout() const { return *layout_; }
   std::uint64_t model_bytes() const { return layout_->model_bytes(); }
 

@@ -14,6 +14,8 @@
 //   initiator = "iqn..."  # default iqn.2026-11.io.blockps:worker-<hostname>-<pid>
 //   queue_depth = 16      # commands in flight per shard
 //   exchange_writes = 2   # of those, WRITEs in flight during an exchange (1..queue_depth)
+//   send_order = "ascending"  # which queued exchange a shard's stream sends next: ascending or descending model
+//                             # offsets, or queue (the order queued); default: the opener's (Cluster::prefer_send_order)
 //   engine = "libaio"     # posix transport: psync, libaio, io_uring
 //   max_request = "1M"    # largest request (a run of blocks contiguous on one shard)
 //   reconnect_s = 60      # libiscsi: how long a lost session is logged in again; 0 = never
@@ -27,6 +29,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,10 +57,21 @@ struct ModelSpec {
   std::string name;
 };
 
+// Which of the exchanges queued for a shard its stream sends next (client/send_order.h). The point is to send first
+// what the next forward needs first (the first layers), in an order every worker computes alike, so that the
+// shards' rounds close in it and DistributedOptimizer's early_forward starts the next forward soonest.
+enum class SendOrder {
+  ascending,   // the lowest model byte offset first: the first layers where the model is laid out in forward order
+  descending,  // the highest first: the first layers of blockps.torch's layout (parameters in reverse order)
+  queue,       // the order queued (before issue 48; the DDP hook's, which keeps DDP's bucket order)
+};
+
 struct ClientSpec {
   std::string initiator;  // always set after loading (the default is filled in)
   int queue_depth = 16;
   int exchange_writes = 2;  // WRITEs in flight per shard during an exchange (client/transport/command_order.h says why)
+  // [client] send_order; none: the opener's choice (Cluster::prefer_send_order), else ascending.
+  std::optional<SendOrder> send_order;
   PosixEngine engine = PosixEngine::libaio;
   std::uint64_t max_request_bytes = std::uint64_t{1024} * 1024;
   // How long a libiscsi session that was lost is logged in again before the operation fails (0: never). A

@@ -39,6 +39,7 @@ job = "torchrun:abc-1@host+2"
 initiator = "iqn.2026-11.io.blockps:me"
 queue_depth = 8
 exchange_writes = 3
+send_order = "queue"
 engine = "io_uring"
 max_request = "2M"
 reconnect_s = 2.5
@@ -55,6 +56,7 @@ timeout_s = 7
   EXPECT_EQ(c->client.initiator, "iqn.2026-11.io.blockps:me");
   EXPECT_EQ(c->client.queue_depth, 8);
   EXPECT_EQ(c->client.exchange_writes, 3);
+  EXPECT_EQ(c->client.send_order, SendOrder::queue);
   EXPECT_EQ(c->client.engine, PosixEngine::io_uring);
   EXPECT_EQ(c->client.max_request_bytes, 2u << 20);
   EXPECT_EQ(c->client.reconnect_s, 2.5);
@@ -77,6 +79,7 @@ TEST(ClusterFile, Defaults) {
   EXPECT_EQ(c->layout, LayoutKind::stripe);
   EXPECT_EQ(c->client.queue_depth, 16);
   EXPECT_EQ(c->client.exchange_writes, 2);
+  EXPECT_EQ(c->client.send_order, std::nullopt) << "the opener's choice (Cluster::prefer_send_order)";
   EXPECT_EQ(c->client.engine, PosixEngine::libaio);
   EXPECT_EQ(c->client.max_request_bytes, 1u << 20);
   EXPECT_EQ(c->client.reconnect_s, 60);
@@ -177,8 +180,10 @@ TEST(ClusterFile, EveryMistakeHasItsMessage) {
       {"unknown layout key", kGoodModel + std::string("[layout]\nshards = 2\n") + one_shard,
        ": [layout] unknown key 'shards' (known: kind)"},
       {"unknown client key", kGoodModel + std::string("[client]\ndepth = 2\n") + one_shard,
-       ": [client] unknown key 'depth' (known: job, initiator, queue_depth, exchange_writes, engine, max_request, "
-       "reconnect_s, timeout_s)"},
+       ": [client] unknown key 'depth' (known: job, initiator, queue_depth, exchange_writes, send_order, engine, "
+       "max_request, reconnect_s, timeout_s)"},
+      {"send order unknown", kGoodModel + std::string("[client]\nsend_order = \"fifo\"\n") + one_shard,
+       ": [client] send_order = \"fifo\": must be one of \"ascending\" \"descending\" \"queue\""},
       {"reconnect below 0", kGoodModel + std::string("[client]\nreconnect_s = -1\n") + one_shard,
        ": [client] reconnect_s = -1: must be a number of seconds from 0 (never reconnect) to 86400"},
       {"reconnect in milliseconds", kGoodModel + std::string("[client]\nreconnect_s = 60000000\n") + one_shard,

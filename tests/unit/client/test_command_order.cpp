@@ -77,6 +77,36 @@ TEST(CommandOrderTest, OneSlotStaysWithTheWritesWhileAnyAreLeft) {
   EXPECT_EQ(order.next(), 11u);
 }
 
+// A shard's stream: exchanges join the batch while it runs (grew), a new READ whose WRITE already succeeded is ready at
+// once, and a batch that may grow keeps a slot for the WRITEs still to come even when none is left now: another
+// worker's parked READ may wait for the next one.
+TEST(CommandOrderTest, ABatchThatGrowsTakesInNewCommandsAndKeepsASlotForWritesToCome) {
+  std::vector<LuCommand> c = exchange_batch(2);
+  CommandOrder order(c, {.depth = 2});
+  order.will_grow();
+  EXPECT_EQ(order.next(), 0u);
+  EXPECT_EQ(order.next(), 1u);
+  order.completed(0, true);
+  order.completed(1, true);
+  EXPECT_EQ(order.next(), 2u);
+  EXPECT_EQ(order.next(), std::nullopt) << "READ 1 would take the last slot, which stays with the WRITEs to come";
+  EXPECT_FALSE(order.all_issued());
+  // The next exchange joins: its WRITE takes the kept slot; a READ that waits for WRITE 1 (done) is ready at once.
+  c.push_back({IoDirection::write, 8 * 4096, {}});
+  c.push_back({IoDirection::read, 8 * 4096, {}, 4});
+  c.push_back({IoDirection::read, 4096, {}, 1});
+  order.grew(c);
+  EXPECT_EQ(order.next(), 4u) << "the new WRITE, in the slot kept for it";
+  order.completed(2, true);
+  EXPECT_EQ(order.next(), 3u) << "READ 1, the oldest ready";
+  order.completed(4, true);
+  order.completed(3, true);
+  EXPECT_EQ(order.next(), 6u) << "the new READ whose WRITE succeeded before it joined";
+  order.completed(6, true);
+  EXPECT_EQ(order.next(), 5u);
+  EXPECT_TRUE(order.all_issued());
+}
+
 // A READ queues behind every WRITE already sent on the session's connection: an exchange keeps only
 // exchange_writes WRITEs in flight, and a batch without READs waiting for WRITEs (a push) is not limited.
 TEST(CommandOrderTest, AnExchangeKeepsAtMostExchangeWritesWritesInFlight) {

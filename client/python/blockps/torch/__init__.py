@@ -7,7 +7,8 @@ binding blockps._blockps as BytePS keeps byteps/torch/).
                              blockps.torch.averaging_hook)                          # DDP; the script steps
 
 Import the names from here; the modules are the package's parts:
-- layout.py: ModelLayout, the one flat model every path and checkpoint uses (why its order is what it is);
+- layout.py: ModelLayout, the one flat model every path and checkpoint uses (why its order is what it is), and
+  block_bytes_for, a block size that lets a small model pipeline;
 - optimizer.py: DistributedOptimizer (pushes during backward; the shards run the optimizer), shard_optimizer_for;
 - ddp_hook.py: AveragingState and averaging_hook (DDP's gradients averaged by the shards);
 - host.py: host aggregation (the ranks of a host combine their gradients; its leader talks to the shards);
@@ -18,7 +19,7 @@ Import the names from here; the modules are the package's parts:
 from .checkpoint import read_shard_checkpoints, save_torch_checkpoint, write_shard_checkpoints
 from .ddp_hook import AveragingState, averaging_hook, averaging_model_bytes
 from .double_buffer import ParameterServerStep, flat_parameters, upload_parameters
-from .layout import ModelLayout
+from .layout import ModelLayout, block_bytes_for
 from .optimizer import DistributedOptimizer, shard_optimizer_for
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "ParameterServerStep",
     "averaging_hook",
     "averaging_model_bytes",
+    "block_bytes_for",
     "flat_parameters",
     "read_shard_checkpoints",
     "save_torch_checkpoint",

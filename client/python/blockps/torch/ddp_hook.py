@@ -64,6 +64,8 @@ class AveragingState:
         def open_checked():
             opened = open_for_job(cluster, f"rank{rank}", job, takeover)
             check_shard_kind(opened, averaging=True, user="blockps.torch.averaging_hook")
+            # DDP's bucket order: DDP waits for every bucket before the optimizer step, in that order.
+            opened.prefer_send_order("queue")
             return opened
         self.host, self.cluster, shape = open_worker(host_aggregation, open_checked)
         model = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model

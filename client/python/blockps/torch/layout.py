@@ -65,3 +65,21 @@ class ModelLayout:
     def names_in(self, first_block, end_block):
         lo, hi = first_block * self.block_elements, end_block * self.block_elements
         return [s.name for s in self.parameters + self.buffers if s.offset < hi and s.end > lo]
+
+
+def block_bytes_for(model, shards, element_bytes=4, *, blocks_per_shard=16, smallest=16 << 10, largest=256 << 10):
+    """A block size for `model` over `shards` shards, in wire bytes (`element_bytes` a element: 4 for f32, 2 for
+    bf16 and f16): the largest power of two from `smallest` to `largest` that gives every shard at least
+    `blocks_per_shard` blocks of the model's trainable parameters. A shard pipelines block by block (a block's pull
+    leaves as soon as every worker pushed it, while the next blocks' pushes go on), so a shard holding one block of
+    a small model cannot overlap its pull with its push: at 256 KiB the Fashion-MNIST MLP over 4 shards is one block
+    per shard (issue 48). The floor: below 16 KiB the cost of a command would weigh (bench/RESULTS.md, issue 48:
+    at 16 KiB the MLP over 4 shards at 10 Mbit/s ran 1.32x DDP, its CPU 27-30% busy)."""
+    if shards < 1 or element_bytes < 1 or not smallest <= largest:
+        raise ValueError(f"blockps: block_bytes_for: shards={shards}, element_bytes={element_bytes}, "
+                         f"smallest={smallest}, largest={largest}: need shards >= 1 and smallest <= largest")
+    per_shard = sum(p.numel() for p in model.parameters() if p.requires_grad) * element_bytes / shards
+    block = largest
+    while block // 2 >= smallest and per_shard < blocks_per_shard * block:
+        block //= 2
+    return block

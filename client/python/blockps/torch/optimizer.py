@@ -180,6 +180,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         def open_checked():
             opened = open_for_job(cluster, f"rank{self.rank}", job, takeover)
             check_shard_kind(opened, averaging=False, user="blockps.torch.DistributedOptimizer")
+            # The layout puts the first layers at the highest offsets: send them first, as the next forward needs.
+            opened.prefer_send_order("descending")
             if check_optimizer:
                 check_shards_run(optimizer, opened)
             return opened

@@ -3,6 +3,8 @@
 // iSCSI, sessions that vanish) is tests/integration/test_sync.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
 #include <thread>
 
 #include "ps_backend/rounds/bsp_mode.h"
@@ -238,6 +240,59 @@ TEST(BspModeAverage, EachRoundLeavesItsAverageNotASumOfRoundsAndAStragglerRoundA
   expect_average({a3}, "round 3, closed without B: A's alone, divided by 1");
 }
 
+// Rounds synchronise per block only (push_lead=0: BspModeLead below has the pace's holds): workers push the blocks of
+// every step in their own random permutation, interleaved at random, one worker running a whole step ahead of the
+// others at times. Every push of a round is admitted at once, every round closes, and the weights are bit for bit
+// those of one fixed order (the fixed summation order makes the arrival order irrelevant).
+TEST(BspRounds, PushesInAnyOrderAreAdmittedAtOnceAndGiveTheFixedOrdersWeights) {
+  constexpr int kSteps = 3;
+  constexpr std::uint64_t kBlocks = kShardBytes / kBlockBytes;
+  const WorkerRef* workers[] = {&kA, &kB, &kC};
+  // Worker w's gradient of block b in step t.
+  const auto grad = [](int t, int w, std::uint64_t b) {
+    return gradient(kBlockBytes, static_cast<float>(1 + t * 7 + w * 3) + static_cast<float>(b) * 0.25f);
+  };
+  const auto run = [&](std::mt19937* shuffle) {
+    RoundPolicy policy = sync_policy(3, 3);
+    policy.push_lead = 0;
+    Fixture f(policy);
+    for (int t = 0; t < kSteps; ++t) {
+      // Each worker's order of the blocks, and the interleaving of the workers' pushes.
+      std::vector<std::vector<std::uint64_t>> order(3);
+      std::vector<int> turns;
+      for (int w = 0; w < 3; ++w) {
+        for (std::uint64_t b = 0; b < kBlocks; ++b) order[w].push_back(b);
+        if (shuffle != nullptr) std::shuffle(order[w].begin(), order[w].end(), *shuffle);
+        turns.insert(turns.end(), kBlocks, w);
+      }
+      if (shuffle != nullptr && (*shuffle)() % 3 == 0) {
+        std::sort(turns.begin(), turns.end());  // worker A pushes its whole step first, then B, then C
+      } else if (shuffle != nullptr) {
+        std::shuffle(turns.begin(), turns.end(), *shuffle);
+      }
+      std::vector<std::size_t> next(3, 0);
+      for (int w : turns) {
+        const std::uint64_t b = order[w][next[w]++];
+        const Admission a = f.push(*workers[w], grad(t, w, b), b * kBlockBytes);
+        if (a != Admission::run) {
+          ADD_FAILURE() << "step " << t << ": worker " << w << "'s push of block " << b << " was held";
+          return std::vector<float>{};
+        }
+      }
+      const auto s = f.status();
+      EXPECT_EQ(s["rounds_min"], t + 1) << "every round of step " << t << " closed";
+      EXPECT_EQ(s["open_rounds"], 0);
+    }
+    return weights(f.model);
+  };
+  const std::vector<float> fixed = run(nullptr);
+  ASSERT_FALSE(fixed.empty());
+  for (unsigned seed = 1; seed <= 40; ++seed) {
+    std::mt19937 random(seed);
+    EXPECT_EQ(run(&random), fixed) << "seed " << seed;
+  }
+}
+
 // The pace of the flows (RoundPolicy::push_lead): a worker's push that would open a block's round waits while it
 // has push_lead more blocks in open rounds than the member with the fewest among those that pushed since it got
 // ahead.
@@ -301,6 +356,88 @@ TEST(BspModeLead, ZeroHoldsNoPush) {
   ASSERT_EQ(bench.push(bsp, kA, g, 0), Admission::run);
   ASSERT_EQ(bench.push(bsp, kB, g, 3 * kBlockBytes), Admission::run);
   for (std::uint64_t b = 1; b < 3; ++b) EXPECT_EQ(bench.push(bsp, kA, g, b * kBlockBytes), Admission::run) << b;
+}
+
+// push_lead holds a worker across blocks, and is still safe in any order of pushes, given what the library's stream
+// guarantees (client/transport/command_order.h): a worker's WRITEs go out whatever its parked READs wait for, up to
+// its window of WRITEs in flight (held ones included). The member with the fewest blocks in open rounds is never
+// held, so its pushes go on, and each one that joins a round another worker opened closes rounds and releases the
+// held. Simulated: three workers, each pushing every step's blocks in its own random permutation through a window of
+// two WRITEs (a held WRITE stays in the window until the shard admits it), one WRITE a turn, the turns at random; a
+// worker starts its next step once every round of its step closed (its pulls). Every round closes, and the weights
+// are bit for bit those of one fixed order.
+TEST(BspModeLead, HeldPushesInAnyOrderNeverDeadlockAWorkerWhoseWritesGoOn) {
+  constexpr int kSteps = 3;
+  constexpr std::size_t kWindow = 2;
+  constexpr std::uint64_t kBlocks = kShardBytes / kBlockBytes;
+  const WorkerRef* workers[] = {&kA, &kB, &kC};
+  const auto grad = [](int t, int w, std::uint64_t b) {
+    return gradient(kBlockBytes, static_cast<float>(1 + t * 7 + w * 3) + static_cast<float>(b) * 0.25f);
+  };
+  bool held_any = false;  // a run held some push (else push_lead had nothing to do)
+  struct Worker {
+    int step = 0;
+    std::vector<std::uint64_t> order;  // this step's blocks, in its order
+    std::size_t next = 0;              // of `order`, the next to send
+    std::vector<std::uint64_t> held;   // sent, not admitted yet (in the window)
+  };
+  const auto run = [&](std::uint32_t lead, std::mt19937* random) {
+    ModeBench bench(sync_policy_with_lead(3, lead));
+    BspMode bsp(bench.ctx);
+    std::vector<Worker> ws(3);
+    const auto new_step = [&](Worker& w) {
+      w.order.clear();
+      for (std::uint64_t b = 0; b < kBlocks; ++b) w.order.push_back(b);
+      if (random != nullptr) std::shuffle(w.order.begin(), w.order.end(), *random);
+      w.next = 0;
+    };
+    for (Worker& w : ws) new_step(w);
+    int idle_turns = 0;
+    held_any = false;
+    for (;;) {
+      bool all_done = true;
+      for (const Worker& w : ws) all_done = all_done && w.step == kSteps;
+      if (all_done) break;
+      if (++idle_turns > 200) {
+        ADD_FAILURE() << "push_lead=" << lead << ": no push was admitted for 200 turns: the workers deadlocked";
+        return std::vector<float>{};
+      }
+      const int i = random != nullptr ? static_cast<int>((*random)() % 3) : (idle_turns - 1) % 3;
+      Worker& w = ws[static_cast<std::size_t>(i)];
+      if (w.step == kSteps) continue;
+      const auto send = [&](std::uint64_t b) {
+        const bool admitted = bench.push(bsp, *workers[i], grad(w.step, i, b), b * kBlockBytes) == Admission::run;
+        if (admitted) idle_turns = 0;
+        held_any = held_any || !admitted;
+        return admitted;
+      };
+      std::erase_if(w.held, send);  // the shard admits held pushes as rounds close
+      if (w.held.size() < kWindow && w.next < w.order.size()) {  // one more WRITE a turn: the flows interleave
+        const std::uint64_t b = w.order[w.next++];
+        if (!send(b)) w.held.push_back(b);
+      }
+      // Its pulls: every block's round of this step closed.
+      if (w.next == w.order.size() && w.held.empty() &&
+          bench.pull(bsp, *workers[i], 0, kBlocks - 1) == Admission::run) {
+        ++w.step;
+        if (w.step < kSteps) new_step(w);
+        idle_turns = 0;
+      }
+    }
+    EXPECT_EQ(bench.progress(bsp).rounds_min, static_cast<std::uint64_t>(kSteps));
+    return weights(bench.model);
+  };
+  const std::vector<float> fixed = run(0, nullptr);
+  ASSERT_FALSE(fixed.empty());
+  for (std::uint32_t lead : {1u, 2u}) {
+    bool ever_held = false;
+    for (unsigned seed = 1; seed <= 40; ++seed) {
+      std::mt19937 random(seed);
+      EXPECT_EQ(run(lead, &random), fixed) << "push_lead=" << lead << ", seed " << seed;
+      ever_held = ever_held || held_any;
+    }
+    EXPECT_TRUE(ever_held) << "push_lead=" << lead << " never held a push: the test proves nothing";
+  }
 }
 
 TEST(BspModeLead, AStragglerDeadlineReleasesTheHoldAndAMemberThatStoppedPushingSetsNoPace) {
