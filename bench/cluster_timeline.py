@@ -538,9 +538,10 @@ def train_report(args):
                  f"{med(f['read_wait']) * ms:.0f} ms [p90 {percentile(f['read_wait'], 0.9) * ms:.0f}]"
                  if f["pull_tail"] else ""))
             if f["batch_tail"]:
-                say(f"timeline:   blockps batches: per shard and step, {med(f['batch_tail']) * ms:.0f} ms from a batch's "
-                    "last WRITE to its last READ (exchanges queued meanwhile wait for it: no WRITE of this shard in "
-                    "flight)")
+                say(f"timeline:   blockps streams: per shard and step, {med(f['batch_tail']) * ms:.0f} ms from a "
+                    "stream's last WRITE to its last READ (no WRITE of this shard in flight; since issue 48 an "
+                    "exchange queued meanwhile joins the stream, so this is time with nothing left to push; before, "
+                    "the exchanges queued meanwhile waited for it)")
     text = "\n".join(lines)
     print(text)
     if args.plot:

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
+#include <utility>
 
 #include "client/job_and_place.h"
 #include "client/send_order.h"
@@ -121,7 +122,10 @@ class ShardWorker {
     for (LuRole role : {LuRole::grad, LuRole::weights}) {
       lu(role).observe_commands([this, role](const LuCommand& c, auto issued, auto completed, bool ok) {
         if (trace_ != nullptr) trace_->command(command_lane_, c, issued, completed);
-        if (role == LuRole::grad && running_exchanges_ != nullptr) running_exchanges_->completed(c, ok);
+        if (role == LuRole::grad && running_exchanges_ != nullptr) {
+          if (ok && running_exchanges_->completes(c)) log_recovery(LuRole::grad);
+          running_exchanges_->completed(c, ok);
+        }
       });
     }
     thread_ = std::thread([this] { serve(); });
@@ -171,9 +175,8 @@ class ShardWorker {
   Status run_growing(LuRole role, std::vector<LuCommand>& commands, const std::vector<std::uint64_t>& model_offsets,
                      CommandFeed* feed, bool explain = true) {
     const std::int64_t issued_unix_ms = unix_ms_now();
-    const LuQueueCounters before = lu(role).queue_counters();
     const std::optional<LuFailure> f = lu(role).run_growing(commands, limits_, feed);
-    log_recovery(role, before, lu(role).queue_counters());
+    log_recovery(role);
     if (!f) return Status::Ok();
     std::string where = lu_name(role) + ": ";
     if (f->command < commands.size()) {
@@ -244,10 +247,13 @@ class ShardWorker {
   // The job this worker's sentences name; changed by Cluster::claim, on this I/O thread.
   void set_job(const std::string& job) { asking_.job = job; }
 
-  // One stderr line for each kind of recovery a batch needed (the counters say how often, over the cluster's
-  // life: Cluster::recovery_counters). A recovery is not an error, but a worker that reconnects every step, or loses
-  // pushes, must be able to see it without a debugger.
-  void log_recovery(LuRole role, const LuQueueCounters& before, const LuQueueCounters& after) const {
+  // One stderr line for each kind of recovery the LU's commands needed since the last such lines (the counters say
+  // how often, over the cluster's life: Cluster::recovery_counters). A recovery is not an error, but a worker that
+  // reconnects every step, or loses pushes, must be able to see it without a debugger. Called when a batch ends, and
+  // before an exchange of a stream is finished (its caller, told the exchange is done, has seen the lines).
+  void log_recovery(LuRole role) {
+    const LuQueueCounters after = lu(role).queue_counters();
+    const LuQueueCounters before = std::exchange(logged_[static_cast<int>(role)], after);
     const auto line = [&](std::uint64_t delta, const char* what) {
       if (delta > 0)
         std::fprintf(stderr, "blockps: %s: %s (%llu)\n", lu_name(role).c_str(), what,
@@ -280,6 +286,8 @@ class ShardWorker {
     std::vector<std::size_t> left;  // by exchange (LuCommand::tag)
     std::vector<bool> failed;       // by exchange: a command failed, so the stream's outcome is this exchange's
     std::function<void(std::size_t)> on_finished;
+    // Whether `c`, completing with success, is the last command its exchange waits for.
+    bool completes(const LuCommand& c) const { return c.tag < left.size() && left[c.tag] == 1 && !failed[c.tag]; }
     void completed(const LuCommand& c, bool ok) {
       if (c.tag >= left.size()) return;
       if (!ok)
@@ -429,6 +437,7 @@ class ShardWorker {
   SendOrder send_order_;  // under mutex_
   AskingWorker asking_;
   std::unique_ptr<LuTransport> lus_[3];
+  LuQueueCounters logged_[3];  // by LuRole: each LU's counters when log_recovery() last looked (I/O thread)
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable work_cv_;

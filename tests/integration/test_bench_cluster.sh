@@ -187,6 +187,6 @@ for run in ddp ddp-blockps ps-sync; do
 done
 [ "$(grep -cE "^cluster: +blockps \(medians over ranks and steps\): first WRITE issued" "$tmp/train")" -eq 2 ] ||
   fail "the training timeline did not time blockps's commands of ddp-blockps and ps-sync (and only those)"
-[ "$(grep -cE "^cluster: +blockps batches: per shard and step, [0-9]+ ms from a batch's last WRITE" "$tmp/train")" -eq 2 ] ||
-  fail "the training timeline did not measure the batches' tails of ddp-blockps and ps-sync"
+[ "$(grep -cE "^cluster: +blockps streams: per shard and step, [0-9]+ ms from a stream's last WRITE" "$tmp/train")" -eq 2 ] ||
+  fail "the training timeline did not measure the streams' tails of ddp-blockps and ps-sync"
 [ -s "$tmp/train-timeline/train-timeline.png" ] || fail "no training timeline figure"

@@ -381,6 +381,15 @@ def bad_input(args):
     trained_opt.step()
     trained_opt.checkpoint()  # the shards' files exist from here on
     big = nn.Linear(784, 100).to(DEVICE)  # 78,500 parameters
+    # block_bytes_for: a small model gets small blocks (16 a shard or more, from 16K), a large one 256K.
+    check(blockps.torch.block_bytes_for(big, 4) == 16 << 10,
+          f"block_bytes_for(78,500 parameters, 4 shards) = {blockps.torch.block_bytes_for(big, 4)}, not 16K")
+    check(blockps.torch.block_bytes_for(big, 1) == 16 << 10, "block_bytes_for(78,500 parameters, 1 shard): not 16K")
+    large = nn.Linear(4096, 1024, bias=False)  # 16 MiB of f32: 256K gives 4 shards 16 blocks each
+    check(blockps.torch.block_bytes_for(large, 4) == 256 << 10, "block_bytes_for(16 MiB, 4 shards): not 256K")
+    check(blockps.torch.block_bytes_for(large, 8) == 128 << 10, "block_bytes_for(16 MiB, 8 shards): not 128K")
+    expect_value_error("block_bytes_for of no shards", "need shards >= 1",
+                       lambda: blockps.torch.block_bytes_for(big, 0))
     expect_value_error("a model larger than the cluster's", "the model needs 78500 elements",
                        lambda: blockps.torch.DistributedOptimizer(adam(big), big, args.cluster))
     model = small_cnn()
