@@ -514,7 +514,10 @@ TEST_F(ClientTest, BlockpsTraceRecordsEachShardsTransfersAndTheLoopsSteps) {
     EXPECT_EQ(lane_names[lane], "shard shard" + std::to_string(s));
     EXPECT_EQ(count(lane, "push"), 1);
     EXPECT_EQ(count(lane, "pull"), 1 + 1);  // DoubleBuffer::create pulls once for both buffers
-    EXPECT_EQ(count(lane, "exchange"), 1 + 3);
+    // The exchange and the double buffer's three: each an exchange span of its own, unless it was queued while the
+    // shard's stream ran and joined that stream's span (issue 48). Their bytes, below, are every exchange's.
+    EXPECT_GE(count(lane, "exchange"), 1);
+    EXPECT_LE(count(lane, "exchange"), 1 + 3);
     // Shard bytes moved: push 1, pull 1, exchange 2 (its WRITEs and its READs), the double buffer's pull 1 and
     // three exchanges 6.
     EXPECT_EQ(transfer_bytes[lane], (1 + 1 + 2 + 1 + 6) * layout->shard_bytes(static_cast<std::size_t>(s)));
