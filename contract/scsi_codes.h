@@ -75,5 +75,7 @@ inline bool is_write_verify(std::uint8_t op) {
 }
 /// The commands whose data a status LU takes as control lines (ServedLu::execute and the admission agree).
 inline bool writes_data(std::uint8_t op) { return is_write(op) || is_write_verify(op); }
+/// A WRITE whose initiator asked for it to be durable before it completes: FUA, byte 1 bit 3 (WRITE(6) has none).
+inline bool forces_unit_access(const std::uint8_t* cdb) { return cdb[0] != kWrite6 && (cdb[1] & 0x08) != 0; }
 
 }  // namespace blockps::scsi

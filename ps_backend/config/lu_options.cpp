@@ -160,6 +160,19 @@ const std::vector<KeyDef>& key_table() {
          return Status::Ok();
        },
        nullptr},
+      {{"main_thread_bytes", "64K",
+        "a READ or WRITE of at most this many bytes (on a CPU shard; with rounds, of blocks no larger) runs on tgtd's "
+        "main thread instead of the I/O pool, whose hand-off costs more than its work; 0..512K, 0: every command "
+        "goes to the pool"},
+       false,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         std::uint64_t n = 0;
+         if (!parse_byte_size(v, n) || n > kMaxBlockBytes) return bad(key, v, "must be a byte count from 0 to 512K");
+         o.main_thread_bytes = static_cast<std::uint32_t>(n);
+         return Status::Ok();
+       },
+       nullptr},
       {{"size", "(required for a new shard)",
         "shard size in wire bytes (K/M/G/T suffixes, binary); the grad "
         "and weights LUs have this capacity"},

@@ -65,6 +65,13 @@ bool ServedLu::needs_admission(LuRole role, std::uint8_t op) {
   return false;
 }
 
+bool ServedLu::runs_on_caller(bool write, std::uint64_t len, std::uint32_t limit) const {
+  if (limit == 0 || len > limit || role_ == LuRole::status) return false;
+  const ModelShard& model = shard_->model();
+  if (model.device().is_gpu()) return false;
+  return !write || !shard_->holds_commands(role_) || model.geometry().block_bytes <= limit;
+}
+
 Admission ServedLu::admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset,
                           std::uint64_t len, const WorkerRef& sender, const SessionProbe& alive) {
   if (role_ == LuRole::status && is_read(op)) {
@@ -142,8 +149,7 @@ LuOutcome ServedLu::execute(const TargetCommand& cmd) {
       if (is_write_verify(op) && !behaviour_of(role_).verifies_writes)
         return check_condition(kIllegalRequest, kAscInvalidOpcode);
       const std::size_t len = std::min<std::size_t>(cmd.transfer_length, cmd.out.size());
-      // FUA is byte 1 bit 3 (WRITE(6) has none).
-      const bool fua = op != kWrite6 && (cmd.cdb[1] & 0x08);
+      const bool fua = forces_unit_access(cmd.cdb);
       const LuOutcome w = write(cmd.offset, cmd.out.first(len), fua, cmd.handle, sender);
       return (w.status != kGood || !is_write_verify(op)) ? w : verify(cmd.offset, cmd.out.first(len));
     }

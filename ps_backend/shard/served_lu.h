@@ -65,6 +65,13 @@ class ServedLu {
   Admission admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset, std::uint64_t len,
                   const WorkerRef& sender, const SessionProbe& alive = {});
 
+  /// Whether a READ, or a WRITE (`write`) without FUA (FUA writes a checkpoint), of `len` bytes that may run now is
+  /// cheap enough for the caller's thread (tgtd's main loop) rather than tgt's I/O pool: at most `limit` bytes
+  /// (bsopts main_thread_bytes; 0: never) to a grad or weights LU of a CPU shard, and a grad-LU WRITE of a shard with
+  /// rounds only where its blocks are no larger either (the WRITE that closes a round does the whole block's math).
+  /// The pool's hand-off costs more than such a command's work.
+  bool runs_on_caller(bool write, std::uint64_t len, std::uint32_t limit) const;
+
   /// Execute one command; never throws.
   LuOutcome execute(const TargetCommand& cmd);
 

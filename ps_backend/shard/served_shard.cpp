@@ -199,11 +199,11 @@ Admission ServedShard::hold_refused(const void* owner, const void* handle, bool 
 
 void ServedShard::hand_back_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
                                    const std::function<bool(const void*)>& aborted,
-                                   const std::function<void(const void*)>& resubmit,
+                                   const std::function<void(const void*, bool, std::uint64_t)>& resubmit,
                                    const std::function<void(const void*, const LuOutcome&)>& fail) {
   if (!rounds_) return;
   rounds_->process_parked(
-      owner, alive, aborted, [&resubmit](const ParkedCommand& p) { resubmit(p.handle); },
+      owner, alive, aborted, [&resubmit](const ParkedCommand& p) { resubmit(p.handle, p.is_push, p.len); },
       [this, &fail](const ParkedCommand& p, Refusal as, const std::string& why) {
         if (as == Refusal::reservation_conflict) {
           // Logged once per session at admission, or with the takeover that refused it.

@@ -101,7 +101,7 @@ class ServedShard {
   /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
   void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,
                         const std::function<bool(const void* handle)>& aborted,
-                        const std::function<void(const void* handle)>& resubmit,
+                        const std::function<void(const void* handle, bool is_push, std::uint64_t len)>& resubmit,
                         const std::function<void(const void* handle, const LuOutcome& outcome)>& fail);
   /// Every command parked for `owner` fails (NOT READY, with `why`) at its next hand_back_parked().
   void refuse_parked(const void* owner, const std::string& why);

@@ -4,8 +4,9 @@
  * calls), turns tgt's LU life cycle and commands into calls of the C++ core (lu_abi.h), and sets the SCSI result
  * the core chose. Like tgt's own stores (bs_rdwr.c), one function answers a command on tgt's per-LU I/O thread
  * pool (bs_thread), so tgtd's main thread never does the math; before that, on the main thread, the core is asked
- * once what becomes of it (run, or held with tgt's asynchronous completion, never by blocking a pool thread, until
- * the core's eventfd says it may go on or fails). The core decides; the glue only translates types and threads.
+ * once what becomes of it (run; run here, on the main thread, a READ or WRITE too small to be worth the pool's
+ * hand-off; or held with tgt's asynchronous completion, never by blocking a pool thread, until the core's eventfd
+ * says it may go on or fails). The core decides; the glue only translates types and threads.
  * Unit-tested without tgtd by tests/unit/ps_backend/glue/bs_blockps_ut.c, which includes this file.
  */
 #include <sys/epoll.h>
@@ -14,6 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* tgt's list.h takes offsetof through a null pointer unless the compiler's is named (as the Linux kernel it comes
+ * from does): UndefinedBehaviorSanitizer reports the former in list_for_each_entry. */
+#define __compiler_offsetof(TYPE, MEMBER) __builtin_offsetof(TYPE, MEMBER)
 #include "list.h"
 #include "util.h"
 #include "tgtd.h"
@@ -27,10 +31,14 @@
 #include "ps_backend/tgt_glue/lu_abi.h"
 
 /* Private LU data: tgt's thread-pool state must come first (BS_THREAD_I assumes it). The wake fd is the core's
- * (blockps_lu_wake_fd). */
+ * (blockps_lu_wake_fd). Commands run here at submission whose outcome is not GOOD wait on `answer_later` (linked
+ * by bs_list) for `answer_event`, tgt's next loop pass: a store completes a command with a status of its own only
+ * asynchronously. */
 struct blockps_lu_private {
 	struct bs_thread_info thread_info;
 	struct blockps_lu *core;
+	struct list_head answer_later;
+	struct event_data answer_event;
 };
 
 static struct blockps_lu_private *lu_private(struct scsi_lu *lu)
@@ -122,9 +130,17 @@ static int parked_aborted(const void *handle)
 	return ((const struct scsi_cmd *)handle)->mreq != NULL;
 }
 
-static void parked_resubmit(const void *handle)
+/* A parked command that may go on: to the pool, or executed here and completed (it is asynchronous already). */
+static void parked_resubmit(const void *handle, int how)
 {
-	bs_thread_cmd_submit((struct scsi_cmd *)handle);
+	struct scsi_cmd *cmd = (struct scsi_cmd *)handle;
+
+	if (how != BLOCKPS_ADMIT_RUN_HERE) {
+		bs_thread_cmd_submit(cmd);
+		return;
+	}
+	blockps_request(cmd);
+	target_cmd_io_done(cmd, scsi_get_result(cmd));
 }
 
 static void parked_fail(const void *handle, const struct blockps_outcome *o)
@@ -153,7 +169,35 @@ static const struct blockps_glue_ops glue_ops = {
 	.fail = parked_fail,
 };
 
-/* Main thread, before a command is queued: the core says whether it runs now or waits (parked). */
+/* tgt's loop pass after a submission that ran commands here: answer those whose outcome is not GOOD. */
+static void answer_later(struct event_data *ev)
+{
+	struct blockps_lu_private *priv = ev->data;
+	struct scsi_cmd *cmd, *next;
+
+	list_for_each_entry_safe(cmd, next, &priv->answer_later, bs_list) {
+		list_del_init(&cmd->bs_list);
+		target_cmd_io_done(cmd, scsi_get_result(cmd));
+	}
+}
+
+/* Executes a command on the main thread at submission. GOOD: tgt completes it when this returns 0. Anything else
+ * waits for answer_later: sbc.c turns a synchronous store's result into GOOD or HARDWARE ERROR only. */
+static int run_here(struct scsi_cmd *cmd)
+{
+	struct blockps_lu_private *priv = lu_private(cmd->dev);
+
+	blockps_request(cmd);
+	if (scsi_get_result(cmd) == SAM_STAT_GOOD)
+		return 0;
+	set_cmd_async(cmd);
+	list_add_tail(&cmd->bs_list, &priv->answer_later);
+	tgt_add_sched_event(&priv->answer_event);
+	return 0;
+}
+
+/* Main thread, before a command is queued: the core says whether it runs now (in the pool or here) or waits
+ * (parked). */
 static int blockps_cmd_submit(struct scsi_cmd *cmd)
 {
 	struct blockps_command c = core_command(cmd);
@@ -172,6 +216,8 @@ static int blockps_cmd_submit(struct scsi_cmd *cmd)
 	case BLOCKPS_ADMIT_PARKED:
 		set_cmd_async(cmd);
 		return 0;
+	case BLOCKPS_ADMIT_RUN_HERE:
+		return run_here(cmd);
 	case BLOCKPS_ADMIT_RUN:
 		break;
 	}
@@ -198,6 +244,8 @@ static tgtadm_err bs_blockps_init(struct scsi_lu *lu, char *bsopts)
 		eprintf("blockps: refused LU %" PRIu64 ": %s\n", lu->lun, message);
 		return r == BLOCKPS_UNKNOWN_OPTION ? TGTADM_UNKNOWN_PARAM : TGTADM_INVALID_REQUEST;
 	}
+	INIT_LIST_HEAD(&priv->answer_later);
+	tgt_init_sched_event(&priv->answer_event, answer_later, priv);
 	ret = bs_thread_open(&priv->thread_info, blockps_request, (int)blockps_lu_io_threads(priv->core));
 	if (ret != TGTADM_SUCCESS) {
 		/* tgt does not call bs_exit when bs_init fails: clean up here. */
@@ -247,6 +295,8 @@ static void bs_blockps_exit(struct scsi_lu *lu)
 {
 	struct blockps_lu_private *priv = lu_private(lu);
 
+	/* Nothing waits on it: tgt deletes an LU only when no command is in flight. */
+	tgt_remove_sched_event(&priv->answer_event);
 	bs_thread_close(&priv->thread_info);
 	blockps_lu_free(priv->core);
 	priv->core = NULL;

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "contract/scsi_codes.h"
 #include "ps_backend/base/log.h"
 #include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_lu.h"
@@ -104,13 +105,30 @@ blockps_admission for_the_glue(blockps::Admission a) {
   return a == blockps::Admission::run ? BLOCKPS_ADMIT_RUN : BLOCKPS_ADMIT_PARKED;
 }
 
+// Where a READ, or a WRITE without FUA, that may run now runs: here (the glue's main thread) when that is cheaper
+// than the hand-off to the I/O pool, else in the pool.
+blockps_admission where_to_run(const blockps_lu& lu, const blockps::ServedLu& served, bool write, std::uint64_t len) {
+  return served.runs_on_caller(write, len, lu.options.main_thread_bytes) ? BLOCKPS_ADMIT_RUN_HERE : BLOCKPS_ADMIT_RUN;
+}
+
+// The same for a command as tgt hands it: every other command runs in the pool.
+blockps_admission where_to_run(const blockps_lu& lu, const blockps::ServedLu& served, const blockps_command& cmd) {
+  namespace scsi = blockps::scsi;
+  const bool write = scsi::is_write(cmd.cdb[0]);
+  if (!scsi::is_read(cmd.cdb[0]) && !(write && !scsi::forces_unit_access(cmd.cdb))) return BLOCKPS_ADMIT_RUN;
+  return where_to_run(lu, served, write, cmd.transfer_length);
+}
+
 blockps_result admit(blockps_lu& lu, const blockps_command& cmd, const blockps_glue_ops& ops,
                      blockps_admission& admission, char* message, size_t size) {
   admission = BLOCKPS_ADMIT_RUN;
-  // From the options alone: no sender's name and no shard lookup for the commands no admission concerns.
-  if (!blockps::ServedLu::needs_admission(lu.options.role, cmd.cdb[0])) return BLOCKPS_OK;
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
   if (!served) return BLOCKPS_OK;  // execute() answers NOT_ATTACHED
+  // From the options alone: no sender's name for the commands no admission concerns.
+  if (!blockps::ServedLu::needs_admission(lu.options.role, cmd.cdb[0])) {
+    admission = where_to_run(lu, *served, cmd);
+    return BLOCKPS_OK;
+  }
   char name[512];
   blockps_worker worker{0, 0, nullptr};
   ops.sender(cmd.handle, &worker, name, sizeof name);
@@ -121,6 +139,7 @@ blockps_result admit(blockps_lu& lu, const blockps_command& cmd, const blockps_g
   // Only an LU with a wake fd holds commands (a grad LU of a shard with rounds): it hands them back when woken.
   if (admission == BLOCKPS_ADMIT_PARKED && lu.wake_fd < 0)
     return report(BLOCKPS_INTERNAL_ERROR, message, size, "admission", "a command was held by an LU that never parks");
+  if (admission == BLOCKPS_ADMIT_RUN) admission = where_to_run(lu, *served, cmd);
   return BLOCKPS_OK;
 }
 
@@ -140,7 +159,10 @@ void hand_back_parked(blockps_lu& lu, const blockps_glue_ops& ops) {
   served->shard().hand_back_parked(
       &lu, [&ops](int tid, std::uint64_t itn) { return ops.alive(tid, itn) != 0; },
       [&ops](const void* handle) { return ops.aborted(handle) != 0; },
-      [&ops](const void* handle) { ops.resubmit(handle); },
+      // A parked pull as any READ; a push held by push_lead to the pool (its FUA bit is not kept with it).
+      [&](const void* handle, bool is_push, std::uint64_t len) {
+        ops.resubmit(handle, is_push ? BLOCKPS_ADMIT_RUN : where_to_run(lu, *served, false, len));
+      },
       [&ops](const void* handle, const blockps::LuOutcome& outcome) {
         blockps_outcome o{};
         set_outcome(o, outcome);

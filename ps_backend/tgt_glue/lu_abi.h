@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 /* Changes whenever a call's signature or the meaning of a code changes. */
-#define BLOCKPS_LU_ABI_VERSION 4
+#define BLOCKPS_LU_ABI_VERSION 5
 
 /* A `message` buffer of this size holds every message whole. */
 #define BLOCKPS_MESSAGE_BYTES 1024
@@ -109,15 +109,21 @@ struct blockps_glue_ops {
   void (*sender)(const void* handle, struct blockps_worker* worker, char* name, size_t size);
   int (*alive)(int tid, uint64_t itn_id);                                  /* the session still exists */
   int (*aborted)(const void* handle);                                      /* an ABORT TASK / LUN RESET waits */
-  void (*resubmit)(const void* handle);                                    /* queue it to the I/O threads now */
+  /* Run it now (`how`: BLOCKPS_ADMIT_RUN, queued to the I/O threads; BLOCKPS_ADMIT_RUN_HERE, executed on this
+   * thread with blockps_lu_execute and completed). */
+  void (*resubmit)(const void* handle, int how);
   void (*fail)(const void* handle, const struct blockps_outcome* outcome); /* complete it with this result */
 };
 
 /* What becomes of a command before it is queued. */
 enum blockps_admission {
-  BLOCKPS_ADMIT_RUN = 0,   /* queue it to the I/O threads */
-  BLOCKPS_ADMIT_PARKED = 1 /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
-                              resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
+  BLOCKPS_ADMIT_RUN = 0,    /* queue it to the I/O threads */
+  BLOCKPS_ADMIT_PARKED = 1, /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
+                               resubmitted or failed (a refusal, e.g. too few live workers, comes back that way) */
+  BLOCKPS_ADMIT_RUN_HERE = 2 /* execute it now on this thread (blockps_lu_execute): a READ or WRITE small enough
+                                (bsopts main_thread_bytes) that the hand-off to the I/O threads costs more than its
+                                work. A GOOD outcome completes it synchronously; any other only asynchronously (a
+                                store sets a status of its own no other way), on tgt's next loop pass */
 };
 
 /* Main thread, for every command before it is queued: the one admission question. Only the commands a job's claim
@@ -126,10 +132,11 @@ enum blockps_admission {
  * lets the claim forget gone sessions) concern it: for them the core learns the sender (ops->sender) and asks the
  * shard; every other command is RUN at once, from the LU's options alone. A READ/WRITE of a mode=sync/ssp grad LU
  * may be PARKED, also when the shard refuses it (another job holds the shard; too few workers), to be failed from
- * blockps_lu_on_wake. Everything else is RUN: the I/O thread answers what the admission decided (RESERVATION
+ * blockps_lu_on_wake. Everything else runs, RUN or RUN_HERE (a READ or WRITE of at most main_thread_bytes of a
+ * grad or weights LU, ServedLu::runs_on_caller): execution answers what the admission decided (RESERVATION
  * CONFLICT for a command of a session outside the job that holds the shard; ACCESS DENIED for a control write of a
  * non-administrator on a status LU with admins=). `cmd` needs handle and cdb, offset and transfer_length; its data
- * buffers are not read.
+ * buffers are not read. A parked command comes back through ops->resubmit the same way: RUN or RUN_HERE.
  * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cmd, its cdb, ops or admission NULL);
  * INTERNAL_ERROR. On any code but OK nothing was parked and the glue must refuse the command (it fails it
  * synchronously: tgt answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */

@@ -161,7 +161,7 @@ struct Setup {
 };
 
 Setup choose(Bytes& in) {
-  const std::uint8_t a = in.u8(), b = in.u8();
+  const std::uint8_t a = in.u8(), b = in.u8(), c = in.u8();
   static const char* const kOptimizers[] = {"sgd", "momentum", "adam", "adamw", "sum"};
   static const char* const kDtypes[] = {"f32", "bf16", "f16", "f32"};
   Setup s;
@@ -191,7 +191,9 @@ Setup choose(Bytes& in) {
   s.holds_commands = (a & 3) != 0;
   s.deadline = s.deadline && s.holds_commands;
   s.bsopts = "size=16K;block=4K;dtype=" + std::string(kDtypes[(a >> 2) & 3]) + ";" + mode + ";checkpoint_s=0" +
-             ((b & 0x40) ? ";init=uniform:1;seed=" + std::to_string(b & 7) : "");
+             ((b & 0x40) ? ";init=uniform:1;seed=" + std::to_string(b & 7) : "") +
+             // Commands on tgt's main thread (every command here is at most 16K) or all in the I/O pool.
+             ((c & 1) ? "" : ";main_thread_bytes=0");
   return s;
 }
 
@@ -436,9 +438,11 @@ class Run {
       require(!f.async && f.queued == 0 && f.completed == 0, "a command refused at submission was also taken");
       return;
     }
-    require(f.async, "a command the store took was not made asynchronous");
+    require(f.async || f.ran_here, "a command the store took was neither asynchronous nor completed at submission");
+    require(!f.ran_here || (f.executed == 1 && f.result == kGood),
+            "a command completed at submission did not run, or was answered other than GOOD");
     require(f.completed == 1, f.completed == 0 ? "a command never completed" : "a command completed twice");
-    require(f.executed == f.queued, "a command queued to the I/O pool did not run exactly once per queueing");
+    require(f.pool_runs == f.queued, "a command queued to the I/O pool did not run exactly once per queueing");
     require(f.executed <= 1, "a command ran twice");
     switch (f.result) {
       case kGood:

@@ -26,8 +26,11 @@ TEST(LuOptions, ParsesEveryKey) {
   const LuOptions o = parse_ok(
       "role=grad; size=64M;dtype=bf16;block=128K;opt=adamw;lr=0.001;momentum=0.5;nesterov=1;beta1=0.8;"
       "beta2=0.99;eps=1e-6;weight_decay=0.01;init=normal:0.02;seed=7;mode=async;device=cpu;checkpoint_s=30;"
-      "io_threads=8;claim_idle_s=0;checkpoint_copy=/mnt/nfs/m.ckpt");
+      "io_threads=8;claim_idle_s=0;checkpoint_copy=/mnt/nfs/m.ckpt;main_thread_bytes=16K");
   EXPECT_EQ(o.io_threads, 8u);
+  EXPECT_EQ(o.main_thread_bytes, 16u << 10);
+  EXPECT_EQ(parse_ok("role=grad").main_thread_bytes, 64u << 10);
+  EXPECT_EQ(parse_ok("role=grad;main_thread_bytes=0").main_thread_bytes, 0u);
   EXPECT_EQ(o.role, LuRole::grad);
   EXPECT_EQ(o.config.geometry.bytes, 64ull << 20);
   EXPECT_EQ(o.config.geometry.dtype, WireDtype::bf16);
@@ -171,6 +174,8 @@ TEST(LuOptions, RefusesBadInputWithThePreciseReason) {
       {"role=grad;checkpoint_s=1.5", "checkpoint_s=1.5"},
       {"role=grad;checkpoint_copy=nfs/m.ckpt", "checkpoint_copy=nfs/m.ckpt: must be none or an absolute path"},
       {"role=grad;io_threads=0", "io_threads=0: must be a whole number from 1 to 64"},
+      {"role=grad;main_thread_bytes=1M", "main_thread_bytes=1M: must be a byte count from 0 to 512K"},
+      {"role=grad;main_thread_bytes=-1", "main_thread_bytes=-1: must be a byte count from 0 to 512K"},
       {"role=grad;io_threads=4;io_threads=2", "given twice"},
   };
   for (const Case& c : cases) {

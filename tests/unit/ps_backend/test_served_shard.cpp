@@ -22,7 +22,7 @@ struct HandedBack {
   void from(ServedShard& shard, const void* owner, const std::function<bool(int, std::uint64_t)>& alive = nullptr) {
     shard.hand_back_parked(
         owner, alive ? alive : [](int, std::uint64_t) { return true; }, [](const void*) { return false; },
-        [this](const void* h) { resubmitted.push_back(h); },
+        [this](const void* h, bool, std::uint64_t) { resubmitted.push_back(h); },
         [this](const void* h, const LuOutcome& o) { failed.emplace_back(h, o); });
   }
 };

@@ -9,7 +9,13 @@
 #include <stdarg.h>
 #include <string.h>
 
+/* Every execution of a command, in the pool or on the main thread, is counted (fate.executed): the glue's calls of
+ * the core's execute go through ut_execute. */
+#define blockps_lu_execute ut_execute
 #include "ps_backend/tgt_glue/bs_blockps.c"
+#undef blockps_lu_execute
+enum blockps_result blockps_lu_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
+                                       struct blockps_outcome* outcome, char* message, size_t message_size);
 
 /* tgt's list.h takes offsetof through a null pointer, which clang's UndefinedBehaviorSanitizer reports (the fuzz
  * build, tests/fuzz/fuzz_command.cpp): the compiler's own gives the same value. */
@@ -25,10 +31,17 @@ struct ut_cmd {
 
 static struct ut_cmd* ut_of(struct scsi_cmd* cmd) { return (struct ut_cmd*)cmd; }
 
+enum blockps_result ut_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
+                               struct blockps_outcome* outcome, char* message, size_t message_size) {
+  ut_of((struct scsi_cmd*)cmd->handle)->fate.executed++;
+  return blockps_lu_execute(lu, cmd, outcome, message, message_size);
+}
+
 /* ---- tgt as the glue sees it ---- */
 
 static struct backingstore_template* registered_bst;
 static LIST_HEAD(pool_queue);
+static LIST_HEAD(sched_events); /* tgt's scheduled events: run by its loop pass (ut_run_sched_events) */
 /* The fds on tgt's event loop: one per attached LU that parks commands. */
 enum { UT_MAX_WATCHED = 16 };
 static struct {
@@ -86,6 +99,39 @@ int bs_thread_cmd_submit(struct scsi_cmd* cmd) {
   set_cmd_async(cmd);
   ut_of(cmd)->fate.queued++;
   return 0;
+}
+
+void tgt_init_sched_event(struct event_data* evt, sched_event_handler_t sched_handler, void* data) {
+  evt->sched_handler = sched_handler;
+  evt->scheduled = 0;
+  evt->data = data;
+  INIT_LIST_HEAD(&evt->e_list);
+}
+
+void tgt_add_sched_event(struct event_data* evt) {
+  if (!evt->scheduled) {
+    evt->scheduled = 1;
+    list_add_tail(&evt->e_list, &sched_events);
+  }
+}
+
+void tgt_remove_sched_event(struct event_data* evt) {
+  if (evt->scheduled) {
+    evt->scheduled = 0;
+    list_del_init(&evt->e_list);
+  }
+}
+
+int ut_run_sched_events(void) {
+  struct event_data *ev, *next;
+  int ran = 0;
+
+  list_for_each_entry_safe(ev, next, &sched_events, e_list) {
+    tgt_remove_sched_event(ev);
+    ev->sched_handler(ev);
+    ran++;
+  }
+  return ran;
 }
 
 int tgt_event_add(int fd, int events, event_handler_t handler, void* data) {
@@ -217,6 +263,7 @@ void ut_lu_delete(struct ut_lu* handle) {
 void ut_lu_wake(struct ut_lu* handle) {
   int i;
 
+  ut_run_sched_events(); /* tgt's loop pass runs them too */
   for (i = 0; i < watched_count; i++)
     if (watched[i].data == handle) {
       watched[i].handler(watched[i].fd, EPOLLIN, watched[i].data);
@@ -250,6 +297,7 @@ int ut_wake_fd_watched(void) { return watched_count > 0; }
 void ut_wake(void) {
   int i;
 
+  ut_run_sched_events(); /* tgt's loop pass runs them too */
   /* A handler does not add or remove watched fds (only bs_open and bs_close do). */
   for (i = 0; i < watched_count; i++) watched[i].handler(watched[i].fd, EPOLLIN, watched[i].data);
 }
@@ -438,7 +486,16 @@ void ut_cmd_free(struct ut_cmd* c) {
   free(c);
 }
 
-int ut_submit(struct ut_cmd* c) { return c->cmd.dev->bst->bs_cmd_submit(&c->cmd); }
+int ut_submit(struct ut_cmd* c) {
+  int ret = c->cmd.dev->bst->bs_cmd_submit(&c->cmd);
+
+  /* tgt's target_cmd_queue: a command the store took and did not make asynchronous is done, GOOD (sbc.c). */
+  if (ret == 0 && !cmd_async(&c->cmd)) {
+    c->fate.ran_here = 1;
+    target_cmd_io_done(&c->cmd, SAM_STAT_GOOD);
+  }
+  return ret;
+}
 
 void ut_abort(struct ut_cmd* c) { c->cmd.mreq = (struct mgmt_req*)&ut_target; /* only compared with NULL */ }
 
@@ -450,7 +507,7 @@ void ut_end_session(uint64_t itn_id) {
 static void run_queued(struct scsi_cmd* cmd) {
   list_del_init(&cmd->bs_list);
   ((struct bs_thread_info*)BS_THREAD_I(cmd->dev))->request_fn(cmd);
-  ut_of(cmd)->fate.executed++;
+  ut_of(cmd)->fate.pool_runs++;
   target_cmd_io_done(cmd, scsi_get_result(cmd));
 }
 

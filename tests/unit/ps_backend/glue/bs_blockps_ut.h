@@ -29,8 +29,12 @@ struct ut_cmd;
  * "iqn.2024-01.test:worker-<itn_id>"), with a zeroed data buffer. */
 struct ut_cmd* ut_cmd_new(uint64_t itn_id, int is_write, uint64_t offset, uint32_t length);
 void ut_cmd_free(struct ut_cmd* cmd);
-/* bs_cmd_submit: the store's return value (non-zero: tgt fails the command with HARDWARE ERROR itself). */
+/* bs_cmd_submit: the store's return value (non-zero: tgt fails the command with HARDWARE ERROR itself). As tgt
+ * does, a command the store took without making it asynchronous is completed GOOD at once. */
 int ut_submit(struct ut_cmd* cmd);
+/* tgt's scheduled events (tgt_add_sched_event), as its loop pass runs them; ut_wake and ut_lu_wake run them first
+ * too. Returns how many ran. */
+int ut_run_sched_events(void);
 /* An ABORT TASK / LUN RESET now waits on the command (tgt sets cmd->mreq). */
 void ut_abort(struct ut_cmd* cmd);
 /* The session `itn_id` is gone: it_nexus_lookup finds it no more. */
@@ -43,8 +47,10 @@ int ut_run_pool(void);
 struct ut_fate {
   int async;       /* set_cmd_async: the store owns the command */
   int queued;      /* times handed to the I/O pool (bs_thread_cmd_submit), including resubmits */
-  int executed;    /* times the pool ran its request function */
+  int executed;    /* times the core executed it: in the pool, or on the main thread (main_thread_bytes) */
+  int pool_runs;   /* times the pool ran its request function */
   int completed;   /* times target_cmd_io_done was called (exactly once is correct) */
+  int ran_here;    /* completed by tgt at submission: the store ran it synchronously (main_thread_bytes) */
   int result;      /* the status given to target_cmd_io_done */
   int sense_built; /* sense_data_build(_with_info) was called */
   uint8_t sense_key;

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <string>
@@ -39,7 +40,10 @@ class Glue : public ::testing::Test {
     for (ut_cmd* c : cmds_) ut_cmd_free(c);
   }
 
-  void open(const std::string& bsopts) {
+  // These tests play tgt's I/O pool one step at a time, so every command goes to it (main_thread_bytes=0);
+  // GlueRunningHere tests the commands run on the main thread.
+  void open(const std::string& bsopts) { open_with(bsopts + ";main_thread_bytes=0"); }
+  void open_with(const std::string& bsopts) {
     ASSERT_EQ(ut_lu_init(bsopts.c_str()), UT_INIT_OK) << last_log();
     ASSERT_EQ(ut_lu_open(dir_.file("shard.ckpt").c_str()), 0) << last_log();
   }
@@ -381,6 +385,98 @@ TEST_F(GlueWithAClaim, AWeightsLuRefusesAnotherJobsWritesButServesItsReads) {
   EXPECT_EQ(ut_run_pool(), 1);
   expect_completed_good(own);
   EXPECT_EQ(shard_->counters().weight_writes.load(), 1u);
+}
+
+// main_thread_bytes (64K by default): a READ or WRITE no larger, of blocks no larger, runs on tgt's main thread when
+// it is submitted or handed back, instead of in the I/O pool.
+class GlueRunningHere : public GlueWithAClaim {
+ protected:
+  // Ran at submission and completed by tgt, GOOD.
+  static void expect_ran_here_good(const ut_cmd* c) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_TRUE(f.ran_here);
+    EXPECT_FALSE(f.async);
+    EXPECT_EQ(f.queued, 0);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kGood);
+  }
+};
+
+TEST_F(GlueRunningHere, SmallPushesAndPullsRunAtSubmissionAndLargerOnesInThePool) {
+  open_with("role=grad;size=256k;block=4k;opt=sum;init=zeros");
+  ut_cmd* push = command(kWorkerA, true, 0);
+  std::vector<std::uint8_t> ones(kBlock);
+  for (std::size_t i = 0; i < ones.size(); i += 4) ones[i + 3] = 0x3f, ones[i + 2] = 0x80;  // 1.0f, little-endian
+  std::memcpy(const_cast<std::uint8_t*>(ut_cmd_data(push)), ones.data(), ones.size());
+  ASSERT_EQ(ut_submit(push), 0);
+  expect_ran_here_good(push);
+  ut_cmd* pull = command(kWorkerA, false, 0);
+  ASSERT_EQ(ut_submit(pull), 0);
+  expect_ran_here_good(pull);
+  EXPECT_EQ(std::memcmp(ut_cmd_data(pull), ones.data(), ones.size()), 0) << "the pull read the push's sum";
+  EXPECT_EQ(ut_pool_queued(), 0u);
+
+  ut_cmd* large = command(kWorkerA, false, 0, 128 * 1024);  // above 64K: the pool's
+  ASSERT_EQ(ut_submit(large), 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(large);
+  EXPECT_FALSE(ut_cmd_fate(large).ran_here);
+}
+
+TEST_F(GlueRunningHere, ZeroOrCommandsLargerThanTheLimitGoToThePool) {
+  for (const char* bsopts :
+       {"role=grad;size=256k;block=4k;main_thread_bytes=0", "role=grad;size=256k;block=4k;main_thread_bytes=2k"}) {
+    SCOPED_TRACE(bsopts);
+    open_with(bsopts);
+    ut_cmd* pull = command(kWorkerA, false, 0);
+    ASSERT_EQ(ut_submit(pull), 0);
+    EXPECT_EQ(ut_run_pool(), 1);
+    expect_completed_good(pull);
+    ut_lu_close();
+  }
+}
+
+TEST_F(GlueRunningHere, WithRoundsASmallPushToALargerBlockGoesToThePoolWhileItsPullRunsHere) {
+  open_with("role=grad;size=256k;block=128k;mode=sync;workers=1;straggler_ms=600000;worker_timeout_ms=600000");
+  ut_cmd* push = command(kWorkerA, true, 0);  // 4K of a 128K block: the WRITE that closes its round averages 128K
+  ASSERT_EQ(ut_submit(push), 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_completed_good(push);
+  ut_cmd* pull = command(kWorkerA, false, 128 * 1024);  // a block whose round 1 is not open: a READ of its weights
+  ASSERT_EQ(ut_submit(pull), 0);
+  expect_ran_here_good(pull);
+}
+
+TEST_F(GlueRunningHere, AnAnswerOtherThanGoodComesOnTgtsNextLoopPassWithItsOwnStatus) {
+  open_with("role=grad;size=8k;block=4k");
+  join(kWorkerA, "run-a");
+  ut_cmd* push = command(kWorkerB, true, 0);
+  ASSERT_EQ(ut_submit(push), 0);
+  const ut_fate before = ut_cmd_fate(push);
+  EXPECT_TRUE(before.async) << "sbc.c would answer a synchronous store's refusal GOOD or HARDWARE ERROR";
+  EXPECT_EQ(before.completed, 0);
+  EXPECT_EQ(ut_run_sched_events(), 1);
+  const ut_fate f = ut_cmd_fate(push);
+  EXPECT_EQ(f.queued, 0);
+  EXPECT_EQ(f.completed, 1);
+  EXPECT_EQ(f.result, scsi::kReservationConflict);
+  EXPECT_EQ(shard_->counters().pushes.load(), 0u);
+}
+
+TEST_F(GlueRunningHere, AParkedPullRunsWhenHandedBackWithoutThePool) {
+  open_with(kSync);
+  ut_cmd* first = command(kWorkerA, true, 0);
+  ASSERT_EQ(ut_submit(first), 0);
+  expect_ran_here_good(first);
+  ut_cmd* pull = park_pull(kWorkerA, 0);
+  ut_cmd* last = command(kWorkerB, true, 0);  // closes round 1 of block 0
+  ASSERT_EQ(ut_submit(last), 0);
+  expect_ran_here_good(last);
+  ASSERT_TRUE(wake_until([&] { return ut_cmd_fate(pull).completed == 1; })) << last_log();
+  const ut_fate f = ut_cmd_fate(pull);
+  EXPECT_EQ(f.queued, 0);
+  EXPECT_EQ(f.result, scsi::kGood);
+  EXPECT_EQ(ut_pool_queued(), 0u);
 }
 
 TEST_F(Glue, BsoptsRefusalsTellTgtadmUnknownKeyFromBadValue) {
