@@ -56,6 +56,8 @@ packages=(
   # `demo.sh --model resnet18` and bench/cluster --workload train (torchvision's ResNet-18); `pip install
   # client/python` offline into a venv (its test)
   python3-torchvision python3-pip python3-venv python3-setuptools python3-wheel
+  # the Python unit tests of the binding's pure modules (tests/unit/python)
+  python3-pytest
 )
 
 missing=()

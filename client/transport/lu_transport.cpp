@@ -1,4 +1,4 @@
-// The factory of both transports (transport.h): an LU's address picks libiscsi or posix.
+// The factory of both transports (lu_transport.h): an LU's address picks libiscsi or posix.
 #include "client/transport/lu_transport.h"
 
 namespace blockps {

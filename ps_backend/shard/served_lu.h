@@ -22,7 +22,7 @@
 namespace blockps {
 
 /// A SCSI command as the target received it (the glue hands it to the core; the client's request is
-/// client/lu_command.h LuCommand). offset/transfer_length are in bytes (tgt has range-checked the LBA range
+/// client/transport/lu_command.h LuCommand). offset/transfer_length are in bytes (tgt has range-checked the LBA range
 /// against the capacity for READ/WRITE/VERIFY/WRITE SAME/PRE-FETCH). tgt sets transfer_length for READ and WRITE
 /// only, in 32 bits: VERIFY uses the data length and WRITE SAME the CDB's block count.
 struct TargetCommand {

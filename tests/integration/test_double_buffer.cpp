@@ -74,6 +74,8 @@ TEST_F(DoubleBufferTest, SwapNeverExposesAHalfPulledBuffer) {
     std::vector<std::byte> initial(cluster_->model_bytes());
     ASSERT_TRUE(cluster_->pull(initial).ok());
     const float base = floats(initial)[0];
+    // The buffer step k hands back was pulled after step k - 1 was called (at k = 1: when the buffers opened).
+    auto pull_not_before = std::chrono::steady_clock::now();
     auto db = make({.mode = PipelineMode::double_buffer, .adaptive_pull = adaptive, .warmup_steps = 1});
     ASSERT_NE(db, nullptr);
     std::mt19937 gen(7);
@@ -83,6 +85,7 @@ TEST_F(DoubleBufferTest, SwapNeverExposesAHalfPulledBuffer) {
       std::fill_n(floats(db->weights()).begin(), floats(db->weights()).size(),
                   std::numeric_limits<float>::quiet_NaN());
       std::this_thread::sleep_for(std::chrono::microseconds(compute_us(gen)));
+      const auto called = std::chrono::steady_clock::now();
       auto m = db->step();
       ASSERT_TRUE(m.ok()) << m.message();
       const float expect = base + static_cast<float>(std::max(0, k - 1));
@@ -90,7 +93,11 @@ TEST_F(DoubleBufferTest, SwapNeverExposesAHalfPulledBuffer) {
       for (std::size_t i = 0; i < w.size(); ++i)
         ASSERT_EQ(w[i], expect) << "step " << k << ": element " << i << " (block "
                                 << i * 4 / cluster_->config().model.block_bytes << ") of the buffer handed back";
-      EXPECT_GE(m->weight_age_s, 0);
+      // Its age: from its pull's completion to this return, so positive and within the time since that pull began.
+      const auto returned = std::chrono::steady_clock::now();
+      EXPECT_GT(m->weight_age_s, 0) << "step " << k;
+      EXPECT_LE(m->weight_age_s, std::chrono::duration<double>(returned - pull_not_before).count()) << "step " << k;
+      pull_not_before = called;
     }
   }
 }
@@ -256,14 +263,20 @@ TEST_F(DoubleBufferTest, CApiDrivesTheSamePipeline) {
   EXPECT_EQ(blockps_double_buffer_open(c, &o, &db), BLOCKPS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(blockps_last_error()).find("smoothing = 2"), std::string::npos) << blockps_last_error();
   EXPECT_EQ(db, nullptr);
+  // The buffer step k hands back was pulled after step k - 1 was called (at k = 1: when the buffers opened).
+  auto pull_not_before = std::chrono::steady_clock::now();
   ASSERT_EQ(blockps_double_buffer_open(c, nullptr, &db), BLOCKPS_OK) << blockps_last_error();
   for (int k = 1; k <= 4; ++k) {
     auto* g = static_cast<float*>(blockps_double_buffer_grads(db));
     std::fill_n(g, base.size(), 1.0f);
     blockps_step_metrics m{};
+    const auto called = std::chrono::steady_clock::now();
     ASSERT_EQ(blockps_double_buffer_step(db, &m), BLOCKPS_OK) << blockps_last_error();
     EXPECT_EQ(m.step, static_cast<std::uint64_t>(k));
-    EXPECT_GE(m.weight_age_s, 0);
+    const auto returned = std::chrono::steady_clock::now();
+    EXPECT_GT(m.weight_age_s, 0) << "step " << k;
+    EXPECT_LE(m.weight_age_s, std::chrono::duration<double>(returned - pull_not_before).count()) << "step " << k;
+    pull_not_before = called;
     const auto* w = static_cast<const float*>(blockps_double_buffer_weights(db));
     EXPECT_EQ(w[0], base[0] + static_cast<float>(std::max(0, k - 1)));
     EXPECT_EQ(w[base.size() - 1], base.back() + static_cast<float>(std::max(0, k - 1)));

@@ -231,7 +231,15 @@ pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard
 
 step "ps-down while a worker pushes: every update that completed is in the final checkpoint"
 # A worker pushing 1 MiB gradients at queue depth 8, back to back; ps-down must drain it (targets offline, then deleted) and
-# write the final checkpoint instead of killing tgtd with commands in flight.
+# write the final checkpoint instead of killing tgtd with commands in flight. Each WRITE steps the 4 blocks of 256 KiB
+# it covers: the blocks' steps in the checkpoint grow by at least 4 per WRITE the worker saw complete, and by at most 4
+# per WRITE it sent (those completed, and up to 8 in flight when the target went away).
+# block_steps URL: the model's block steps on the status page of the status LU URL.
+block_steps() {
+  "$lu_io" "$1" read 0 1M | tr -d '\0' |
+    /usr/bin/python3 -c 'import json, sys; print(json.load(sys.stdin)["model"]["block_steps"])'
+}
+steps_before=$(block_steps "$u0/3") || fail "cannot read shard0's status page"
 "$lu_io" "$u0/1" pushloop 0 16M 17 2>"$tmp/pushloop.log" &
 pusher=$!
 sleep 1
@@ -240,7 +248,19 @@ grep -q "NOT written" "$tmp/down.log" && { cat "$tmp/down.log"; fail "ps-down un
 wait "$pusher" || true
 no_shards_left "$pid0" "$pid1"
 "$up" "${confs[@]}" >/dev/null || fail "ps-up after ps-down under load failed"
-"$lu_io" "$u0/2" read 0 16M | cmp -s - "$tmp/snap0" && fail "the pushes made under load are not in the checkpoint"
+completed=$(sed -n 's/^blockps_lu_io: pushloop: \([0-9]*\) writes.*/\1/p' "$tmp/pushloop.log")
+if [ -z "$completed" ] || [ "$completed" -eq 0 ]; then
+  cat "$tmp/pushloop.log"
+  fail "the worker completed no push under load"
+fi
+steps_after=$(block_steps "$u0/3") || fail "cannot read shard0's status page after ps-up"
+gained=$((steps_after - steps_before))
+echo "  $completed WRITEs of 1 MiB completed under load; the checkpoint gained $gained block steps"
+[ "$gained" -ge $((4 * completed)) ] ||
+  fail "the checkpoint lost pushes: $completed WRITEs completed (>= $((4 * completed)) block steps), it gained $gained"
+[ "$gained" -le $((4 * (completed + 8))) ] ||
+  fail "the checkpoint holds more steps than were sent: $completed WRITEs completed, up to 8 in flight, it gained $gained"
+"$lu_io" "$u0/2" read 0 16M | cmp -s - "$tmp/snap0" && fail "the pushes made under load are not in the weights"
 pid0=$(cat "$BLOCKPS_STATE_DIR/shard0/pid") pid1=$(cat "$BLOCKPS_STATE_DIR/shard1/pid")
 "$down" || fail "ps-down failed"
 no_shards_left "$pid0" "$pid1"

@@ -1,4 +1,4 @@
-// How one LU is reached, as a cluster file names it and a transport opens it (transport.h).
+// How one LU is reached, as a cluster file names it and a transport opens it (client/transport/lu_transport.h).
 #pragma once
 
 #include <string>

@@ -7,13 +7,16 @@ job, every restart of that job must name it again, and two jobs must never share
 1. the `job=` argument of DistributedOptimizer / AveragingState;
 2. the cluster file's `[client] job`;
 3. the environment variable BLOCKPS_JOB;
-4. torchrun's run id (`--rdzv-id`, TORCHELASTIC_RUN_ID), unless it is torchrun's default "none";
+4. torchrun's run id (`--rdzv_id`, TORCHELASTIC_RUN_ID), unless it is torchrun's default "none";
 5. one torchrun on one host: that torchrun's agent (the ranks' parent process), which outlives its restarts and
    which no other torchrun shares;
-6. a process group without torchrun (MASTER_ADDR/MASTER_PORT, as mp.spawn scripts set): its rendezvous address;
+6. a torchrun with a static rendezvous (`--master_addr`/`--master_port`, no `--rdzv_backend`), or a process group
+   without torchrun (MASTER_ADDR/MASTER_PORT, as mp.spawn scripts set): its rendezvous address, the same on every
+   host and every restart;
 7. a single process: this process.
-A multi-host torchrun without a run id has no name every host agrees on and that survives its restarts (c10d
-picks a new MASTER_PORT per attempt): refused, asking for --rdzv-id or BLOCKPS_JOB.
+A multi-host torchrun with a c10d rendezvous and no run id has no name every host agrees on and that survives its
+restarts (c10d picks a new MASTER_PORT per attempt): refused, asking for --rdzv_id or BLOCKPS_JOB.
+torchrun spells its flags with underscores in torch 1.13 (Debian's); later ones accept them too.
 """
 import json
 import os
@@ -35,7 +38,10 @@ def derived_job_name():
             return f"torchrun:{run_id}"
         if int(env.get("GROUP_WORLD_SIZE", "1")) == 1:
             return f"torchrun:{host}:{os.getppid()}"
-        return None  # several hosts, no run id: no name they share (require_job says so)
+        # A static rendezvous: its MASTER_ADDR and MASTER_PORT are the flags', on every host and every restart.
+        if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+            return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+        return None  # several hosts, c10d, no run id: no name they share (require_job says so)
     if int(env.get("WORLD_SIZE", "1")) > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
     return f"process:{host}:{os.getpid()}"
@@ -72,5 +78,5 @@ def require_job(cluster):
     and without a name in the cluster file or BLOCKPS_JOB)."""
     if not cluster.job:
         raise ValueError("blockps: a torchrun over several hosts needs a job name every host shares: give torchrun "
-                         "--rdzv-id NAME (or set BLOCKPS_JOB, or the cluster file's [client] job); the shards serve "
+                         "--rdzv_id NAME (or set BLOCKPS_JOB, or the cluster file's [client] job); the shards serve "
                          "one job at a time (docs/OPTIONS.md, \"Jobs and places\")")

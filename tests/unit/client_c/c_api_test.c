@@ -258,10 +258,14 @@ static void* other_thread(void* arg) {
   return (void*)blockps_last_error();
 }
 
+/* Set when a part could not run here: the run then ends with 77, which ctest counts as a skip, not a pass. */
+static const char* skipped_part;
+
 static void test_file_cluster(void) {
   struct statfs fs;
   if (statfs(scratch, &fs) == 0 && fs.f_type == 0x01021994 /* TMPFS_MAGIC */) {
     printf("SKIPPED: the file cluster part: %s is tmpfs (no O_DIRECT); run with a scratch dir on a disk\n", scratch);
+    skipped_part = "the file cluster part (transfers): the scratch directory is on tmpfs, which has no O_DIRECT";
     return;
   }
   blockps_cluster* cluster = NULL;
@@ -504,6 +508,10 @@ int main(int argc, char** argv) {
   if (failures != 0) {
     fprintf(stderr, "%d check(s) failed\n", failures);
     return 1;
+  }
+  if (skipped_part != NULL) {
+    printf("SKIPPED: %s; every other check passed\n", skipped_part);
+    return 77;
   }
   printf("all checks passed\n");
   return 0;
