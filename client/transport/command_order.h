@@ -40,7 +40,7 @@ namespace blockps {
 
 // Told of every command of a batch as it completes, with when it was issued, when it completed and whether it
 // succeeded: the per-command spans of a worker's trace (client/trace.h), which show where an exchange's time goes,
-// and the end of each exchange of a batch (client/cluster.cpp), which need not wait for the whole batch.
+// and the end of each exchange of a batch (client/shard_io_thread.h), which need not wait for the whole batch.
 using CommandObserver = std::function<void(const LuCommand& command, std::chrono::steady_clock::time_point issued,
                                            std::chrono::steady_clock::time_point completed, bool ok)>;
 
@@ -142,7 +142,7 @@ class CommandOrder {
   // Every independent command (WRITE) has been issued: a batch that grows takes in its next commands now. (Not when
   // all are issued: a READ may wait for a slot behind parked READs while the slot kept for WRITEs is free.) The
   // commands that joined last are thereby the ones whose WRITEs are in flight or still to go out: what has not
-  // joined yet can still be chosen by its priority (client/cluster.cpp, ShardWorker::Stream).
+  // joined yet can still be chosen by its priority (client/shard_io_thread.h, ShardIoThread::Stream).
   bool wants_more() const { return independent_left_ == 0; }
 
  private:

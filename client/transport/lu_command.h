@@ -29,7 +29,7 @@ struct LuCommand {
   // issued (the exchange: a block's READ after its WRITE); kNoPredecessor: none. See client/transport/command_order.h.
   std::size_t after = kNoPredecessor;
   // Whose command this is, for whoever observes the batch's completions (client/transport/command_order.h's
-  // CommandObserver): a batch of exchanges numbers its exchanges (client/cluster.cpp). Transports copy it along.
+  // CommandObserver): a batch of exchanges numbers its exchanges (client/shard_io_thread.h). Transports copy it along.
   std::uint32_t tag = 0;
   std::uint64_t bytes() const {
     std::uint64_t n = 0;

@@ -49,7 +49,7 @@ struct SessionJoin {
   std::string lines;  // "job=NAME\n"
 };
 
-// Commands that join a batch while it runs (LuTransport::run_growing): a shard's stream (client/cluster.cpp), where
+// Commands that join a batch while it runs (LuTransport::run_growing): a shard's stream (client/shard_io_thread.h), where
 // an exchange queued while an earlier one's READs are parked at a sync shard goes out at once, instead of waiting
 // for the end of a batch that ends only when its slowest round closes.
 class CommandFeed {
@@ -95,7 +95,7 @@ class LuTransport {
   // target's refusal comes back as the failure of command 0. libiscsi: as said; posix: nothing, ok (the kernel has
   // one session per target, joined by the status device's own control write).
   virtual std::optional<LuFailure> join_job(const SessionJoin& join) = 0;
-  // Called by the shard's I/O thread between batches, about every kKeepAliveInterval (client/cluster.cpp), also
+  // Called by the shard's I/O thread between batches, about every kKeepAliveInterval (client/shard_io_thread.h), also
   // while it has nothing to run: answers, without blocking, what the target sent meanwhile (a NOP-In). A target
   // drops a session that leaves its NOP-Ins unanswered (tgtd's nop_interval and nop_count), and an idle worker (an
   // evaluation pass, a checkpoint save, a wait in a collective) would otherwise lose every session and give up the

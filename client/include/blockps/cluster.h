@@ -43,7 +43,7 @@ struct Place;
 
 namespace detail {
 struct OperationState;
-class ShardWorker;
+class ShardIoThread;
 struct ShardCommands;
 }  // namespace detail
 
@@ -234,10 +234,10 @@ class Cluster {
                                           const Buffers& buffers) const;
   Operation post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done);
   // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
-  Status on_every_shard(const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+  Status on_every_shard(const std::function<Status(detail::ShardIoThread&, std::size_t)>& job);
   // Runs job(shard, index) on the I/O threads of the shards `which` and waits for all.
   Status on_shards(const std::vector<std::size_t>& which,
-                   const std::function<Status(detail::ShardWorker&, std::size_t)>& job);
+                   const std::function<Status(detail::ShardIoThread&, std::size_t)>& job);
   // open()'s checks after the shape: the place and the claim (`claims`: what each shard's status page said, of the
   // kind options.expect).
   Status settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims);
@@ -257,7 +257,7 @@ class Cluster {
   std::unique_ptr<Layout> layout_;
   // Before shards_: destroyed after them, so that their last spans are in the file (client/trace.h).
   std::unique_ptr<Trace> trace_;
-  std::vector<std::unique_ptr<detail::ShardWorker>> shards_;
+  std::vector<std::unique_ptr<detail::ShardIoThread>> shards_;
 };
 
 }  // namespace blockps
