@@ -87,6 +87,8 @@ blockps_result result_of(StatusCode code) noexcept {
       return BLOCKPS_ERR_MISMATCH;
     case StatusCode::unreachable:
       return BLOCKPS_ERR_UNREACHABLE;
+    case StatusCode::conflict:
+      return BLOCKPS_ERR_CONFLICT;
     case StatusCode::unknown:
       break;
   }
@@ -271,6 +273,8 @@ const char* blockps_result_name(blockps_result result) {
       return "BLOCKPS_ERR_INTERNAL";
     case BLOCKPS_ERR_UNREACHABLE:
       return "BLOCKPS_ERR_UNREACHABLE";
+    case BLOCKPS_ERR_CONFLICT:
+      return "BLOCKPS_ERR_CONFLICT";
   }
   return "BLOCKPS_ERR_UNKNOWN";
 }

@@ -28,6 +28,7 @@
 
 namespace blockps {
 
+using detail::failure_code;
 using detail::OperationState;
 using detail::read_status_page;
 using detail::ShardIoThread;
@@ -395,7 +396,7 @@ Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace
             std::this_thread::sleep_for(std::chrono::duration<double>(*wait));
             continue;
           }
-          return Status::Error(StatusCode::io, config_.source + ": " + held_by_another_job(*now, who(i)));
+          return Status::Error(StatusCode::conflict, config_.source + ": " + held_by_another_job(*now, who(i)));
         }
         // Two workers of one job that made up a model identity each: the first to place shard 0 names the model.
         const Place wanted = place_of(i);
@@ -415,9 +416,8 @@ Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace
         const ShardAnswer answer = job.empty() ? ShardAnswer::control_refused : ShardAnswer::job_refused;
         if (std::string explained = explain_answer(page, answer, w); !explained.empty()) why += ": " + explained;
       }
-      return Status::Error(
-          f->unreachable ? StatusCode::unreachable : StatusCode::io,
-          shard.lu_name(LuRole::status) + ": the control write \"" + lines_in_words(lines) + "\" failed: " + why);
+      return Status::Error(failure_code(*f), shard.lu_name(LuRole::status) + ": the control write \"" +
+                                                 lines_in_words(lines) + "\" failed: " + why);
     }
   };
   // Every session of the shard joins the job through its own session (the status LU's too, after its write).
@@ -443,8 +443,7 @@ Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace
         std::string why = f->reason;
         if (std::string explained = shard.explain_from_page(ShardAnswer::job_refused, issued); !explained.empty())
           why += ": " + explained;
-        return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io,
-                             shard.lu_name(role) + ": " + why);
+        return Status::Error(failure_code(*f), shard.lu_name(role) + ": " + why);
       }
     }
     return Status::Ok();

@@ -72,6 +72,10 @@ std::int64_t unix_ms_now();
 // The answers of a shard that its status page explains (client/job_and_place.h), or none.
 std::optional<ShardAnswer> shard_answer(const LuFailure& f, LuRole role, IoDirection direction);
 
+// The code of a failed command: unreachable (its session stayed lost), conflict (another job holds the shard), else
+// io.
+StatusCode failure_code(const LuFailure& f);
+
 class ShardIoThread;
 // The status page: JSON, NUL padded to the LU's capacity. Called on the shard's I/O thread or before it runs.
 Result<std::string> read_status_page(ShardIoThread& shard);
@@ -184,7 +188,7 @@ class ShardIoThread {
     if (const std::optional<ShardAnswer> answer = explain ? shard_answer(*f, role, direction) : std::nullopt) {
       if (std::string why = explain_from_page(*answer, issued_unix_ms); !why.empty()) reason += ": " + why;
     }
-    return Status::Error(f->unreachable ? StatusCode::unreachable : StatusCode::io, where + " failed: " + reason);
+    return Status::Error(failure_code(*f), where + " failed: " + reason);
   }
 
   // run(), as a span named `what` with the bytes it moved on this shard's lane of the cluster's trace (if any).

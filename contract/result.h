@@ -26,6 +26,8 @@ enum class StatusCode {
   mismatch,          // two descriptions of one shard disagree (cluster file and shard; bsopts and the open
                      // shard or its checkpoint)
   unreachable,       // a shard's session was lost and could not be logged in again within [client] reconnect_s
+  conflict,          // another job holds the shard: its claim refused this worker's job at open, or a command
+                     // was answered RESERVATION CONFLICT (the shard was taken over)
 };
 
 // The outcome of an operation that has no other result: ok, or an error message that says what went wrong.

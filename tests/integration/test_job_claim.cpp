@@ -152,7 +152,7 @@ TEST_F(JobClaimTest, ASecondJobIsRefusedAndTheFirstComputesAsItDoesAlone) {
     auto b = open_as("jobB-rank0", OpenOptions::of_job("B"));
     ASSERT_FALSE(b.ok()) << "job B opened shards job A holds";
     std::cout << "job B at open: " << b.message() << "\n";
-    EXPECT_EQ(b.status().code(), StatusCode::io);
+    EXPECT_EQ(b.status().code(), StatusCode::conflict);
     for (const std::string& part :
          std::vector<std::string>{"is held by job 'A' (3 sessions, active ",
                                   "this job is 'B'. A shard serves one job at a time: stop job A, "
@@ -164,7 +164,7 @@ TEST_F(JobClaimTest, ASecondJobIsRefusedAndTheFirstComputesAsItDoesAlone) {
     blockps_open_options options;
     blockps_open_options_init(&options);
     options.job = "B";
-    EXPECT_EQ(blockps_cluster_open_with(file_.c_str(), &options, &c_b), BLOCKPS_ERR_IO);
+    EXPECT_EQ(blockps_cluster_open_with(file_.c_str(), &options, &c_b), BLOCKPS_ERR_CONFLICT);
     EXPECT_TRUE(contains(blockps_last_error(), "is held by job 'A'")) << blockps_last_error();
     EXPECT_EQ(c_b, nullptr);
 
@@ -253,7 +253,7 @@ TEST_F(JobClaimTest, ATakeoverWhenAskedAndTheOldJobIsToldWhy) {
   const Status a_push = a->push(bytes_of(g));
   ASSERT_FALSE(a_push.ok()) << "job A pushed to shards job B took over";
   std::cout << "job A after the takeover: " << a_push.message() << "\n";
-  EXPECT_EQ(a_push.code(), StatusCode::io);
+  EXPECT_EQ(a_push.code(), StatusCode::conflict);
   for (const std::string& part : std::vector<std::string>{"grad LU", "RESERVATION CONFLICT", "is held by job 'B' (",
                                                           "this job is 'A'. A shard serves one job at a time"})
     EXPECT_TRUE(contains(a_push.message(), part)) << a_push.message() << "\nlacks: " << part;

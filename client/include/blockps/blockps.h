@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 6
+#define BLOCKPS_API_VERSION 7
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -77,7 +77,11 @@ typedef enum blockps_result {
    * [client] reconnect_s; the message names the shard, the LU and the last login error. Pulls of the operation
    * were retried on the new session while it could be had; a push whose answer was lost was not sent again
    * (it may have been applied once, never twice). */
-  BLOCKPS_ERR_UNREACHABLE = 8
+  BLOCKPS_ERR_UNREACHABLE = 8,
+  /* (API version 7) Another job holds a shard: at open its claim refused this worker's job (the message names the
+   * holder and how to take the shards over), or later a command was answered RESERVATION CONFLICT (the shards were
+   * taken over). Before version 7 both were BLOCKPS_ERR_IO. */
+  BLOCKPS_ERR_CONFLICT = 9
 } blockps_result;
 
 /* A connected cluster (every LU of every shard). */
@@ -123,7 +127,7 @@ typedef enum blockps_shard_kind {
 typedef struct blockps_open_options {
   size_t struct_size; /* sizeof(blockps_open_options), as blockps_open_options_init sets it */
   /* The job this worker belongs to: every session of every shard joins it, and a shard another job holds refuses
-   * (BLOCKPS_ERR_IO, naming the holder and how to take it over). NULL (the default): the cluster file's
+   * (BLOCKPS_ERR_CONFLICT, naming the holder and how to take it over). NULL (the default): the cluster file's
    * [client] job, else the environment's BLOCKPS_JOB, else none; "": none (no claim: the weights of a held shard
    * may be read, pushes are refused). 1 to 128 characters of A-Z a-z 0-9 . _ : @ / + -. Copied by the call. */
   const char* job;

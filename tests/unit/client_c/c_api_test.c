@@ -97,7 +97,8 @@ static void test_version_and_names(void) {
   CHECK(strcmp(blockps_last_error(), "") == 0);
   static const char* const names[] = {
       "BLOCKPS_OK",     "BLOCKPS_ERR_INVALID_ARGUMENT", "BLOCKPS_ERR_CONFIG",    "BLOCKPS_ERR_CONNECT",
-      "BLOCKPS_ERR_IO", "BLOCKPS_ERR_MISMATCH",         "BLOCKPS_ERR_NO_MEMORY", "BLOCKPS_ERR_INTERNAL"};
+      "BLOCKPS_ERR_IO", "BLOCKPS_ERR_MISMATCH",         "BLOCKPS_ERR_NO_MEMORY", "BLOCKPS_ERR_INTERNAL",
+      "BLOCKPS_ERR_UNREACHABLE", "BLOCKPS_ERR_CONFLICT"};
   for (int i = 0; i < (int)(sizeof names / sizeof names[0]); ++i)
     CHECK(strcmp(blockps_result_name((blockps_result)i), names[i]) == 0);
   CHECK(strcmp(blockps_result_name((blockps_result)99), "BLOCKPS_ERR_UNKNOWN") == 0);
