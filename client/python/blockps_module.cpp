@@ -36,9 +36,16 @@ struct ShardUnreachable : BlockpsError {
   using BlockpsError::BlockpsError;
 };
 
+// blockps.MismatchError, a blockps.Error and a ValueError: the shards disagree with what this worker was told or
+// needs (the cluster file's sizes, a shard's place, the kind of shard), found before anything was written to them.
+struct Mismatch : BlockpsError {
+  using BlockpsError::BlockpsError;
+};
+
 void check(const blockps::Status& s) {
   if (s.ok()) return;
   if (s.code() == blockps::StatusCode::unreachable) throw ShardUnreachable(s.message());
+  if (s.code() == blockps::StatusCode::mismatch) throw Mismatch(s.message());
   throw BlockpsError(s.message());
 }
 
@@ -255,6 +262,18 @@ void bind_errors(py::module_& m) {
   const auto& error = py::register_exception<BlockpsError>(m, "Error");
   // After Error: pybind11 tries the translators registered last first.
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
+  // Two bases (py::register_exception takes one): made with the C API, kept for the interpreter's life.
+  static PyObject* mismatch = PyErr_NewException("blockps._blockps.MismatchError",
+                                                  py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
+  if (mismatch == nullptr) throw py::error_already_set();
+  m.attr("MismatchError") = py::handle(mismatch);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const Mismatch& e) {
+      PyErr_SetString(mismatch, e.what());
+    }
+  });
 }
 
 // Cluster(...): opening a cluster file, the job and model it holds, and what it is (sizes, dtype, shards).

@@ -225,8 +225,12 @@ def kind(args):
     except ValueError as e:
         text = str(e)
         check(("opt=average" in text) and ("shard" in text), f"the refusal does not name the shard's opt: {text}")
-        pushes = [json.loads(page)["counters"]["pushes"] for _, page in blockps.Cluster(args.cluster).status_pages()]
+        check(isinstance(e, blockps.MismatchError), f"the refusal is a {type(e).__name__}, not blockps.MismatchError")
+        pages = [json.loads(page) for _, page in blockps.Cluster(args.cluster, job="").status_pages()]
+        pushes = [p["counters"]["pushes"] for p in pages]
         check(pushes == [0] * len(pushes), f"a refused {wrong} path pushed before the refusal: pushes {pushes}")
+        holders = [p["job"]["holder"] for p in pages]
+        check("kind-check" not in holders, f"a refused {wrong} path claimed shards before the refusal: {holders}")
         print(f"kind: the {wrong} path on {args.kind} shards refused: {text}", flush=True)
         print("kind: every check passed", flush=True)
         return

@@ -9,17 +9,28 @@
 
 push/pull/write_weights/read_weights take any C-contiguous buffer of model_bytes (numpy arrays; torch tensors
 through .numpy()). Errors raise blockps.Error with the library's message; blockps.ShardUnreachableError (a
-blockps.Error) when a shard's session stayed lost for longer than the cluster file's [client] reconnect_s.
+blockps.Error) when a shard's session stayed lost for longer than the cluster file's [client] reconnect_s;
+blockps.MismatchError (a blockps.Error and a ValueError) when the shards are not what the cluster file or the
+caller's expect= says (sizes, place, kind), found before anything was written to them.
 
 blockps.torch (the subpackage blockps/torch/) trains a PyTorch model through the shards: DistributedOptimizer,
 the DDP hook, torch-format checkpoints. blockps/jobs.py names a worker's job for any framework.
 """
-from ._blockps import Cluster, DoubleBuffer, Error, ShardUnreachableError, cluster_layout, worker_initiator  # noqa: F401
+from ._blockps import (  # noqa: F401
+    Cluster,
+    DoubleBuffer,
+    Error,
+    MismatchError,
+    ShardUnreachableError,
+    cluster_layout,
+    worker_initiator,
+)
 
 __all__ = [
     "Cluster",
     "DoubleBuffer",
     "Error",
+    "MismatchError",
     "ShardUnreachableError",
     "cluster_layout",
     "worker_initiator",

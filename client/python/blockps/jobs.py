@@ -22,6 +22,8 @@ import json
 import os
 import socket
 
+from ._blockps import MismatchError
+
 _TORCHRUN_DEFAULT_RUN_ID = "none"
 
 
@@ -48,20 +50,23 @@ def derived_job_name():
 
 
 def check_shard_kind(cluster, averaging, user):
-    """ValueError naming the first shard that is not of the kind `user` needs: averaging shards (opt=average) for
-    the DDP hook, optimizer shards for DistributedOptimizer. Checked before any push."""
+    """blockps.MismatchError (a ValueError) naming the first shard that is not of the kind `user` needs: averaging
+    shards (opt=average) for the DDP hook, optimizer shards for DistributedOptimizer. For a Cluster the script opened
+    (the torch paths open a cluster file with expect=, which the library checks at open): before its claim."""
     for shard, page in cluster.status_pages():
         opt = json.loads(page)["shard"]["opt"]
         if (opt == "average") == averaging:
             continue
         if averaging:
-            raise ValueError(f"blockps: {user} needs averaging shards (opt=average;mode=sync), but shard {shard} runs "
-                             f"opt={opt}: it would step its optimizer on the pushed gradients and the hook would "
-                             "install the returned weights as gradients. Point the cluster file at averaging shards, "
-                             "or keep these shards and use blockps.torch.DistributedOptimizer")
-        raise ValueError(f"blockps: {user} needs shards that run the optimizer, but shard {shard} runs opt=average "
-                         "(it only averages gradients): with these shards use DistributedDataParallel with "
-                         "blockps.torch.averaging_hook, or point the cluster file at optimizer shards")
+            raise MismatchError(
+                f"blockps: {user} needs averaging shards (opt=average;mode=sync), but shard {shard} runs opt={opt}: it "
+                "would step its optimizer on the pushed gradients and the hook would install the returned weights as "
+                "gradients. Point the cluster file at averaging shards, or keep these shards and use "
+                "blockps.torch.DistributedOptimizer")
+        raise MismatchError(
+            f"blockps: {user} needs shards that run the optimizer, but shard {shard} runs opt=average (it only "
+            "averages gradients): with these shards use DistributedDataParallel with blockps.torch.averaging_hook, or "
+            "point the cluster file at optimizer shards")
 
 
 def shard_options(cluster):

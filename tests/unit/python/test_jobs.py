@@ -75,3 +75,10 @@ def test_the_refusal_names_the_flag_as_the_installed_torchrun_spells_it():
     assert "--rdzv_id NAME" in str(refused.value)
     run = pytest.importorskip("torch.distributed.run")
     assert "--rdzv_id" in run.get_args_parser().format_help(), "this torchrun does not know --rdzv_id"
+
+
+def test_a_shard_of_the_wrong_kind_is_a_mismatch_error_which_is_a_value_error():
+    import blockps
+    assert issubclass(blockps.MismatchError, blockps.Error)
+    assert issubclass(blockps.MismatchError, ValueError)
+    assert not issubclass(blockps.ShardUnreachableError, ValueError)

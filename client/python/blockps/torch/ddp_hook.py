@@ -32,7 +32,6 @@ import threading
 
 import torch
 
-from ..jobs import check_shard_kind
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, wire_buffer, wire_element_bytes
 from .worker import exchanger, open_for_job, open_worker, torchrun_identity
@@ -62,8 +61,8 @@ class AveragingState:
         rank, _, _ = torchrun_identity()
 
         def open_checked():
-            opened = open_for_job(cluster, f"rank{rank}", job, takeover)
-            check_shard_kind(opened, averaging=True, user="blockps.torch.averaging_hook")
+            opened = open_for_job(cluster, f"rank{rank}", job, takeover, user="blockps.torch.averaging_hook",
+                                  averaging=True)
             # DDP's bucket order: DDP waits for every bucket before the optimizer step, in that order.
             opened.prefer_send_order("queue")
             return opened

@@ -71,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from ..jobs import check_shard_kind, shard_options
+from ..jobs import shard_options
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, bytes_of, wire_buffer, wire_element_bytes
 from .worker import exchanger, open_for_job, open_worker, torchrun_identity
@@ -178,8 +178,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError(f"blockps: backward_passes_per_step={backward_passes_per_step}: must be >= 1")
 
         def open_checked():
-            opened = open_for_job(cluster, f"rank{self.rank}", job, takeover)
-            check_shard_kind(opened, averaging=False, user="blockps.torch.DistributedOptimizer")
+            opened = open_for_job(cluster, f"rank{self.rank}", job, takeover,
+                                  user="blockps.torch.DistributedOptimizer", averaging=False)
             # The layout puts the first layers at the highest offsets: send them first, as the next forward needs.
             opened.prefer_send_order("descending")
             if check_optimizer:

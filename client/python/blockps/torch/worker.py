@@ -4,7 +4,7 @@ host's leader: blockps/torch/host.py)."""
 import os
 
 from .._blockps import Cluster
-from ..jobs import derived_job_name, require_job
+from ..jobs import check_shard_kind, derived_job_name, require_job
 from .host import HostExchange, host_of_this_rank, leader_opens
 from .wire import bytes_of
 
@@ -18,16 +18,20 @@ def torchrun_identity():
         raise ValueError(f"blockps: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT must be integers: {e}") from None
 
 
-def open_for_job(cluster, worker, job, takeover):
+def open_for_job(cluster, worker, job, takeover, user, averaging):
     """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job:
-    `job`, else the cluster file's [client] job, else blockps/jobs.py's derived name. A Cluster the script opened
-    without a job is claimed here. A shard held by another job refuses with the holder named (blockps.Error)."""
+    `job`, else the cluster file's [client] job, else blockps/jobs.py's derived name, once its shards were found to
+    be of the kind `user` needs (`averaging`: opt=average; else optimizer shards): nothing is written to a shard of
+    the wrong kind (blockps.MismatchError). A Cluster the script opened without a job is claimed here. A shard held
+    by another job refuses with the holder named (blockps.Error)."""
     if isinstance(cluster, Cluster):
+        check_shard_kind(cluster, averaging, user)
         name = job or cluster.job or derived_job_name()
         if name and (name != cluster.job or takeover):
             cluster.claim(name, takeover)
     else:
-        cluster = Cluster(str(cluster), worker=worker, job=job, default_job=derived_job_name(), takeover=takeover)
+        cluster = Cluster(str(cluster), worker=worker, job=job, default_job=derived_job_name(), takeover=takeover,
+                          expect="averaging" if averaging else "optimizer")
     require_job(cluster)
     return cluster
 
