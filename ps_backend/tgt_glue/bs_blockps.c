@@ -7,7 +7,7 @@
  * once what becomes of it (run; run here, on the main thread, a READ or WRITE too small to be worth the pool's
  * hand-off; or held with tgt's asynchronous completion, never by blocking a pool thread, until the core's eventfd
  * says it may go on or fails). The core decides; the glue only translates types and threads.
- * Unit-tested without tgtd by tests/unit/ps_backend/glue/bs_blockps_ut.c, which includes this file.
+ * Unit-tested without tgtd by tests/unit/ps_backend/tgt_glue/bs_blockps_ut.c, which includes this file.
  */
 #include <sys/epoll.h>
 #include <inttypes.h>

@@ -1,5 +1,5 @@
 // libFuzzer target: what an initiator sends a shard, driven through the tgt glue (bs_blockps.c with tgt stubbed, as
-// its unit test runs it: tests/unit/ps_backend/glue/bs_blockps_ut.h) into the real core. Per input, a new shard with
+// its unit test runs it: tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h) into the real core. Per input, a new shard with
 // its grad, weights and status LU in the mode the first bytes choose (async with an optimizer, sync, averaging, or
 // ssp:K), then a sequence of commands from a few sessions (any opcode, LBA, transfer length, FUA and data, also
 // out of range and misaligned), aborts, sessions ending, tgt's I/O pool running in any order, wakes, path changes
@@ -28,7 +28,7 @@
 #include "ps_backend/shard/shard_registry.h"
 #include "tests/fuzz/fuzz_dir.h"
 #include "tests/support/faulty_store.h"
-#include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
+#include "tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h"
 
 namespace {
 

@@ -411,7 +411,7 @@ TEST(BspModeLead, HeldPushesInAnyOrderNeverDeadlockAWorkerWhoseWritesGoOn) {
         held_any = held_any || !admitted;
         return admitted;
       };
-      std::erase_if(w.held, send);  // the shard admits held pushes as rounds close
+      std::erase_if(w.held, send);                               // the shard admits held pushes as rounds close
       if (w.held.size() < kWindow && w.next < w.order.size()) {  // one more WRITE a turn: the flows interleave
         const std::uint64_t b = w.order[w.next++];
         if (!send(b)) w.held.push_back(b);

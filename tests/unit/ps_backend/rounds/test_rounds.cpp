@@ -122,9 +122,9 @@ TEST(Rounds, AWorkerBehindTheFurthestBlockSaysByHowMuch) {
   ASSERT_EQ(f.push(kA, block), Admission::run);  // block 0, round 1 (one expected worker)
   ASSERT_EQ(f.push(kA, block), Admission::run);  // round 2
   // workers=1: A's restarted process (a new session) takes its place once A's session is gone.
-  ASSERT_EQ(f.rounds.admit_push(&block, a2, kBlockBytes, block.size(),
-                                [](int, std::uint64_t itn) { return itn != kA.itn; }),
-            Admission::run);
+  ASSERT_EQ(
+      f.rounds.admit_push(&block, a2, kBlockBytes, block.size(), [](int, std::uint64_t itn) { return itn != kA.itn; }),
+      Admission::run);
   ASSERT_TRUE(f.rounds.land_push(&block, block).ok());
   ASSERT_EQ(f.rounds.live_workers(), 1u);
   const auto s = f.status();

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ps_backend/checkpoint/checkpoint.h"
-#include "test_support.h"
+#include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
 namespace {

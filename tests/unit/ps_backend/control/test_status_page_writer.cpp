@@ -9,7 +9,7 @@
 
 #include "contract/status_page.h"
 #include "ps_backend/control/status_page_writer.h"
-#include "test_support.h"
+#include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
 namespace {

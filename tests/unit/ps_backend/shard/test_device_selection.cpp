@@ -6,7 +6,7 @@
 
 #include "ps_backend/checkpoint/checkpoint.h"
 #include "ps_backend/control/status_page_writer.h"
-#include "test_support.h"
+#include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
 namespace {

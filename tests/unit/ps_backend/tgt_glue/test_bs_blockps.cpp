@@ -14,9 +14,9 @@
 #include "contract/scsi_codes.h"
 #include "ps_backend/shard/shard_registry.h"
 #include "tests/support/faulty_store.h"
-#include "tests/unit/ps_backend/glue/allocation_failure.h"
-#include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
 #include "tests/unit/ps_backend/test_support.h"
+#include "tests/unit/ps_backend/tgt_glue/allocation_failure.h"
+#include "tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h"
 
 namespace {
 

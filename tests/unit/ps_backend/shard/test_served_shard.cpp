@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "ps_backend/shard/served_shard.h"
-#include "test_support.h"
+#include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
 namespace {

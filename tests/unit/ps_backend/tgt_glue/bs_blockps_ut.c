@@ -3,7 +3,7 @@
  * so its parked-command life cycle runs without tgtd. The stubs record what the glue hands to tgt; the C++ core
  * behind lu_abi.h is the real one. Driven from test_bs_blockps.cpp through bs_blockps_ut.h.
  */
-#include "tests/unit/ps_backend/glue/bs_blockps_ut.h"
+#include "tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h"
 
 #include <pthread.h>
 #include <stdarg.h>

@@ -1,6 +1,6 @@
 // The replaced global operator new behind allocation_failure.h. In a file of its own: GCC would otherwise see
 // the replaced delete inlined next to the library's new and warn of a mismatch.
-#include "tests/unit/ps_backend/glue/allocation_failure.h"
+#include "tests/unit/ps_backend/tgt_glue/allocation_failure.h"
 
 #include <cstdlib>
 #include <new>

@@ -8,7 +8,7 @@
 #include "ps_backend/checkpoint/checkpoint.h"
 #include "ps_backend/shard/served_lu.h"
 #include "ps_backend/shard/shard_registry.h"
-#include "test_support.h"
+#include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
 namespace {
