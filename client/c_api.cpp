@@ -16,6 +16,7 @@
 #include "blockps/blockps.h"
 #include "blockps/cluster.h"
 #include "blockps/double_buffer.h"
+#include "contract/log.h"
 
 struct blockps_cluster {
   std::unique_ptr<blockps::Cluster> cluster;
@@ -280,6 +281,8 @@ const char* blockps_result_name(blockps_result result) {
 }
 
 const char* blockps_last_error(void) { return t_fixed != nullptr ? t_fixed : t_message.c_str(); }
+
+void blockps_set_log(void (*sink)(const char* line)) { blockps::set_log_sink(sink); }
 
 void blockps_open_options_init(blockps_open_options* options) {
   if (options == nullptr) return;

@@ -23,6 +23,7 @@
 #include "client/transport/lu_transport.h"
 #include "contract/control_lines.h"
 #include "contract/limits.h"
+#include "contract/log.h"
 #include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 
@@ -389,10 +390,11 @@ Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace
           // tgt still has) loses the shard claim_idle_s after its last command: a relaunch waits that out
           // instead of failing. A holder with a live session refuses at once.
           if (const std::optional<double> wait = lapse_wait_s(*now); wait && waits_for_lapse++ < 2) {
-            std::fprintf(stderr,
-                         "blockps: shard '%s' is held by job '%s', none of whose sessions is left; its claim lapses "
-                         "%.1f s after its last command (claim_idle_s): waiting %.1f s\n",
-                         config_.shards[i].name.c_str(), now->holder.c_str(), *now->claim_idle_s, *wait);
+            char seconds[64];
+            std::snprintf(seconds, sizeof seconds, "%.1f s after its last command (claim_idle_s): waiting %.1f s",
+                          *now->claim_idle_s, *wait);
+            log_line("shard '" + config_.shards[i].name + "' is held by job '" + now->holder +
+                     "', none of whose sessions is left; its claim lapses " + seconds);
             std::this_thread::sleep_for(std::chrono::duration<double>(*wait));
             continue;
           }

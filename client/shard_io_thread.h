@@ -25,6 +25,7 @@
 #include "client/transport/lu_transport.h"
 #include "contract/control_lines.h"
 #include "contract/limits.h"
+#include "contract/log.h"
 #include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 
@@ -251,9 +252,7 @@ class ShardIoThread {
     const LuQueueCounters after = lu(role).queue_counters();
     const LuQueueCounters before = std::exchange(logged_[static_cast<int>(role)], after);
     const auto line = [&](std::uint64_t delta, const char* what) {
-      if (delta > 0)
-        std::fprintf(stderr, "blockps: %s: %s (%llu)\n", lu_name(role).c_str(), what,
-                     static_cast<unsigned long long>(delta));
+      if (delta > 0) log_line(lu_name(role) + ": " + what + " (" + std::to_string(delta) + ")");
     };
     line(after.reconnects - before.reconnects, "session lost and logged in again");
     line(after.unanswered_writes_dropped - before.unanswered_writes_dropped,

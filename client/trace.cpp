@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "contract/log.h"
+
 namespace blockps {
 
 namespace {
@@ -37,8 +39,13 @@ Trace::Trace(std::string path, std::FILE* file) : path_(std::move(path)), pid_(:
 
 Trace::~Trace() {
   std::fputs("\n]\n", file_);
-  if (std::fclose(file_) != 0)
-    std::fprintf(stderr, "blockps: trace %s not completely written: %s\n", path_.c_str(), std::strerror(errno));
+  if (std::fclose(file_) == 0) return;
+  const char* why = std::strerror(errno);
+  try {
+    log_line("trace " + path_ + " not completely written: " + why);
+  } catch (...) {  // a destructor: no exception leaves it
+    log_line_noexcept("trace not completely written: ", why);
+  }
 }
 
 void Trace::write_event(const std::string& json) {

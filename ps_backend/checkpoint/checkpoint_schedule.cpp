@@ -5,7 +5,7 @@
 #include <exception>
 #include <utility>
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 
 namespace blockps {
 

@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/shard/served_shard.h"
 
 namespace blockps {

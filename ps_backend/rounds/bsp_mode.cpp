@@ -4,7 +4,7 @@
 #include <tuple>
 
 #include "aggregator/gradient_average.h"
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 
 namespace blockps {
 

@@ -1,6 +1,6 @@
 #include "ps_backend/rounds/membership.h"
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 
 namespace blockps {
 namespace {

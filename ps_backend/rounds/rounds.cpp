@@ -1,6 +1,6 @@
 #include "ps_backend/rounds/rounds.h"
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/rounds/bsp_mode.h"
 #include "ps_backend/rounds/ssp_mode.h"
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "aggregator/wire_convert.h"
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 
 namespace blockps {
 

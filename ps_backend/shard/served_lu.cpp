@@ -5,7 +5,7 @@
 #include <cstring>
 #include <vector>
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/control/status_page_writer.h"
 
 namespace blockps {

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "contract/status_page.h"
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/checkpoint/checkpoint.h"
 
 namespace blockps {

@@ -9,7 +9,7 @@
 #include <random>
 #include <vector>
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/shard/shard_registry.h"
 
 namespace blockps {

@@ -13,7 +13,7 @@
 #include <string>
 
 #include "contract/scsi_codes.h"
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_lu.h"
 #include "ps_backend/shard/shard_registry.h"

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <mutex>
 #include <regex>
 #include <string>
 #include <thread>
@@ -17,6 +18,7 @@
 #include "blockps/blockps.h"
 #include "blockps/cluster.h"
 #include "client/transport/iscsi_lun.h"
+#include "contract/log.h"
 #include "tests/support/blockps_shard.h"
 #include "tests/support/local_cluster.h"
 #include "tests/support/process.h"
@@ -168,14 +170,25 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   const Status restarted = local_.restart_shard(1);
   ASSERT_TRUE(restarted.ok()) << restarted.message();
 
-  ::testing::internal::CaptureStderr();
+  // The library's lines go where its caller says (set_log_sink; stderr by default,
+  // tests/unit/client/test_log_sink.cpp).
+  static std::mutex lines_mutex;
+  static std::string lines;
+  set_log_sink([](const char* line) {
+    std::lock_guard lock(lines_mutex);
+    lines += std::string(line) + "\n";
+  });
   const Status s = exchange_once();
-  const std::string logged = ::testing::internal::GetCapturedStderr();
+  set_log_sink(nullptr);
+  const std::string logged = [] {
+    std::lock_guard lock(lines_mutex);
+    return lines;
+  }();
   ASSERT_TRUE(s.ok()) << "the step after the restart: " << s.message();
   const LuQueueCounters c1 = cluster_->grad_queue_counters().value()[1];
   std::cout << "shard 1: " << recovery_of(c1) << "\n";
   EXPECT_EQ(c1.reconnects, 1u);
-  // The user sees it without a debugger: one stderr line naming the shard and the LU, and the shard's counters.
+  // The user sees it without a debugger: one log line naming the shard and the LU, and the shard's counters.
   EXPECT_NE(logged.find("blockps: shard 'shard1' grad LU ("), std::string::npos) << logged;
   EXPECT_NE(logged.find("session lost and logged in again (1)"), std::string::npos) << logged;
   EXPECT_EQ(logged.find("shard 'shard0'"), std::string::npos) << "shard 0 needed no recovery: " << logged;

@@ -8,7 +8,7 @@
 #include <string>
 #include <utility>
 
-#include "ps_backend/base/log.h"
+#include "contract/log.h"
 #include "ps_backend/shard/shard_registry.h"
 #include "tests/support/faulty_store.h"
 

@@ -104,6 +104,12 @@ BLOCKPS_EXPORT const char* blockps_result_name(blockps_result result);
  * Never NULL. */
 BLOCKPS_EXPORT const char* blockps_last_error(void);
 
+/* (API version 7) Where the library's log lines go: what it tells a user without failing a call (a session lost
+ * and logged in again, pushes given up, a claim it waits out). `sink` gets one NUL-terminated line, without a
+ * newline, starting "blockps: ", from any thread (also the library's I/O threads, while a call runs): keep it short
+ * and thread-safe. NULL: stderr, the default. Never fails. */
+BLOCKPS_EXPORT void blockps_set_log(void (*sink)(const char* line));
+
 /* ---- The cluster ------------------------------------------------------------------------------------- */
 
 /* Loads the cluster file (TOML, docs/OPTIONS.md), connects every LU of every shard (in parallel), and checks
