@@ -264,7 +264,7 @@ void bind_errors(py::module_& m) {
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
   // Two bases (py::register_exception takes one): made with the C API, kept for the interpreter's life.
   static PyObject* mismatch = PyErr_NewException("blockps._blockps.MismatchError",
-                                                  py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
+                                                 py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
   if (mismatch == nullptr) throw py::error_already_set();
   m.attr("MismatchError") = py::handle(mismatch);
   py::register_exception_translator([](std::exception_ptr p) {

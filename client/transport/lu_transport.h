@@ -49,8 +49,8 @@ struct SessionJoin {
   std::string lines;  // "job=NAME\n"
 };
 
-// Commands that join a batch while it runs (LuTransport::run_growing): a shard's stream (client/shard_io_thread.h), where
-// an exchange queued while an earlier one's READs are parked at a sync shard goes out at once, instead of waiting
+// Commands that join a batch while it runs (LuTransport::run_growing): a shard's stream (client/shard_io_thread.h),
+// where an exchange queued while an earlier one's READs are parked at a sync shard goes out at once, instead of waiting
 // for the end of a batch that ends only when its slowest round closes.
 class CommandFeed {
  public:

@@ -4,8 +4,8 @@
 #include <ctime>
 #include <utility>
 
-#include "contract/status_page.h"
 #include "contract/log.h"
+#include "contract/status_page.h"
 #include "ps_backend/checkpoint/checkpoint.h"
 
 namespace blockps {

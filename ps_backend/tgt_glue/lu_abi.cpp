@@ -12,8 +12,8 @@
 #include <memory>
 #include <string>
 
-#include "contract/scsi_codes.h"
 #include "contract/log.h"
+#include "contract/scsi_codes.h"
 #include "ps_backend/config/lu_options.h"
 #include "ps_backend/shard/served_lu.h"
 #include "ps_backend/shard/shard_registry.h"
@@ -114,9 +114,9 @@ blockps_admission where_to_run(const blockps_lu& lu, const blockps::ServedLu& se
 // The same for a command as tgt hands it: every other command runs in the pool.
 blockps_admission where_to_run(const blockps_lu& lu, const blockps::ServedLu& served, const blockps_command& cmd) {
   namespace scsi = blockps::scsi;
-  const bool write = scsi::is_write(cmd.cdb[0]);
-  if (!scsi::is_read(cmd.cdb[0]) && !(write && !scsi::forces_unit_access(cmd.cdb))) return BLOCKPS_ADMIT_RUN;
-  return where_to_run(lu, served, write, cmd.transfer_length);
+  const bool read = scsi::is_read(cmd.cdb[0]);
+  const bool plain_write = scsi::is_write(cmd.cdb[0]) && !scsi::forces_unit_access(cmd.cdb);
+  return read || plain_write ? where_to_run(lu, served, plain_write, cmd.transfer_length) : BLOCKPS_ADMIT_RUN;
 }
 
 blockps_result admit(blockps_lu& lu, const blockps_command& cmd, const blockps_glue_ops& ops,

@@ -1,6 +1,6 @@
 // libFuzzer target: what an initiator sends a shard, driven through the tgt glue (bs_blockps.c with tgt stubbed, as
-// its unit test runs it: tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h) into the real core. Per input, a new shard with
-// its grad, weights and status LU in the mode the first bytes choose (async with an optimizer, sync, averaging, or
+// its unit test runs it: tests/unit/ps_backend/tgt_glue/bs_blockps_ut.h) into the real core. Per input, a new shard
+// with its grad, weights and status LU in the mode the first bytes choose (async with an optimizer, sync, averaging, or
 // ssp:K), then a sequence of commands from a few sessions (any opcode, LBA, transfer length, FUA and data, also
 // out of range and misaligned), aborts, sessions ending, tgt's I/O pool running in any order, wakes, path changes
 // of an LU, and a store that fails its updates. Nothing an initiator sends may crash, hang or corrupt the shard,
