@@ -13,6 +13,7 @@
 #include <cstring>
 #include <fstream>
 #include <future>
+#include <regex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -667,9 +668,10 @@ TEST_F(FailingStoreTest, SyncARoundWhoseUpdateFailsIsNeverAnsweredGoodOverOldWei
   const auto s = status_page();
   EXPECT_TRUE(s["rounds"]["degraded"].get<bool>()) << s["rounds"].dump();
   EXPECT_GE(s["rounds"]["apply_failures"].get<int>(), 1);
-  EXPECT_NE(
-      s["rounds"]["degraded_reason"].get<std::string>().find("sync: round 2 of block 0 not applied: injected fault"),
-      std::string::npos)
+  // The round's four blocks are updated in parallel (the CPU engine splits a large update over blocks), so the first
+  // failure recorded may be any of them.
+  EXPECT_TRUE(std::regex_search(s["rounds"]["degraded_reason"].get<std::string>(),
+                                std::regex("^sync: round 2 of block [0-3] not applied: injected fault")))
       << s["rounds"].dump();
   EXPECT_NE(tgtd_.log_text().find("not applied: injected fault"), std::string::npos);
 
