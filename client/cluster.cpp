@@ -1,14 +1,10 @@
 // libblockps's Cluster: a facade over one I/O thread per shard (client/shard_io_thread.h), which owns that shard's
-// LU sessions: opening and checking the shards, the job's claim, and each request planned into the shards' parts.
+// LU sessions. Here: opening (the shards connected at once, their shape checked by client/open_checks.h, the job's
+// tenancy settled by client/tenancy.h) and each request checked and planned into the shards' parts.
 #include "blockps/cluster.h"
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <deque>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -16,8 +12,10 @@
 #include <utility>
 
 #include "client/job_and_place.h"
+#include "client/open_checks.h"
 #include "client/send_order.h"
 #include "client/shard_io_thread.h"
+#include "client/tenancy.h"
 #include "client/trace.h"
 #include "client/transport/aligned_buffer.h"
 #include "client/transport/lu_transport.h"
@@ -29,11 +27,9 @@
 
 namespace blockps {
 
-using detail::failure_code;
 using detail::OperationState;
 using detail::read_status_page;
 using detail::ShardIoThread;
-using detail::unix_ms_now;
 
 Status Operation::wait() const {
   if (!state_) return Status::Ok();
@@ -58,94 +54,15 @@ Operation finished(const Status& s, const CompletionCallback& on_done) {
   return Operation(std::move(state));
 }
 
-// Checks one shard's LUs and status page against what the file and the layout say; the page, as JSON.
-Result<nlohmann::json> check_shard(ShardIoThread& shard, std::size_t index, const ClusterConfig& config,
-                                   const Layout& layout) {
-  const std::uint64_t need = layout.shard_bytes(index);
-  const std::string why = " (model " + std::to_string(config.model.size_bytes) + " bytes in blocks of " +
-                          std::to_string(config.model.block_bytes) + ", " + std::string(to_string(config.layout)) +
-                          " layout over " + std::to_string(config.shards.size()) + " shards)";
-  for (LuRole role : {LuRole::grad, LuRole::weights}) {
-    const std::uint64_t have = shard.lu(role).capacity_bytes();
-    if (have != need) {
-      return Status::Error(StatusCode::mismatch, config.source + ": " + shard.lu_name(role) + ": capacity is " +
-                                                     std::to_string(have) + " bytes, the layout gives this shard " +
-                                                     std::to_string(need) + why);
-    }
-  }
-  auto page = read_status_page(shard);
-  if (!page.ok()) return page.status();
-  const std::string prefix = config.source + ": shard '" + shard.spec().name + "': status page ";
-  nlohmann::json j = nlohmann::json::parse(page.value(), nullptr, false);
-  using pointer = nlohmann::json::json_pointer;
-  if (j.is_discarded() || !j.is_object() || !j.contains(pointer(status_page::kShard)) ||
-      !j[pointer(status_page::kShard)].is_object())
-    return Status::Error(StatusCode::mismatch,
-                         prefix + "is not a blockps status page (no JSON object with a \"shard\" member)");
-  auto number = [&](const char* field) -> std::optional<std::uint64_t> {
-    const pointer p(field);
-    if (!j.contains(p) || !j[p].is_number_unsigned()) return std::nullopt;
-    return j[p].get<std::uint64_t>();
-  };
-  const auto size = number(status_page::kShardSize);
-  const auto block = number(status_page::kShardBlock);
-  const pointer dtype_field(status_page::kShardDtype);
-  const std::string dtype =
-      j.contains(dtype_field) && j[dtype_field].is_string() ? j[dtype_field].get<std::string>() : "";
-  if (!size || !block || dtype.empty())
-    return Status::Error(StatusCode::mismatch, prefix + "lacks shard.size, shard.dtype or shard.block");
-  if (*size != need)
-    return Status::Error(StatusCode::mismatch, prefix + "says size = " + std::to_string(*size) +
-                                                   " bytes, the cluster file's layout needs " + std::to_string(need) +
-                                                   why);
-  if (dtype != to_string(config.model.dtype))
-    return Status::Error(StatusCode::mismatch, prefix + "says dtype = " + dtype + ", the cluster file says dtype = " +
-                                                   std::string(to_string(config.model.dtype)));
-  if (*block != config.model.block_bytes)
-    return Status::Error(StatusCode::mismatch,
-                         prefix + "says block = " + std::to_string(*block) +
-                             " bytes, the cluster file says block = " + std::to_string(config.model.block_bytes));
-  return j;
-}
-
-// The job a worker opening `config` with `options` belongs to ("" none): OpenOptions::job says which name wins.
-Result<std::string> job_of(const OpenOptions& options, const ClusterConfig& config) {
-  if (options.job) {
-    if (!options.job->empty() && !control::is_name(*options.job))
-      return Status::Error(StatusCode::invalid_argument,
-                           "job = \"" + *options.job + "\": must be " + std::string(control::kNameRule));
-    return *options.job;
-  }
-  if (!config.client.job.empty()) return config.client.job;
-  const char* env = std::getenv("BLOCKPS_JOB");
-  if (env == nullptr || *env == '\0') return std::string();
-  if (!control::is_name(env))
-    return Status::Error(StatusCode::config,
-                         "BLOCKPS_JOB = \"" + std::string(env) + "\": must be " + std::string(control::kNameRule));
-  return std::string(env);
-}
-
-// Control lines as one line of text: "job=A; place=m-.. 0/2 stripe".
-std::string lines_in_words(std::string_view lines) {
-  std::string words(lines);
-  while (!words.empty() && words.back() == '\n') words.pop_back();
-  for (std::size_t at = words.find('\n'); at != std::string::npos; at = words.find('\n', at))
-    words.replace(at, 1, "; ");
-  return words;
-}
-
-// "FILE: shard 'S' (STATUS LU ADDRESS)": how open's refusals name a shard.
-std::string shard_words(const ClusterConfig& config, std::size_t index) {
-  const ShardSpec& spec = config.shards[index];
-  return config.source + ": shard '" + spec.name + "' (" + spec.status.text + ")";
-}
-
 }  // namespace
 
 Cluster::Cluster(ClusterConfig config, std::unique_ptr<Layout> layout)
-    : config_(std::move(config)), layout_(std::move(layout)) {}
+    : config_(std::move(config)), layout_(std::move(layout)), tenancy_(std::make_unique<Tenancy>(config_, shards_)) {}
 
 Cluster::~Cluster() { shards_.clear(); }  // each worker finishes its queue, then its sessions close
+
+const std::string& Cluster::job() const { return tenancy_->job(); }
+const std::string& Cluster::model() const { return tenancy_->model(); }
 
 Result<std::unique_ptr<Cluster>> Cluster::open(const std::string& cluster_file, const OpenOptions& options) {
   auto config = load_cluster_file(cluster_file);
@@ -160,8 +77,8 @@ namespace {
 Result<std::string> job_to_open(const ClusterConfig& config, const OpenOptions& options) {
   if (config.shards.empty()) return Status::Error(StatusCode::config, config.source + ": no shards");
   if (options.status_only) return std::string();
-  auto named = job_of(options, config);
-  if (!named.ok()) return Status::Error(named.status().code(), config.source + ": " + named.message());
+  auto named = choose_job(config, options, options.job);
+  if (!named.ok()) return named.status();
   if (options.takeover && named->empty())
     return Status::Error(StatusCode::invalid_argument,
                          config.source +
@@ -171,7 +88,8 @@ Result<std::string> job_to_open(const ClusterConfig& config, const OpenOptions& 
 }
 
 // Logs in to every shard at once (a login is a few round trips, and a cluster may have many shards) and checks each
-// one's LUs and status page against the file (check_shard); every shard's page, as JSON. `shards` are made here.
+// one's LUs and status page against the file (check_shard_shape); every shard's page, as JSON. `shards` are made
+// here.
 Result<std::vector<nlohmann::json>> connect_shards(const ClusterConfig& config, const Layout& layout,
                                                    std::vector<std::unique_ptr<ShardIoThread>>& shards) {
   const TransportOptions transport{
@@ -198,7 +116,7 @@ Result<std::vector<nlohmann::json>> connect_shards(const ClusterConfig& config, 
           ShardIoThread& shard = *shards[i];
           Status s = shard.connect(transport);
           if (s.ok()) {
-            auto page = check_shard(shard, i, config, layout);
+            auto page = check_shard_shape(shard, i, config, layout);
             if (page.ok()) pages[i] = std::move(page.value());
             s = page.status();
           }
@@ -215,33 +133,6 @@ Result<std::vector<nlohmann::json>> connect_shards(const ClusterConfig& config, 
   return pages;
 }
 
-// The largest WRITE request the connected shards take, with client.max_request_bytes lowered to what every LU
-// carries in one command. A transport that carries at most N bytes per command (libiscsi over iser://:
-// kLibiscsiIserMaxCommandBytes) caps the requests; a model block cannot be split (a push of part of a block is a
-// step of the whole block). A transport whose larger WRITEs are fragile (libiscsi 1.19 and NOP-In) caps the WRITE
-// requests likewise.
-Result<std::uint64_t> cap_requests(const std::vector<std::unique_ptr<ShardIoThread>>& shards, ClusterConfig& config) {
-  std::uint64_t write_cap = config.client.max_request_bytes;
-  for (const auto& shard : shards) {
-    for (LuRole role : {LuRole::grad, LuRole::weights}) {
-      if (const std::uint64_t safe = shard->lu(role).max_safe_write_bytes(); safe != 0)
-        write_cap = std::min(write_cap, std::max(safe, config.model.block_bytes));
-      const std::uint64_t limit = shard->lu(role).max_command_bytes();
-      if (limit == 0) continue;
-      if (config.model.block_bytes > limit) {
-        return Status::Error(StatusCode::config,
-                             config.source + ": shard '" + shard->spec().name + "': " + shard->lu_name(role) +
-                                 " carries at most " + std::to_string(limit) +
-                                 " bytes per command (libiscsi 1.19's iSER transport), less than [model] block = " +
-                                 std::to_string(config.model.block_bytes) +
-                                 ": use block <= 256K, iscsi:// URLs, or the kernel initiator's devices");
-      }
-      config.client.max_request_bytes = std::min(config.client.max_request_bytes, limit);
-    }
-  }
-  return std::min(config.client.max_request_bytes, write_cap);
-}
-
 // The trace BLOCKPS_TRACE asks for (null: none), with a lane per shard and one per shard's commands.
 Result<std::unique_ptr<Trace>> trace_shards(const std::vector<std::unique_ptr<ShardIoThread>>& shards) {
   auto trace = Trace::from_environment();
@@ -253,21 +144,6 @@ Result<std::unique_ptr<Trace>> trace_shards(const std::vector<std::unique_ptr<Sh
     shard.trace_to(trace.value().get(), Trace::shard_lane(i), Trace::command_lane(i));
   }
   return trace;
-}
-
-// Each shard's job and place from its status page, as read at open, and a refusal of a shard of another kind than
-// `expect`.
-Result<std::vector<ShardClaim>> read_claims(const ClusterConfig& config, const std::vector<nlohmann::json>& pages,
-                                            ShardKind expect) {
-  std::vector<ShardClaim> claims;
-  for (std::size_t i = 0; i < pages.size(); ++i) {
-    auto claim = read_shard_claim(pages[i]);
-    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config, i) + ": " + claim.message());
-    if (std::string why = kind_refusal(expect, claim->opt); !why.empty())
-      return Status::Error(StatusCode::mismatch, shard_words(config, i) + " " + why);
-    claims.push_back(std::move(claim.value()));
-  }
-  return claims;
 }
 
 }  // namespace
@@ -291,27 +167,11 @@ Result<std::unique_ptr<Cluster>> Cluster::open(const ClusterConfig& config, cons
     if (options.status_only) return cluster;
     auto claims = read_claims(cluster->config_, pages.value(), options.expect);
     if (!claims.ok()) return claims.status();
-    if (Status s = cluster->settle(job.value(), options, std::move(claims.value())); !s.ok()) return s;
+    if (Status s = cluster->tenancy_->settle(job.value(), options, std::move(claims.value())); !s.ok()) return s;
     return cluster;
   } catch (const std::exception& e) {
     return Status::Error(config.source + ": opening the cluster failed: " + e.what());
   }
-}
-
-Status Cluster::settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims) {
-  std::vector<Place> held;
-  held.reserve(claims.size());
-  for (const ShardClaim& c : claims) held.push_back(c.place);
-  const ModelChoice model = choose_model(config_.model.name, held);
-  model_ = model.model;
-  model_generated_ = model.generated;
-  if (!options.replace_place) {
-    for (std::size_t i = 0; i < claims.size(); ++i) {
-      if (std::string why = place_refusal(claims[i].place, place_of(i), !config_.model.name.empty()); !why.empty())
-        return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
-    }
-  }
-  return claim_shards(job, options.takeover, options.replace_place, std::move(claims));
 }
 
 void Cluster::prefer_send_order(SendOrder order) {
@@ -319,162 +179,28 @@ void Cluster::prefer_send_order(SendOrder order) {
   for (auto& shard : shards_) shard->set_send_order(order);
 }
 
-Place Cluster::place_of(std::size_t shard) const {
-  return place_in(model_, shard, config_.shards.size(), config_.layout);
-}
-
-Status Cluster::claim(const std::string& job, bool takeover) {
+Status Cluster::claim(const std::string& job, bool takeover, ShardKind expect) {
   if (status_only_)
     return Status::Error(StatusCode::invalid_argument,
                          config_.source + ": claim: this cluster was opened only to read status pages");
-  if (!control::is_name(job))
+  return tenancy_->claim(job, takeover, expect);
+}
+
+Status Cluster::claim(const OpenOptions& options) {
+  if (status_only_)
     return Status::Error(StatusCode::invalid_argument,
-                         config_.source + ": claim: job = \"" + job + "\": must be " + std::string(control::kNameRule));
-  std::vector<ShardClaim> claims(shards_.size());
-  Status read = on_every_shard([&](ShardIoThread& shard, std::size_t i) {
-    auto text = read_status_page(shard);
-    if (!text.ok()) return text.status();
-    const nlohmann::json page = nlohmann::json::parse(text.value(), nullptr, false);
-    auto claim = read_shard_claim(page.is_discarded() ? nlohmann::json::object() : page);
-    if (!claim.ok()) return Status::Error(claim.status().code(), shard_words(config_, i) + ": " + claim.message());
-    claims[i] = std::move(claim.value());
-    return Status::Ok();
-  });
-  if (!read.ok()) return read;
-  return claim_shards(job, takeover, false, std::move(claims));
+                         config_.source + ": claim: this cluster was opened only to read status pages");
+  // The job it holds comes before the file's and the environment's (open() chose it from them).
+  const std::optional<std::string> asked =
+      options.job ? options.job : (job().empty() ? std::nullopt : std::optional(job()));
+  auto named = choose_job(config_, options, asked);
+  if (!named.ok()) return named.status();
+  // Nothing to claim (no job, or the one it holds): still a worker of the kind it expects.
+  if (named->empty() || (*named == job() && !options.takeover)) return tenancy_->check_kind(options.expect);
+  return tenancy_->claim(*named, options.takeover, options.expect);
 }
 
-namespace {
-
-// How long until the claim of a holder none of whose sessions is left lapses (plus a little, for the shard's clock
-// and the page's age), or none when a session of it is left or its claim never lapses.
-std::optional<double> lapse_wait_s(const ShardClaim& held) {
-  if (held.sessions != 0 || !held.claim_idle_s || *held.claim_idle_s <= 0 || !held.last_active_s_ago)
-    return std::nullopt;
-  return std::max(0.0, *held.claim_idle_s - *held.last_active_s_ago) + 0.25;
-}
-
-}  // namespace
-
-Status Cluster::claim_shards(const std::string& job, bool takeover, bool replace_place,
-                             std::vector<ShardClaim> claims) {
-  // Who asks, from what never changes (this may run beside the shards' I/O threads).
-  const auto who = [&](std::size_t i) {
-    return AskingWorker{.shard = "shard '" + config_.shards[i].name + "' (" + config_.shards[i].status.text + ")",
-                        .initiator = config_.client.initiator,
-                        .job = job,
-                        .cluster_file = config_.source,
-                        .since_unix_ms = 0};
-  };
-  // The status session's write: job (+ takeover) and the place. A shard another job holds takes no place= from a
-  // worker of no job: it would be refused, and that worker only reads.
-  const auto open_write = [&](ShardIoThread& shard, std::size_t i) -> Status {
-    int waits_for_lapse = 0;
-    for (;;) {
-      const ShardClaim& held = claims[i];
-      const bool may_place = !job.empty() || !held.held_against(job);
-      const std::string lines =
-          open_control_lines(job, takeover, held.place, may_place ? place_of(i) : held.place, replace_place);
-      if (lines.empty()) return Status::Ok();
-      const std::int64_t issued = unix_ms_now();
-      const std::optional<LuFailure> f = shard.write_control(lines);
-      if (!f) return Status::Ok();
-      // Refused, or lost: what the shard holds now says why.
-      std::string why = f->reason;
-      auto text = read_status_page(shard);
-      nlohmann::json page = text.ok() ? nlohmann::json::parse(text.value(), nullptr, false) : nlohmann::json();
-      if (!page.is_object()) page = nlohmann::json::object();
-      if (auto now = read_shard_claim(page); now.ok()) {
-        if (!job.empty() && !takeover && now->held_against(job)) {
-          // A holder none of whose sessions is left (a job that ended or died: the page counts only the sessions
-          // tgt still has) loses the shard claim_idle_s after its last command: a relaunch waits that out
-          // instead of failing. A holder with a live session refuses at once.
-          if (const std::optional<double> wait = lapse_wait_s(*now); wait && waits_for_lapse++ < 2) {
-            char seconds[64];
-            std::snprintf(seconds, sizeof seconds, "%.1f s after its last command (claim_idle_s): waiting %.1f s",
-                          *now->claim_idle_s, *wait);
-            log_line("shard '" + config_.shards[i].name + "' is held by job '" + now->holder +
-                     "', none of whose sessions is left; its claim lapses " + seconds);
-            std::this_thread::sleep_for(std::chrono::duration<double>(*wait));
-            continue;
-          }
-          return Status::Error(StatusCode::conflict, config_.source + ": " + held_by_another_job(*now, who(i)));
-        }
-        // Two workers of one job that made up a model identity each: the first to place shard 0 names the model.
-        const Place wanted = place_of(i);
-        if (i == 0 && model_generated_ && !replace_place && !now->place.model.empty() &&
-            now->place.index == wanted.index && now->place.count == wanted.count &&
-            now->place.layout == wanted.layout) {
-          model_ = now->place.model;
-          model_generated_ = false;
-          claims[0].place = now->place;
-          continue;
-        }
-        if (std::string refusal = place_refusal(now->place, wanted, !config_.model.name.empty());
-            !refusal.empty() && !replace_place)
-          return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + refusal);
-        AskingWorker w = who(i);
-        w.since_unix_ms = issued - detail::kRefusalClockSlackMs;
-        const ShardAnswer answer = job.empty() ? ShardAnswer::control_refused : ShardAnswer::job_refused;
-        if (std::string explained = explain_answer(page, answer, w); !explained.empty()) why += ": " + explained;
-      }
-      return Status::Error(failure_code(*f), shard.lu_name(LuRole::status) + ": the control write \"" +
-                                                 lines_in_words(lines) + "\" failed: " + why);
-    }
-  };
-  // Every session of the shard joins the job through its own session (the status LU's too, after its write).
-  const auto join_sessions = [&](ShardIoThread& shard, std::size_t i) -> Status {
-    shard.set_job(job);
-    if (job.empty()) return Status::Ok();
-    const ShardSpec& spec = config_.shards[i];
-    for (LuRole role : {LuRole::grad, LuRole::weights, LuRole::status}) {
-      SessionJoin join{0, shard.lu(LuRole::status).block_size(), join_line(job)};
-      if (spec.lu(role).kind != LuAddress::Kind::device_path) {
-        const std::optional<int> lun = status_lun_on_target_of(spec.lu(role), spec.status);
-        if (!lun)
-          return Status::Error(StatusCode::config,
-                               shard_words(config_, i) + ": its " + std::string(to_string(role)) + " LU (" +
-                                   spec.lu(role).text +
-                                   ") and its status LU are not LUs of one target: a job claims a shard through every "
-                                   "session, and a session reaches only its own target's LUs; give the shard's three "
-                                   "LUs of one target");
-        join.status_lun = *lun;
-      }
-      const std::int64_t issued = unix_ms_now();
-      if (const std::optional<LuFailure> f = shard.lu(role).join_job(join)) {
-        std::string why = f->reason;
-        if (std::string explained = shard.explain_from_page(ShardAnswer::job_refused, issued); !explained.empty())
-          why += ": " + explained;
-        return Status::Error(failure_code(*f), shard.lu_name(role) + ": " + why);
-      }
-    }
-    return Status::Ok();
-  };
-  const auto settle_shard = [&](ShardIoThread& shard, std::size_t i) -> Status {
-    if (Status s = open_write(shard, i); !s.ok()) return s;
-    return join_sessions(shard, i);
-  };
-  // The order. First, one at a time, the shards whose page says another job holds them: the shard decides (its page
-  // may still count the sessions of a holder that is gone, whose claim has then lapsed), and a refusal there leaves
-  // no claim of this job on the other shards. Then shard 0, whose place names the model where workers made up an
-  // identity each (above); then the others at once.
-  std::vector<std::size_t> contested, rest;
-  for (std::size_t i = 0; i < claims.size(); ++i) {
-    const bool held = !job.empty() && !takeover && claims[i].held_against(job);
-    (held ? contested : rest).push_back(i);
-  }
-  for (std::size_t i : contested) {
-    if (Status s = on_shards({i}, settle_shard); !s.ok()) return s;
-  }
-  if (!rest.empty() && rest.front() == 0) {
-    if (Status s = on_shards({0}, settle_shard); !s.ok()) return s;
-    rest.erase(rest.begin());
-  }
-  if (Status s = on_shards(rest, settle_shard); !s.ok()) return s;
-  job_ = job;
-  model_generated_ = false;  // the shards hold it now: a later claim() keeps it
-  return Status::Ok();
-}
+Result<std::vector<std::string>> Cluster::release() { return tenancy_->release(); }
 
 Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
                           CompletionCallback on_done) {
@@ -664,34 +390,11 @@ Status Cluster::read_weights_blocks(std::uint64_t first_block, std::uint64_t blo
 }
 
 Status Cluster::on_every_shard(const std::function<Status(detail::ShardIoThread&, std::size_t)>& job) {
-  std::vector<std::size_t> all(shards_.size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return on_shards(all, job);
-}
-
-Status Cluster::on_shards(const std::vector<std::size_t>& which,
-                          const std::function<Status(detail::ShardIoThread&, std::size_t)>& job) {
-  if (which.empty()) return Status::Ok();
-  auto state = std::make_shared<OperationState>();
-  state->parts_left = which.size();
-  for (std::size_t i : which) {
-    ShardIoThread* shard = shards_[i].get();
-    shard->post([shard, i, &job] { return job(*shard, i); }, state);
-  }
-  return Operation(state).wait();
+  return detail::run_on_shards(shards_, detail::all_shards(shards_), job);
 }
 
 Status Cluster::control(std::string_view lines) {
-  return on_every_shard([&](ShardIoThread& shard, std::size_t) {
-    LuTransport& lu = shard.lu(LuRole::status);
-    const std::uint64_t block = lu.block_size();
-    const std::uint64_t bytes = (lines.size() + block) / block * block;         // whole blocks, at least one NUL after
-    AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
-    if (!page) return Status::Error(StatusCode::unknown, "no memory for a control write");
-    std::memcpy(page.get(), lines.data(), lines.size());
-    std::vector<LuCommand> write{{IoDirection::write, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
-    return shard.run(LuRole::status, write, {});
-  });
+  return on_every_shard([&](ShardIoThread& shard, std::size_t) { return shard.control(lines); });
 }
 
 Result<std::vector<ShardStatusPage>> Cluster::status_pages() {

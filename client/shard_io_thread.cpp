@@ -42,4 +42,22 @@ Result<std::string> read_status_page(ShardIoThread& shard) {
   return std::string(text, strnlen(text, bytes));
 }
 
+Status run_on_shards(ShardIoThreads& shards, const std::vector<std::size_t>& which,
+                     const std::function<Status(ShardIoThread&, std::size_t)>& job) {
+  if (which.empty()) return Status::Ok();
+  auto state = std::make_shared<OperationState>();
+  state->parts_left = which.size();
+  for (std::size_t i : which) {
+    ShardIoThread* shard = shards[i].get();
+    shard->post([shard, i, &job] { return job(*shard, i); }, state);
+  }
+  return Operation(state).wait();
+}
+
+std::vector<std::size_t> all_shards(const ShardIoThreads& shards) {
+  std::vector<std::size_t> all(shards.size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  return all;
+}
+
 }  // namespace blockps::detail

@@ -11,11 +11,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "blockps/cluster.h"
 #include "client/job_and_place.h"
@@ -223,16 +226,21 @@ class ShardIoThread {
     return explain_answer(page, answer, who);
   }
 
-  // One control write of `lines` to the status LU, NUL-padded to whole blocks; the transport's failure as it is.
+  // One control write of `lines` to the status LU; the transport's failure as it is (the tenancy reads the page
+  // itself to say why).
   std::optional<LuFailure> write_control(std::string_view lines) {
-    LuTransport& status = lu(LuRole::status);
-    const std::uint64_t block = status.block_size();
-    const std::uint64_t bytes = (lines.size() + block) / block * block;         // whole blocks, at least one NUL after
-    AlignedBuffer page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
-    if (!page) return LuFailure{0, "no memory for a control write"};
-    std::memcpy(page.get(), lines.data(), lines.size());
-    std::vector<LuCommand> write{{IoDirection::write, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
-    return status.run(write, limits_);
+    AlignedBuffer page;
+    std::vector<LuCommand> write;
+    if (!control_command(lines, page, write)) return LuFailure{0, "no memory for a control write"};
+    return lu(LuRole::status).run(write, limits_);
+  }
+  // The same, failed as run() fails (the refusal explained from the page).
+  Status control(std::string_view lines) {
+    AlignedBuffer page;
+    std::vector<LuCommand> write;
+    if (!control_command(lines, page, write))
+      return Status::Error(StatusCode::unknown, "no memory for a control write");
+    return run(LuRole::status, write, {});
   }
 
   // From the next exchange the stream takes in on (Cluster::prefer_send_order).
@@ -263,6 +271,18 @@ class ShardIoThread {
   }
 
  private:
+  // A control write of `lines`: one WRITE from `page`, NUL-padded to whole blocks of the status LU (at least one
+  // NUL after the lines: the shard reads up to it). False when `page` could not be allocated.
+  bool control_command(std::string_view lines, AlignedBuffer& page, std::vector<LuCommand>& write) {
+    const std::uint64_t block = lu(LuRole::status).block_size();
+    const std::uint64_t bytes = (lines.size() + block) / block * block;
+    page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
+    if (!page) return false;
+    std::memcpy(page.get(), lines.data(), lines.size());
+    write = {{IoDirection::write, 0, {{page.get(), static_cast<std::size_t>(bytes)}}}};
+    return true;
+  }
+
   struct Job {
     std::function<Status()> work;  // or, for an exchange:
     std::shared_ptr<OperationState> op;
@@ -443,6 +463,15 @@ class ShardIoThread {
   int command_lane_ = 0;
   ExchangeCompletions* running_exchanges_ = nullptr;  // while run_exchanges() runs, on the I/O thread
 };
+
+// The shard I/O threads of a cluster, in its file's order.
+using ShardIoThreads = std::vector<std::unique_ptr<ShardIoThread>>;
+// Runs job(shard, index) on the I/O threads of the shards `which` (where their sessions may be used) and waits for
+// all; the first failure, or ok.
+Status run_on_shards(ShardIoThreads& shards, const std::vector<std::size_t>& which,
+                     const std::function<Status(ShardIoThread&, std::size_t)>& job);
+// 0 .. shards.size() - 1.
+std::vector<std::size_t> all_shards(const ShardIoThreads& shards);
 
 }  // namespace detail
 

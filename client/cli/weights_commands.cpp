@@ -188,23 +188,15 @@ int run_release(const std::string& cluster_file) {
     return kExitFailed;
   }
   Cluster& c = *cluster.value();
-  // Who held each shard, for the report (a shard released by a job in between says so too).
-  std::vector<std::string> holders(c.config().shards.size());
-  if (auto pages = c.status_pages(); pages.ok()) {
-    for (std::size_t i = 0; i < holders.size(); ++i) {
-      const nlohmann::json page = nlohmann::json::parse(pages.value()[i].json, nullptr, false);
-      if (auto claim = read_shard_claim(page.is_object() ? page : nlohmann::json::object()); claim.ok())
-        holders[i] = claim->holder;
-    }
-  }
-  if (Status s = c.control(std::string(control::kRelease) + "\n"); !s.ok()) {
-    print_error("release: " + s.message());
+  auto holders = c.release();
+  if (!holders.ok()) {
+    print_error("release: " + holders.message());
     return kExitFailed;
   }
-  for (std::size_t i = 0; i < holders.size(); ++i) {
+  for (std::size_t i = 0; i < holders->size(); ++i) {
+    const std::string& held_by = (*holders)[i];
     std::cout << "release: shard '" << c.config().shards[i].name
-              << "': " << (holders[i].empty() ? std::string("held by no job") : "released from job " + holders[i])
-              << "\n";
+              << "': " << (held_by.empty() ? std::string("held by no job") : "released from job " + held_by) << "\n";
   }
   return kExitOk;
 }

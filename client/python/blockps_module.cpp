@@ -41,11 +41,17 @@ struct ShardUnreachable : BlockpsError {
 struct Mismatch : BlockpsError {
   using BlockpsError::BlockpsError;
 };
+// blockps.InvalidArgumentError, a blockps.Error and a ValueError: an argument the library refused before it sent
+// anything (a job name that is not one, no job where the caller needs one, a takeover without a job).
+struct InvalidArgument : BlockpsError {
+  using BlockpsError::BlockpsError;
+};
 
 void check(const blockps::Status& s) {
   if (s.ok()) return;
   if (s.code() == blockps::StatusCode::unreachable) throw ShardUnreachable(s.message());
   if (s.code() == blockps::StatusCode::mismatch) throw Mismatch(s.message());
+  if (s.code() == blockps::StatusCode::invalid_argument) throw InvalidArgument(s.message());
   throw BlockpsError(s.message());
 }
 
@@ -257,21 +263,29 @@ auto block_transfer(const char* what) {
 
 using ClusterClass = py::class_<Cluster, HeldWithoutGil<Cluster>>;
 
-// blockps.Error and blockps.ShardUnreachableError, which every call raises (check()).
+// blockps.Error and its kinds (ShardUnreachableError, MismatchError, InvalidArgumentError), which every call raises
+// (check()).
 void bind_errors(py::module_& m) {
   const auto& error = py::register_exception<BlockpsError>(m, "Error");
   // After Error: pybind11 tries the translators registered last first.
   py::register_exception<ShardUnreachable>(m, "ShardUnreachableError", error.ptr());
   // Two bases (py::register_exception takes one): made with the C API, kept for the interpreter's life.
-  static PyObject* mismatch = PyErr_NewException("blockps._blockps.MismatchError",
-                                                 py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
-  if (mismatch == nullptr) throw py::error_already_set();
-  m.attr("MismatchError") = py::handle(mismatch);
+  const auto error_and_value_error = [&](const char* name) {
+    PyObject* type = PyErr_NewException((std::string("blockps._blockps.") + name).c_str(),
+                                        py::make_tuple(error, py::handle(PyExc_ValueError)).ptr(), nullptr);
+    if (type == nullptr) throw py::error_already_set();
+    m.attr(name) = py::handle(type);
+    return type;
+  };
+  static PyObject* mismatch = error_and_value_error("MismatchError");
+  static PyObject* invalid_argument = error_and_value_error("InvalidArgumentError");
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const Mismatch& e) {
       PyErr_SetString(mismatch, e.what());
+    } catch (const InvalidArgument& e) {
+      PyErr_SetString(invalid_argument, e.what());
     }
   });
 }
@@ -281,7 +295,8 @@ void bind_cluster_open(ClusterClass& cluster) {
   cluster
       .def(py::init([](const std::string& cluster_file, const std::optional<std::string>& worker,
                        const std::optional<std::string>& job, bool takeover, bool replace_place,
-                       const std::string& expect, const std::optional<std::string>& default_job) {
+                       const std::string& expect, const std::optional<std::string>& default_job,
+                       const std::string& no_default_job_because) {
              auto config = blockps::load_cluster_file(cluster_file);
              check(config.status());
              // Only the default name (this process's pid) gives way to the worker's: a name the file sets
@@ -290,8 +305,8 @@ void bind_cluster_open(ClusterClass& cluster) {
                config.value().client.initiator = blockps::worker_initiator_iqn(*worker);
              blockps::OpenOptions options;
              options.job = job;
-             // The caller's own default (the Python package's job name) comes after the file's [client] job.
-             if (!job && default_job && config.value().client.job.empty()) options.job = default_job;
+             options.default_job = default_job;
+             options.no_default_job_because = no_default_job_because;
              options.takeover = takeover;
              options.replace_place = replace_place;
              options.expect = shard_kind(expect);
@@ -302,12 +317,14 @@ void bind_cluster_open(ClusterClass& cluster) {
            }),
            py::arg("cluster_file"), py::arg("worker") = py::none(), py::kw_only(), py::arg("job") = py::none(),
            py::arg("takeover") = false, py::arg("replace_place") = false, py::arg("expect") = "any",
-           py::arg("default_job") = py::none(),
+           py::arg("default_job") = py::none(), py::arg("no_default_job_because") = "",
            "Open a cluster file (TOML) and connect every shard. worker: this process's name within the job "
            "(e.g. 'rank3'); without [client] initiator in the file the iSCSI name is "
            "iqn.2026-11.io.blockps:worker-<host>-<worker> instead of ...-<pid>. job: the job whose sessions claim "
-           "the shards (None: the file's [client] job, else default_job, else BLOCKPS_JOB, else no job; '': no job); "
-           "a shard another job holds raises blockps.Error naming the holder. takeover: claim the shards although "
+           "the shards (None: the file's [client] job, else BLOCKPS_JOB, else default_job, else no job; '': no job); "
+           "no_default_job_because: where no job is chosen, raise ValueError with this reason before anything is "
+           "written (a caller that needs a job); a shard another job holds raises blockps.Error naming the holder. "
+           "takeover: claim the shards although "
            "another job holds them. replace_place: give each shard the place this file gives it even where it holds "
            "another (a re-layout or a new model); otherwise a shard in another place raises. expect: 'any', "
            "'optimizer' or 'averaging' (opt=average), the kind of shard this worker needs.")
@@ -317,13 +334,23 @@ void bind_cluster_open(ClusterClass& cluster) {
           "model", [](const Cluster& c) { return c.model(); }, "The model (identity) whose place the shards hold.")
       .def(
           "claim",
-          [](Cluster& c, const std::string& job, bool takeover) {
+          [](Cluster& c, const std::optional<std::string>& job, bool takeover, const std::string& expect,
+             const std::optional<std::string>& default_job, const std::string& no_default_job_because) {
+            blockps::OpenOptions options;
+            options.job = job;
+            options.takeover = takeover;
+            options.expect = shard_kind(expect);
+            options.default_job = default_job;
+            options.no_default_job_because = no_default_job_because;
             py::gil_scoped_release release;
-            check(c.claim(job, takeover));
+            check(c.claim(options));
           },
-          py::arg("job"), py::arg("takeover") = false,
-          "Join every session of every shard to `job` (takeover: also shards another job holds); raises "
-          "blockps.Error naming the holder of a shard another job holds.")
+          py::arg("job") = py::none(), py::kw_only(), py::arg("takeover") = false, py::arg("expect") = "any",
+          py::arg("default_job") = py::none(), py::arg("no_default_job_because") = "",
+          "Join every session of every shard to a job (takeover: also shards another job holds): `job`, else the one "
+          "this cluster holds, else the file's [client] job, BLOCKPS_JOB or default_job, as at open; claimed only "
+          "when it is not the one held (or takeover). Every shard is first checked to be of the kind `expect` "
+          "(blockps.MismatchError). Raises blockps.Error naming the holder of a shard another job holds.")
       .def(
           "prefer_send_order",
           [](Cluster& c, const std::string& order) {

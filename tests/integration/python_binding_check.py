@@ -110,7 +110,7 @@ check(np.array_equal(pulled, w + 0.25), "exchange_blocks_async with on_done pull
 calls, called, on_done = recorder()
 op = c.exchange_blocks_async(blocks, 1, quarter[:block_elements], pulled[:block_elements], on_done=on_done)
 error, thread = called_once(calls, called, "a refused exchange")
-check(type(error) is blockps.Error and "outside the model" in str(error) and thread == main_thread,
+check(type(error) is blockps.InvalidArgumentError and "outside the model" in str(error) and thread == main_thread,
       f"a refused exchange: on_done({error!r}) on {'this' if thread == main_thread else 'another'} thread")
 raises(blockps.Error, op.wait, "outside the model")
 

@@ -35,11 +35,9 @@
 
 namespace blockps {
 
-// What open()'s checks and claim() use, private to the library: a worker's trace file, a shard's job and place as
-// its status page says them.
+// Private to the library: a worker's trace file (client/trace.h), the job's tenancy of the shards (client/tenancy.h).
 class Trace;
-struct ShardClaim;
-struct Place;
+class Tenancy;
 
 namespace detail {
 struct OperationState;
@@ -86,10 +84,17 @@ std::string_view to_string(ShardKind kind);
 // places"). The defaults are a worker of the cluster file's job (if it names one).
 struct OpenOptions {
   // The job this worker belongs to; every session of every shard joins it, and a shard held by another job
-  // refuses. nullopt: the cluster file's [client] job, else $BLOCKPS_JOB, else none; "": none (no claim: a
+  // refuses. nullopt: the cluster file's [client] job, else $BLOCKPS_JOB, else default_job, else none
+  // (client/tenancy.h, choose_job, is where this order is decided); "": none (no claim: a
   // worker of no job may read the weights of a held shard, but its pushes are refused). A name is 1 to 128
   // characters of A-Z a-z 0-9 . _ : @ / + -.
   std::optional<std::string> job;
+  // The caller's own default, after $BLOCKPS_JOB (the Python package's name from torchrun: blockps/jobs.py).
+  std::optional<std::string> default_job;
+  // Why the caller has no default where it needs a job (e.g. "a torchrun over several hosts needs a job name every
+  // host shares: give torchrun --rdzv_id NAME"): when no job is chosen, open() refuses with this before it sends
+  // anything. "": a worker of no job is fine.
+  std::string no_default_job_because;
   // Claim the shards even though another job holds them (needs a job): that job's sessions are dropped and its
   // next command refused; a shard with rounds starts them afresh.
   bool takeover = false;
@@ -125,7 +130,7 @@ class Cluster {
   // the job claims every shard (no shard held by another job, unless takeover), from every session (grad,
   // weights and status LU: a session of no job is refused on a held shard). Errors: the file's mistakes (see
   // blockps/cluster_file.h), an LU that cannot be reached, a mismatch (naming the shard, the field and both values; the
-  // kind; both places and the fix), a shard held by another job (StatusCode::io, naming the holder and how to
+  // kind; both places and the fix), a shard held by another job (StatusCode::conflict, naming the holder and how to
   // take it over), an invalid job name (invalid_argument).
   static Result<std::unique_ptr<Cluster>> open(const std::string& cluster_file, const OpenOptions& options = {});
   static Result<std::unique_ptr<Cluster>> open(const ClusterConfig& config, const OpenOptions& options = {});
@@ -137,13 +142,20 @@ class Cluster {
   const ClusterConfig& config() const { return config_; }
   // The job this cluster's sessions belong to ("" none), and the model whose place its shards hold ("" when
   // opened status_only).
-  const std::string& job() const { return job_; }
-  const std::string& model() const { return model_; }
+  const std::string& job() const;
+  const std::string& model() const;
   // Joins every session of every shard to `job` (with `takeover`, claiming shards another job holds), and sets
   // the place of a shard that holds none (a cluster opened with no job could not, where another job held it).
   // Errors as open's claim; `job` not a valid name: invalid_argument. Not for a cluster opened status_only, and
   // not while another thread reads job() or model().
-  Status claim(const std::string& job, bool takeover = false);
+  Status claim(const std::string& job, bool takeover = false, ShardKind expect = ShardKind::any);
+  // The claim open() would make, for a cluster opened with no job or another one: the job options.job, else the
+  // one this cluster holds, else the file's, $BLOCKPS_JOB's or options.default_job (as open() chooses), claimed
+  // when it is not the one held (or options.takeover); every shard first checked to be of the kind options.expect.
+  Status claim(const OpenOptions& options);
+  // Drops every shard's claim (the operator's override: any job may claim the shards next); the job that held each
+  // shard before ("" none), in the file's order. Also on a cluster opened status_only.
+  Result<std::vector<std::string>> release();
   // The order in which each shard's stream sends the exchanges queued behind its credit window (SendOrder), unless
   // the cluster file's [client] send_order chose one (that stands): the opener knows where its model's first layers
   // are (blockps.torch lays parameters out in reverse: descending). Without either: ascending. From the next
@@ -235,21 +247,8 @@ class Cluster {
   Operation post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done);
   // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
   Status on_every_shard(const std::function<Status(detail::ShardIoThread&, std::size_t)>& job);
-  // Runs job(shard, index) on the I/O threads of the shards `which` and waits for all.
-  Status on_shards(const std::vector<std::size_t>& which,
-                   const std::function<Status(detail::ShardIoThread&, std::size_t)>& job);
-  // open()'s checks after the shape: the place and the claim (`claims`: what each shard's status page said, of the
-  // kind options.expect).
-  Status settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims);
-  // The job claim and the place of open() and claim(), with what each shard's status page said before.
-  Status claim_shards(const std::string& job, bool takeover, bool replace_place, std::vector<ShardClaim> claims);
-  // Where this cluster file puts shard `shard` of model_.
-  Place place_of(std::size_t shard) const;
 
   ClusterConfig config_;
-  std::string job_;
-  std::string model_;
-  bool model_generated_ = false;  // model_ is a new identity (no shard held one yet)
   bool status_only_ = false;
   // The largest WRITE request: [client] max_request, or less where a transport's larger WRITEs are fragile
   // (LuTransport::max_safe_write_bytes); READs use max_request.
@@ -258,6 +257,8 @@ class Cluster {
   // Before shards_: destroyed after them, so that their last spans are in the file (client/trace.h).
   std::unique_ptr<Trace> trace_;
   std::vector<std::unique_ptr<detail::ShardIoThread>> shards_;
+  // The job, its claim and the model's place over shards_ (client/tenancy.h).
+  std::unique_ptr<Tenancy> tenancy_;
 };
 
 }  // namespace blockps

@@ -11,7 +11,9 @@ push/pull/write_weights/read_weights take any C-contiguous buffer of model_bytes
 through .numpy()). Errors raise blockps.Error with the library's message; blockps.ShardUnreachableError (a
 blockps.Error) when a shard's session stayed lost for longer than the cluster file's [client] reconnect_s;
 blockps.MismatchError (a blockps.Error and a ValueError) when the shards are not what the cluster file or the
-caller's expect= says (sizes, place, kind), found before anything was written to them.
+caller's expect= says (sizes, place, kind), found before anything was written to them; blockps.InvalidArgumentError
+(a blockps.Error and a ValueError) for an argument refused before anything was sent (a job name, no job where one
+is needed).
 
 blockps.torch (the subpackage blockps/torch/) trains a PyTorch model through the shards: DistributedOptimizer,
 the DDP hook, torch-format checkpoints. blockps/jobs.py names a worker's job for any framework.
@@ -20,6 +22,7 @@ from ._blockps import (  # noqa: F401
     Cluster,
     DoubleBuffer,
     Error,
+    InvalidArgumentError,
     MismatchError,
     ShardUnreachableError,
     cluster_layout,
@@ -30,6 +33,7 @@ __all__ = [
     "Cluster",
     "DoubleBuffer",
     "Error",
+    "InvalidArgumentError",
     "MismatchError",
     "ShardUnreachableError",
     "cluster_layout",

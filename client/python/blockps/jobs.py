@@ -1,72 +1,50 @@
-"""Which job a worker belongs to, and which kind of shard it needs (docs/OPTIONS.md, "Jobs and places").
+"""The job name a torchrun (or another launcher) gives a worker, for the library's choice of job (docs/OPTIONS.md,
+"Jobs and places"; the order is decided in one place, libblockps's client/tenancy.h: the caller's job=, else the
+cluster file's [client] job, else BLOCKPS_JOB, else this default).
 
 A shard serves one job at a time: the first job whose workers claim it holds it, and every other job's commands
 are refused until the holder is gone (or released, or taken over). So every rank of one job must name the same
-job, every restart of that job must name it again, and two jobs must never share a name. In order:
+job, every restart of that job must name it again, and two jobs must never share a name. The default, in order:
 
-1. the `job=` argument of DistributedOptimizer / AveragingState;
-2. the cluster file's `[client] job`;
-3. the environment variable BLOCKPS_JOB;
-4. torchrun's run id (`--rdzv_id`, TORCHELASTIC_RUN_ID), unless it is torchrun's default "none";
-5. one torchrun on one host: that torchrun's agent (the ranks' parent process), which outlives its restarts and
+1. torchrun's run id (`--rdzv_id`, TORCHELASTIC_RUN_ID), unless it is torchrun's default "none";
+2. one torchrun on one host: that torchrun's agent (the ranks' parent process), which outlives its restarts and
    which no other torchrun shares;
-6. a torchrun with a static rendezvous (`--master_addr`/`--master_port`, no `--rdzv_backend`), or a process group
+3. a torchrun with a static rendezvous (`--master_addr`/`--master_port`, no `--rdzv_backend`), or a process group
    without torchrun (MASTER_ADDR/MASTER_PORT, as mp.spawn scripts set): its rendezvous address, the same on every
    host and every restart;
-7. a single process: this process.
+4. a single process: this process.
 A multi-host torchrun with a c10d rendezvous and no run id has no name every host agrees on and that survives its
-restarts (c10d picks a new MASTER_PORT per attempt): refused, asking for --rdzv_id or BLOCKPS_JOB.
+restarts (c10d picks a new MASTER_PORT per attempt): no default, and the reason the library refuses with.
 torchrun spells its flags with underscores in torch 1.13 (Debian's); later ones accept them too.
 """
 import json
 import os
 import socket
 
-from ._blockps import MismatchError
-
 _TORCHRUN_DEFAULT_RUN_ID = "none"
 
+NO_SHARED_NAME = ("a torchrun over several hosts needs a job name every host shares: give torchrun --rdzv_id NAME "
+                  "(torch 1.13 spells it so; later ones also --rdzv-id)")
 
-def derived_job_name():
-    """The job name of steps 3-7 above (steps 1-2 are the caller's and the cluster file's), or None where there is
-    none (a multi-host torchrun without a run id)."""
+
+def launcher_job_name():
+    """(name, None) of the default above, or (None, why) where there is none: pass them to blockps.Cluster and
+    Cluster.claim as default_job= and no_default_job_because=."""
     env = os.environ
-    if env.get("BLOCKPS_JOB"):
-        return env["BLOCKPS_JOB"]
     host = socket.gethostname()
     if "TORCHELASTIC_RUN_ID" in env:
         run_id = env["TORCHELASTIC_RUN_ID"]
         if run_id and run_id != _TORCHRUN_DEFAULT_RUN_ID:
-            return f"torchrun:{run_id}"
+            return f"torchrun:{run_id}", None
         if int(env.get("GROUP_WORLD_SIZE", "1")) == 1:
-            return f"torchrun:{host}:{os.getppid()}"
+            return f"torchrun:{host}:{os.getppid()}", None
         # A static rendezvous: its MASTER_ADDR and MASTER_PORT are the flags', on every host and every restart.
         if env.get("TORCHELASTIC_USE_AGENT_STORE") == "True" and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-            return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-        return None  # several hosts, c10d, no run id: no name they share (require_job says so)
+            return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}", None
+        return None, NO_SHARED_NAME
     if int(env.get("WORLD_SIZE", "1")) > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-    return f"process:{host}:{os.getpid()}"
-
-
-def check_shard_kind(cluster, averaging, user):
-    """blockps.MismatchError (a ValueError) naming the first shard that is not of the kind `user` needs: averaging
-    shards (opt=average) for the DDP hook, optimizer shards for DistributedOptimizer. For a Cluster the script opened
-    (the torch paths open a cluster file with expect=, which the library checks at open): before its claim."""
-    for shard, page in cluster.status_pages():
-        opt = json.loads(page)["shard"]["opt"]
-        if (opt == "average") == averaging:
-            continue
-        if averaging:
-            raise MismatchError(
-                f"blockps: {user} needs averaging shards (opt=average;mode=sync), but shard {shard} runs opt={opt}: it "
-                "would step its optimizer on the pushed gradients and the hook would install the returned weights as "
-                "gradients. Point the cluster file at averaging shards, or keep these shards and use "
-                "blockps.torch.DistributedOptimizer")
-        raise MismatchError(
-            f"blockps: {user} needs shards that run the optimizer, but shard {shard} runs opt=average (it only "
-            "averages gradients): with these shards use DistributedDataParallel with blockps.torch.averaging_hook, or "
-            "point the cluster file at optimizer shards")
+        return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}", None
+    return f"process:{host}:{os.getpid()}", None
 
 
 def shard_options(cluster):
@@ -76,12 +54,3 @@ def shard_options(cluster):
         options = json.loads(page)["shard"]["options"]
         out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
     return out
-
-
-def require_job(cluster):
-    """ValueError when `cluster` claimed no job because none could be named (a multi-host torchrun without a run id
-    and without a name in the cluster file or BLOCKPS_JOB)."""
-    if not cluster.job:
-        raise ValueError("blockps: a torchrun over several hosts needs a job name every host shares: give torchrun "
-                         "--rdzv_id NAME (or set BLOCKPS_JOB, or the cluster file's [client] job); the shards serve "
-                         "one job at a time (docs/OPTIONS.md, \"Jobs and places\")")

@@ -3,8 +3,8 @@ torchrun identity, the cluster claimed for its job, and its exchange path (sessi
 host's leader: blockps/torch/host.py)."""
 import os
 
-from .._blockps import Cluster
-from ..jobs import check_shard_kind, derived_job_name, require_job
+from .._blockps import Cluster, MismatchError
+from ..jobs import launcher_job_name
 from .host import HostExchange, host_of_this_rank, leader_opens
 from .wire import bytes_of
 
@@ -19,21 +19,22 @@ def torchrun_identity():
 
 
 def open_for_job(cluster, worker, job, takeover, user, averaging):
-    """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job:
-    `job`, else the cluster file's [client] job, else blockps/jobs.py's derived name, once its shards were found to
-    be of the kind `user` needs (`averaging`: opt=average; else optimizer shards): nothing is written to a shard of
-    the wrong kind (blockps.MismatchError). A Cluster the script opened without a job is claimed here. A shard held
-    by another job refuses with the holder named (blockps.Error)."""
-    if isinstance(cluster, Cluster):
-        check_shard_kind(cluster, averaging, user)
-        name = job or cluster.job or derived_job_name()
-        if name and (name != cluster.job or takeover):
-            cluster.claim(name, takeover)
-    else:
-        cluster = Cluster(str(cluster), worker=worker, job=job, default_job=derived_job_name(), takeover=takeover,
-                          expect="averaging" if averaging else "optimizer")
-    require_job(cluster)
-    return cluster
+    """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job
+    the library chooses (`job`, else the cluster file's [client] job, else BLOCKPS_JOB, else the launcher's name:
+    blockps/jobs.py) once its shards were found to be of the kind `user` needs (`averaging`: opt=average; else
+    optimizer shards): nothing is written to a shard of the wrong kind (blockps.MismatchError), and nothing before
+    a job is named (blockps.InvalidArgumentError). A Cluster the script opened is claimed here (unless it holds the
+    job already). A shard held by another job refuses with the holder named (blockps.Error)."""
+    default_job, why_none = launcher_job_name()
+    chosen = dict(job=job, takeover=takeover, expect="averaging" if averaging else "optimizer",
+                  default_job=default_job, no_default_job_because=why_none or "")
+    try:
+        if isinstance(cluster, Cluster):
+            cluster.claim(**chosen)
+            return cluster
+        return Cluster(str(cluster), worker=worker, **chosen)
+    except MismatchError as e:
+        raise MismatchError(f"blockps: {user}: {e}") from None
 
 
 def open_worker(host_aggregation, open_cluster):
