@@ -30,7 +30,7 @@
 # applies: it is the number of NBD requests in flight, and qemu-nbd keeps that many iSCSI commands in flight,
 # so a psync job at iodepth=1 stays a queue-depth-1 job. direct=1 is kept (it means nothing to the nbd engine).
 # No cache sits in this path: qemu-nbd --cache=none over the iscsi driver sends every request to the target
-# (tests/integration/test_fio_jobs.sh checks that a target-side change is seen by the next fio read).
+# (tests/integration/scripts/test_fio_jobs.sh checks that a target-side change is seen by the next fio read).
 # Rules for a job file: each job names at most one device, as a line `filename=${VAR}` (the nbd engine takes
 # one URI per job: write one job per device, as fio_jobs/all-shards.fio does); no `include`.
 #

@@ -9,7 +9,7 @@ namespace {
 
 namespace sp = status_page;
 
-// Every pointer of contract/status_page.h (tests/integration/test_cli.cpp checks that none is missing here).
+// Every pointer of contract/status_page.h (tests/integration/cli/test_cli.cpp checks that none is missing here).
 constexpr const char* kFields[] = {
     sp::kFormatField,
     sp::kShard,

@@ -128,20 +128,24 @@ if [ -d "$build/blockps-preload" ]; then
   done
 fi
 
-# Every GoogleTest integration test (gtest_discover_tests leaves NAME[1]_include.cmake beside each) that is built.
+# Every GoogleTest integration test (gtest_discover_tests leaves NAME[1]_include.cmake beside each, in its group's
+# folder: tests/integration/GROUP/) that is built.
 integration=()
-for inc in "$build"/tests/integration/*"[1]_include.cmake"; do
+declare -A built_in=()  # name -> the build folder of its group
+for inc in "$build"/tests/integration/*/*"[1]_include.cmake"; do
   [ -f "$inc" ] || continue
   name=$(basename "$inc" "[1]_include.cmake")
-  if [ -f "$build/tests/integration/$name" ]; then
+  dir=$(dirname "$inc")
+  if [ -f "$dir/$name" ]; then
     integration+=("$name")
+    built_in[$name]=$dir
   else
     warn "integration test $name is not built: not in the bundle (cmake --build $build --target $name)"
   fi
 done
-[ "${#integration[@]}" -gt 0 ] || die "no integration test is built in $build/tests/integration: $missing_hint"
+[ "${#integration[@]}" -gt 0 ] || die "no integration test is built in $build/tests/integration/*/: $missing_hint"
 for name in "${integration[@]}"; do
-  carry integration "$build/tests/integration/$name" "bin/$name"
+  carry integration "${built_in[$name]}/$name" "bin/$name"
 done
 
 # The absolute paths compiled into the integration tests (BLOCKPS_CLI_PATH, BLOCKPS_LU_IO, the Python checks...):
@@ -149,7 +153,7 @@ done
 # programs of the host (the interpreter, torchrun) are named for run.sh to check.
 declare -A seen=()
 for name in "${integration[@]}"; do
-  flags=$build/tests/integration/CMakeFiles/$name.dir/flags.make
+  flags=${built_in[$name]}/CMakeFiles/$name.dir/flags.make
   [ -f "$flags" ] || continue
   while read -r define path; do
     if [ -z "$path" ] || [ -n "${seen[$path]:-}" ]; then continue; fi

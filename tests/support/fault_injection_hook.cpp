@@ -1,4 +1,4 @@
-// The hook of the test-only module (tests/integration/CMakeLists.txt: bs_blockps with this file and the faulty
+// The hook of the test-only module (tests/integration/sync/CMakeLists.txt: bs_blockps with this file and the faulty
 // store linked in, in its own module directory): with BLOCKPS_FAULT_INJECTION_FILE=PATH in tgtd's environment,
 // every shard the module opens gets a store that fails every optimizer update while PATH exists
 // (faulty_store.h), so that tests through a real tgtd see what workers see when a round cannot be applied. The

@@ -1,6 +1,6 @@
 // The tenancy's pure decisions (client/tenancy.h): which job a worker belongs to, from which source, and which
 // names are refused before anything is sent; and that read_claims refuses a shard of the wrong kind, naming it. The
-// claim itself (control lines on a real shard) is tested against tgtd: tests/integration/test_job_claim.cpp and
+// claim itself (control lines on a real shard) is tested against tgtd: tests/integration/jobs/test_job_claim.cpp and
 // test_torch_jobs.cpp.
 #include <gtest/gtest.h>
 

@@ -427,7 +427,7 @@ static void test_file_cluster(void) {
 
 /* (API version 6) Opening with options: the defaults, each wrong field refused before anything is sent, the kind of
  * shard, the job and model getters, claim's arguments. Over the file cluster of test_file_cluster (a job would write
- * its claim into the status file, so none is claimed here: tests/integration/test_job_claim.cpp claims real shards). */
+ * its claim into the status file, so none is claimed here: tests/integration/jobs/test_job_claim.cpp claims real shards). */
 static void test_open_options(void) {
   blockps_open_options_init(NULL);
   blockps_open_options options;

@@ -1,6 +1,6 @@
 // mode=sync rounds: the averaging order, what waits for a round, stragglers and their late halves, through the
 // coordinator (with its keeper thread) and BspMode alone. The tgtd integration of the same (parked commands over
-// iSCSI, sessions that vanish) is tests/integration/test_sync.cpp.
+// iSCSI, sessions that vanish) is tests/integration/sync/test_sync.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

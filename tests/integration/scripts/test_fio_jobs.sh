@@ -14,7 +14,7 @@
 set -euo pipefail
 
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 
 [ "$(id -u)" = 0 ] || skip "tgtd needs root and this is uid $(id -u)"

@@ -7,7 +7,7 @@
 #   test_ci_script_options.sh --repo REPO
 set -euo pipefail
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 [ -n "$repo" ] || fail "--repo REPO is required"
 scratch=$(mktemp -d /tmp/blockps-ci-options-XXXXXX)

@@ -624,7 +624,7 @@ class FailingStoreTest : public SyncModeTest {
  protected:
   void start_with_fault_hook(const std::string& options) {
     TgtdOptions o;
-    o.module_dir = tgt_module_dir() + "-fault-injection";  // tests/integration/CMakeLists.txt builds it there
+    o.module_dir = tgt_module_dir() + "-fault-injection";  // tests/integration/sync/CMakeLists.txt builds it there
     ASSERT_EQ(::access((o.module_dir + "/bs_blockps.so").c_str(), R_OK), 0) << o.module_dir << ": no test module";
     o.environment = {std::string(kFaultInjectionFileVariable) + "=" + fault()};
     const Status started = tgtd_.start(o);

@@ -348,13 +348,13 @@ TEST_F(CliUsageTest, UsageErrorsExitWithTwo) {
   for (const char* sub : {"status", "init", "save", "bench"}) EXPECT_TRUE(contains(help.output, sub)) << help.output;
 }
 
-// The source tree (this file is tests/integration/test_cli.cpp): the example configs and the contract.
+// The source tree (this file is tests/integration/cli/test_cli.cpp): the example configs and the contract.
 std::filesystem::path repo_path(const std::string& relative) {
-  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path() / relative;
+  return std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().parent_path() / relative;
 }
 
 // `conf expand` (client/cli/targets_conf.h): the shard line made into its LUs, every other line kept.
-// tests/integration/test_shard_stanza.sh checks each refusal through ps-up.sh.
+// tests/integration/scripts/test_shard_stanza.sh checks each refusal through ps-up.sh.
 TEST_F(CliUsageTest, ConfExpandMakesTheShardLineIntoItsThreeLus) {
   const CommandResult r = cli({"conf", "expand", repo_path("configs/shard0.conf")});
   ASSERT_TRUE(r.ok()) << r.describe();

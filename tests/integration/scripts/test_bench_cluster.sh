@@ -12,7 +12,7 @@
 #   test_bench_cluster.sh --repo REPO --build-dir BUILD
 set -euo pipefail
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 build=''
 while [ "$#" -gt 0 ]; do
   case "$1" in

@@ -5,7 +5,7 @@
 # name. After the run the copy and the scratch home must be as they were and no stub may have run.
 set -euo pipefail
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 [ -n "$repo" ] || fail "--repo REPO is required"
 

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 blockps=''
 args=()
 while [ "$#" -gt 0 ]; do

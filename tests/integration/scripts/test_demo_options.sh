@@ -6,7 +6,7 @@
 set -euo pipefail
 
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-demo-options-XXXXXX")
 trap 'finish_test $? "$tmp"' EXIT

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 require_root_and_tgt
 py=/usr/bin/python3

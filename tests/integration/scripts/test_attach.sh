@@ -7,7 +7,7 @@
 set -euo pipefail
 
 # shellcheck source=tests/integration/shell_lib.sh
-. "$(dirname "${BASH_SOURCE[0]}")/shell_lib.sh"
+. "$(dirname "${BASH_SOURCE[0]}")/../shell_lib.sh"
 parse_test_args "$@"
 [ -x "$repo/scripts/attach.sh" ] || fail "--repo $repo has no executable scripts/attach.sh"
 PY=/usr/bin/python3
