@@ -65,31 +65,6 @@ dry=''
 timeout_s=60
 names=() hosts=() ports=() iqns=() lgrad=() lweights=() lstatus=() status_files=() conf_iqn=()
 
-# conf_fields FILE: prints "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of a shard config as tgt-admin reads it
-# (conf_expand: a blockps-shard line made into its LUs).
-conf_fields() {
-  awk '
-    function flush() { if (lun != "" && role != "") lu[role] = lun; lun = ""; role = "" }
-    /^[[:space:]]*#/ { next }
-    /^[[:space:]]*blockps-portal[[:space:]]/ && depth == 0 { portal = $2; nportal++ }
-    /^[[:space:]]*<target[[:space:]]/ { t = $2; sub(/>.*/, "", t); ntarget++; depth = 1 }
-    /^[[:space:]]*<\/target>/ { depth = 0 }
-    /^[[:space:]]*<backing-store[[:space:]]/ { inbs = 1; lun = ""; role = "" }
-    inbs && /^[[:space:]]*lun[[:space:]]/ { lun = $2 }
-    inbs && /^[[:space:]]*bsopts[[:space:]]/ {
-      if (match($0, /role=[a-z]+/)) role = substr($0, RSTART + 5, RLENGTH - 5)
-    }
-    /^[[:space:]]*<\/backing-store>/ { inbs = 0; flush() }
-    END {
-      if (nportal != 1) { print "ERR needs exactly one blockps-portal line (found " nportal + 0 ")"; exit }
-      if (ntarget != 1) { print "ERR needs exactly one <target IQN> (found " ntarget + 0 ")"; exit }
-      if (!("grad" in lu) || !("weights" in lu) || !("status" in lu)) {
-        print "ERR needs a blockps-shard line in its <target>, or one LU each with role=grad, role=weights and role=status (a lun line and a bsopts line)"; exit
-      }
-      print portal, t, lu["grad"], lu["weights"], lu["status"]
-    }' "$1"
-}
-
 add_portal() { # HOST:PORT
   [[ $1 =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]] || die "--portal '$1': expected HOST:PORT (IPv4 address or host name)"
   local port=${BASH_REMATCH[2]}
@@ -100,10 +75,10 @@ add_portal() { # HOST:PORT
 }
 add_conf() { # FILE
   if [ ! -f "$1" ] || [ ! -r "$1" ]; then die "--conf '$1': no such file (or not readable)"; fi
-  local f expanded
-  expanded=$(conf_expand "$1" "--conf ") || exit
-  f=$(conf_fields <(echo "$expanded"))
-  [ "${f#ERR }" = "$f" ] || die "--conf $1: ${f#ERR }"
+  local f
+  # "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN" of the file as tgt-admin reads it (its blockps-shard line made
+  # into its LUs); a wrong line, not exactly one blockps-portal line or <target>, or a role without an LU dies.
+  f=$(blockps_conf "--conf " shard "$1") || exit
   read -r portal iqn g w s <<<"$f"
   [[ $portal =~ ^([A-Za-z0-9._-]+):([0-9]+)$ ]] || die "--conf $1: blockps-portal '$portal' is not HOST:PORT"
   local port=$((BASH_REMATCH[2] + BLOCKPS_PORT_OFFSET))

@@ -32,7 +32,8 @@
 # Environment: see scripts/lib/blockps-tgt.sh (BLOCKPS_STATE_DIR, BLOCKPS_CONTROL_OFFSET, BLOCKPS_PORT_OFFSET,
 # BLOCKPS_BACKING_STORE_DIR, BLOCKPS_START_TIMEOUT_S, BLOCKPS_STOP_TIMEOUT_S, BLOCKPS_TGTD_GLIBC_TUNABLES,
 # BLOCKPS_PORTAL_ADDR, BLOCKPS_ISER, BLOCKPS_ISER_POOL_MB, BLOCKPS_CLI). The conf file is read with the blockps CLI
-# (`blockps conf expand`): the build's beside BLOCKPS_BACKING_STORE_DIR, the installed one, or PATH's.
+# (`blockps conf expand`, `value`, `lus`, `for-tgt-admin`): the build's beside BLOCKPS_BACKING_STORE_DIR, the
+# installed one, or PATH's.
 set -euo pipefail
 
 blockps_prog=ps-up
@@ -54,6 +55,8 @@ check_host() {
   TGTD=$(find_tool tgtd) || die "tgtd not found: install tgt (scripts/setup.sh)"
   TGTADM=$(find_tool tgtadm) || die "tgtadm not found: install tgt (scripts/setup.sh)"
   TGT_ADMIN=$(find_tool tgt-admin) || die "tgt-admin not found: install tgt (scripts/setup.sh)"
+  # Every conf file is read with it; said here once, not by each read.
+  blockps_cli >/dev/null || exit
   is_uint "$BLOCKPS_CONTROL_OFFSET" || die "BLOCKPS_CONTROL_OFFSET=$BLOCKPS_CONTROL_OFFSET is not a number"
   check_portal_environment
   case "$BLOCKPS_ISER" in "" | yes | no | auto) ;; *) die "BLOCKPS_ISER=$BLOCKPS_ISER: must be yes, no or auto" ;; esac
@@ -228,12 +231,10 @@ prepare_state() { # I
   done < <(conf_lus "$expanded_dir/$name.conf")
 
   if [ "${isers[$1]}" = yes ]; then
-    conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.tcp.conf"
-    conf_with_iser_targets "$state/targets.tcp.conf" >"$state/targets.conf"
-    rm -f "$state/targets.tcp.conf"
+    conf_for_tgt_admin "$expanded_dir/$name.conf" --iser >"$state/targets.conf"
     echo "$port" >"$state/iser-port"
   else
-    conf_without_control_port "$expanded_dir/$name.conf" >"$state/targets.conf"
+    conf_for_tgt_admin "$expanded_dir/$name.conf" >"$state/targets.conf"
   fi
   echo "${confs[$1]}" >"$state/conf"
   echo "${controls[$1]}" >"$state/control"

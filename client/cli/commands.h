@@ -86,4 +86,17 @@ int run_exporter(const std::string& cluster_file, const ExporterOptions& options
 // (client/cli/targets_conf.h); a wrong line is kExitFailed with "FILE:LINE: what is wrong". Needs no cluster file.
 int run_conf_expand(const std::string& file);
 
+// The readers of a shard config the scripts call (client/cli/targets_conf.h; none needs a cluster file). Each
+// prints line-oriented text for bash; an unreadable file or a wrong line is kExitFailed with "FILE[:LINE]: what is
+// wrong" on stderr and nothing on stdout.
+// `conf value FILE KEY`: each top-level KEY line's value, one line each, in file order (none: nothing, exit 0).
+int run_conf_value(const std::string& file, const std::string& key);
+// `conf lus FILE`: "IQN LUN BSTYPE PATH" per LU of FILE as tgt-admin reads it ("-" for no lun, no bs-type).
+int run_conf_lus(const std::string& file);
+// `conf for-tgt-admin FILE [--iser]`: FILE as scripts/ps-up.sh gives it to `tgt-admin -C N`: expanded, without
+// its control-port line, and with `iser` an iSER copy of each target.
+int run_conf_for_tgt_admin(const std::string& file, bool iser);
+// `conf shard FILE`: "PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN", what scripts/attach.sh --conf logs in to.
+int run_conf_shard(const std::string& file);
+
 }  // namespace blockps::cli

@@ -10,6 +10,10 @@
 //                                 [--json] [--no-progress]
 //   blockps -c cluster.toml exporter [--listen 127.0.0.1:9464] [--timeout 5]
 //   blockps conf expand FILE
+//   blockps conf value FILE KEY
+//   blockps conf lus FILE
+//   blockps conf for-tgt-admin FILE [--iser]
+//   blockps conf shard FILE
 //
 // Exit status: 0 ok, 1 an operation failed (the message says which and why), 2 a usage error.
 #include <CLI/CLI.hpp>
@@ -145,6 +149,29 @@ int run(int argc, char** argv) {
       "print FILE as tgt-admin reads it: each blockps-shard line made into its three <backing-store> blocks; a wrong "
       "line fails with FILE:LINE and what is allowed");
   expand_cmd->add_option("FILE", conf_file, "the shard config file")->required();
+  std::string conf_key;
+  CLI::App* value_cmd = conf_cmd->add_subcommand(
+      "value",
+      "print the value of each top-level KEY line of FILE (outside every <block>), one line each; none: nothing");
+  value_cmd->add_option("FILE", conf_file, "the shard config file")->required();
+  value_cmd->add_option("KEY", conf_key, "the key, e.g. blockps-portal")->required();
+  CLI::App* lus_cmd = conf_cmd->add_subcommand(
+      "lus",
+      "print \"IQN LUN BSTYPE PATH\" for each LU of FILE as tgt-admin reads it (LUN, BSTYPE \"-\" when unset; "
+      "a target's bs-type counts for its LUs without one)");
+  lus_cmd->add_option("FILE", conf_file, "the shard config file")->required();
+  bool conf_iser = false;
+  CLI::App* for_tgt_admin_cmd = conf_cmd->add_subcommand(
+      "for-tgt-admin",
+      "print FILE as scripts/ps-up.sh gives it to tgt-admin -C N: expanded, its control-port line made a comment");
+  for_tgt_admin_cmd->add_option("FILE", conf_file, "the shard config file")->required();
+  for_tgt_admin_cmd->add_flag("--iser", conf_iser,
+                              "also an iSER copy <target IQN-iser> (driver iser) of each target, over the same LUs");
+  CLI::App* shard_cmd = conf_cmd->add_subcommand(
+      "shard",
+      "print \"PORTAL IQN GRAD_LUN WEIGHTS_LUN STATUS_LUN\" of FILE, what scripts/attach.sh --conf logs in to; "
+      "fails naming FILE without exactly one blockps-portal line, one <target> and an LU of each role");
+  shard_cmd->add_option("FILE", conf_file, "the shard config file")->required();
 
   try {
     app.parse(argc, argv);
@@ -168,6 +195,10 @@ int run(int argc, char** argv) {
   if (bench_cmd->parsed()) return run_bench(cluster_file, bench);
   if (exporter_cmd->parsed()) return run_exporter(cluster_file, exporter);
   if (expand_cmd->parsed()) return run_conf_expand(conf_file);
+  if (value_cmd->parsed()) return run_conf_value(conf_file, conf_key);
+  if (lus_cmd->parsed()) return run_conf_lus(conf_file);
+  if (for_tgt_admin_cmd->parsed()) return run_conf_for_tgt_admin(conf_file, conf_iser);
+  if (shard_cmd->parsed()) return run_conf_shard(conf_file);
   return kExitUsage;  // unreachable: require_subcommand(1)
 }
 

@@ -1,10 +1,9 @@
 #include "client/cli/targets_conf.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <optional>
 #include <vector>
-
-#include "contract/lu_role.h"
 
 namespace blockps::cli {
 namespace {
@@ -13,6 +12,30 @@ namespace {
 constexpr std::string_view kBlanks = " \t";
 
 bool is_blank(char c) { return c == ' ' || c == '\t'; }
+
+// The lines of a file's text without their "\n" (a last line without one counts too), as awk reads records.
+std::vector<std::string_view> lines_of(std::string_view text) {
+  std::vector<std::string_view> lines;
+  for (std::size_t begin = 0; begin < text.size();) {
+    std::size_t end = text.find('\n', begin);
+    if (end == std::string_view::npos) end = text.size();
+    lines.push_back(text.substr(begin, end - begin));
+    begin = end + 1;
+  }
+  return lines;
+}
+
+// The blank-separated words of `s`.
+std::vector<std::string> words_of(std::string_view s) {
+  std::vector<std::string> words;
+  for (std::size_t at = s.find_first_not_of(kBlanks); at != std::string_view::npos;
+       at = s.find_first_not_of(kBlanks, at)) {
+    const std::size_t end = std::min(s.find_first_of(kBlanks, at), s.size());
+    words.emplace_back(s.substr(at, end - at));
+    at = end;
+  }
+  return words;
+}
 
 // The line as a key reads it: no comment, no leading blanks, no trailing blanks or CR.
 std::string meaning_of(std::string_view raw) {
@@ -24,17 +47,10 @@ std::string meaning_of(std::string_view raw) {
   return std::string(s.substr(0, last == std::string_view::npos ? 0 : last + 1));
 }
 
-// The first two blank-separated words of the raw line (comment included, as awk's $1 and $2 were).
-std::vector<std::string> first_words(std::string_view raw) {
-  std::vector<std::string> words;
-  std::size_t at = 0;
-  while (words.size() < 2) {
-    at = raw.find_first_not_of(kBlanks, at);
-    if (at == std::string_view::npos) break;
-    const std::size_t end = raw.find_first_of(kBlanks, at);
-    words.emplace_back(raw.substr(at, end == std::string_view::npos ? std::string_view::npos : end - at));
-    at = end;
-  }
+// The first two words of `s`, "" for those it lacks (awk's $1 and $2). The expansion reads them off the raw line,
+// comment included, as its awk program did; the other readers off the line's meaning.
+std::vector<std::string> first_words(std::string_view s) {
+  std::vector<std::string> words = words_of(s);
   words.resize(2);
   return words;
 }
@@ -75,6 +91,82 @@ std::string joined(std::initializer_list<std::string_view> parts) {
   for (std::string_view part : parts) out += part;
   return out;
 }
+
+// An option list as a line spells it, 'k=v;k=v' or "k=v;k=v", without its one pair of quotes.
+std::string unquoted(const std::string& options) {
+  if (options.size() >= 2 && (options[0] == '\'' || options[0] == '"') && options.back() == options[0])
+    return options.substr(1, options.size() - 2);
+  return options;
+}
+
+// The "k=v" items of an unquoted option list, each without the blanks around it; empty items skipped.
+std::vector<std::string> option_items(std::string_view options) {
+  std::vector<std::string> items;
+  for (std::size_t begin = 0; begin <= options.size();) {
+    std::size_t end = options.find(';', begin);
+    if (end == std::string_view::npos) end = options.size();
+    std::string item = trimmed(options.substr(begin, end - begin));
+    begin = end + 1;
+    if (!item.empty()) items.push_back(std::move(item));
+  }
+  return items;
+}
+
+std::string option_name(const std::string& item) { return trimmed(item.substr(0, item.find('='))); }
+
+// role= of a bsopts line's options ("" when it has none).
+std::string role_option(const std::string& options) {
+  for (const std::string& item : option_items(unquoted(options)))
+    if (option_name(item) == "role") return trimmed(item.substr(item.find('=') + 1));
+  return "";
+}
+
+// Where the lines of a file stand among its blocks (<target> and the LU blocks inside it).
+class BlockNesting {
+ public:
+  // True for a line (its meaning) outside every block that neither opens nor closes one.
+  bool is_top_level(std::string_view s) {
+    if (s.starts_with("</")) {
+      --depth_;
+      return false;
+    }
+    if (s.starts_with('<')) {
+      ++depth_;
+      return false;
+    }
+    return depth_ == 0;
+  }
+
+ private:
+  int depth_ = 0;
+};
+
+// A value read off a line (a top-level key's: the words after the key, joined by one blank), and the line's number.
+struct NumberedValue {
+  int line;
+  std::string value;
+};
+
+// The top-level `key` lines of `text` (top_level_values), each with its number.
+std::vector<NumberedValue> top_level_lines(std::string_view text, std::string_view key) {
+  std::vector<NumberedValue> found;
+  BlockNesting nesting;
+  int number = 0;
+  for (std::string_view raw : lines_of(text)) {
+    ++number;
+    const std::string s = meaning_of(raw);
+    if (!nesting.is_top_level(s)) continue;
+    const std::vector<std::string> words = words_of(s);
+    if (words.empty() || words[0] != key) continue;
+    std::string value;
+    for (std::size_t i = 1; i < words.size(); ++i) value += (i > 1 ? " " : "") + words[i];
+    found.push_back({number, value});
+  }
+  return found;
+}
+
+// The top-level key of a shard's portal (HOST:PORT; scripts/ps-up.sh listens on it, attach.sh logs in to it).
+constexpr std::string_view kPortalKey = "blockps-portal";
 
 // The one file a path names, as far as its spelling goes: "/./" and "//" collapsed to "/" until none is left.
 // One pass that never writes a second "/" after a "/" and drops a "." between two; not std::string::replace in a
@@ -223,19 +315,13 @@ class Expansion {
       return error(number, "checkpoint path '" + path + "' names a directory; name the checkpoint file");
     if (path.find_first_of(",'\"") != std::string::npos)
       return error(number, "checkpoint path '" + path + "' must not contain ',' (tgtd splits on it) or quotes");
-    if (options.size() >= 2 && (options[0] == '\'' || options[0] == '"') && options.back() == options[0])
-      options = options.substr(1, options.size() - 2);
+    options = unquoted(options);
     if (options.find_first_of("'\"") != std::string::npos)
       return error(number, "the options of " + key +
                                " must be one single-quoted list 'k=v;k=v' without quotes inside (got " + options + ")");
     std::string shared, admins;
-    for (std::size_t begin = 0; begin <= options.size();) {
-      std::size_t end = options.find(';', begin);
-      if (end == std::string::npos) end = options.size();
-      const std::string item = trimmed(std::string_view(options).substr(begin, end - begin));
-      begin = end + 1;
-      if (item.empty()) continue;
-      const std::string name = trimmed(item.substr(0, item.find('=')));
+    for (const std::string& item : option_items(options)) {
+      const std::string name = option_name(item);
       if (name == "role")
         return error(number, "role= is not an option of " + key +
                                  ": the line makes LUN 1 role=grad, LUN 2 role=weights and LUN 3 role=status; give "
@@ -278,13 +364,133 @@ class Expansion {
 Result<std::string> expand_shard_lines(std::string_view text, const std::string& file_name) {
   Expansion expansion(file_name);
   int number = 0;
-  for (std::size_t begin = 0; begin < text.size();) {
-    std::size_t end = text.find('\n', begin);
-    if (end == std::string_view::npos) end = text.size();
-    if (Status st = expansion.add(++number, text.substr(begin, end - begin)); !st.ok()) return st;
-    begin = end + 1;
-  }
+  for (std::string_view raw : lines_of(text))
+    if (Status st = expansion.add(++number, raw); !st.ok()) return st;
   return expansion.take_text();
+}
+
+std::vector<std::string> top_level_values(std::string_view text, std::string_view key) {
+  std::vector<std::string> values;
+  for (NumberedValue& line : top_level_lines(text, key)) values.push_back(std::move(line.value));
+  return values;
+}
+
+std::vector<TargetLu> target_lus(std::string_view text) {
+  std::vector<TargetLu> lus, of_target;
+  std::string iqn, target_bs_type;
+  bool in_target = false, in_lu = false;
+  for (std::string_view raw : lines_of(text)) {
+    const std::string s = meaning_of(raw);
+    const std::vector<std::string> words = first_words(s);
+    const std::string& value = words[1];
+    if (opens(s, "<target")) {
+      in_target = true;
+      iqn = block_name(s);
+      of_target.clear();
+      target_bs_type.clear();
+      in_lu = false;
+    } else if (!in_target) {
+      continue;
+    } else if (s.starts_with("</target>")) {
+      // A target-level bs-type is the type of its LUs without their own, wherever it stands in the block.
+      for (TargetLu& lu : of_target) {
+        if (lu.bs_type.empty()) lu.bs_type = target_bs_type;
+        lus.push_back(std::move(lu));
+      }
+      in_target = false;
+    } else if (opens(s, "<backing-store") || opens(s, "<direct-store")) {
+      of_target.push_back({iqn, "", "", block_name(s), ""});
+      in_lu = true;
+    } else if (s.starts_with("</backing-store>") || s.starts_with("</direct-store>")) {
+      in_lu = false;
+    } else if (in_lu && words[0] == "lun") {
+      of_target.back().lun = value;
+    } else if (in_lu && words[0] == "bs-type") {
+      of_target.back().bs_type = value;
+    } else if (in_lu && words[0] == "bsopts") {
+      of_target.back().role = role_option(after_first_word(s));
+    } else if (!in_lu && words[0] == "bs-type") {
+      target_bs_type = value;
+    } else if (!in_lu && (words[0] == "backing-store" || words[0] == "direct-store")) {
+      of_target.push_back({iqn, "", "", value, ""});
+    }
+  }
+  return lus;
+}
+
+std::string without_control_port(std::string_view text) {
+  std::string out;
+  BlockNesting nesting;
+  for (std::string_view raw : lines_of(text)) {
+    const std::string s = meaning_of(raw);
+    if (nesting.is_top_level(s) && first_words(s)[0] == "control-port")
+      out += "# (control-port given to tgt-admin as -C by ps-up.sh)\n";
+    else
+      out.append(raw).append("\n");
+  }
+  return out;
+}
+
+std::string with_iser_targets(std::string_view text) {
+  std::string out, copy, iqn;
+  bool in_target = false;
+  for (std::string_view raw : lines_of(text)) {
+    const std::string s = meaning_of(raw);
+    out.append(raw).append("\n");
+    if (opens(s, "<target")) {
+      in_target = true;
+      iqn = block_name(s);
+      copy = joined({"<target ", iqn, kIserTargetSuffix, ">\n    driver iser\n"});
+      continue;
+    }
+    if (!in_target) continue;
+    if (s.starts_with("</target>")) {
+      in_target = false;
+      out += joined({"\n# iSER copy of ", iqn, " (ps-up.sh, blockps-iser)\n", copy, raw, "\n"});
+      continue;
+    }
+    const std::string key = first_words(s)[0];
+    if (key != "InitialR2T" && key != "ImmediateData" && key != "driver") copy.append(raw).append("\n");
+  }
+  return out;
+}
+
+Result<ShardEndpoint> shard_endpoint(std::string_view text, const std::string& file_name) {
+  const Result<std::string> expanded = expand_shard_lines(text, file_name);
+  if (!expanded.ok()) return expanded.status();
+  // The line of the second of several, or none: where "exactly one" went wrong.
+  const auto refused = [&](int line, const std::string& what) {
+    const std::string at = line > 0 ? std::to_string(line) : "";
+    return Status::Error(StatusCode::config, joined({file_name, at.empty() ? "" : ":", at, ": ", what}));
+  };
+  const std::vector<NumberedValue> portals = top_level_lines(text, kPortalKey);
+  if (portals.size() != 1)
+    return refused(
+        portals.size() > 1 ? portals[1].line : 0,
+        "needs exactly one " + std::string(kPortalKey) + " line (found " + std::to_string(portals.size()) + ")");
+  std::vector<NumberedValue> targets;
+  int number = 0;
+  for (std::string_view raw : lines_of(text)) {
+    const std::string s = meaning_of(raw);
+    ++number;
+    if (opens(s, "<target")) targets.push_back({number, block_name(s)});
+  }
+  if (targets.size() != 1)
+    return refused(targets.size() > 1 ? targets[1].line : 0,
+                   "needs exactly one <target IQN> (found " + std::to_string(targets.size()) + ")");
+
+  ShardEndpoint endpoint{first_words(portals[0].value)[0], targets[0].value, {}};
+  for (const TargetLu& lu : target_lus(*expanded))
+    if (const std::optional<LuRole> role = parse_lu_role(lu.role); role && !lu.lun.empty())
+      endpoint.luns[static_cast<std::size_t>(*role)] = lu.lun;
+  std::string roles;  // "role=grad, role=weights and role=status"
+  for (const LuRoleFacts& role : kLuRoles)
+    roles += joined({roles.empty() ? "" : role.role == kLuRoles.back().role ? " and " : ", ", "role=", role.name});
+  for (const std::string& lun : endpoint.luns)
+    if (lun.empty())
+      return refused(targets[0].line, "needs a " + std::string(kShardLineKey) + " line in its <target>, or one LU " +
+                                          "each with " + roles + " (a lun line and a bsopts line)");
+  return endpoint;
 }
 
 }  // namespace blockps::cli

@@ -89,7 +89,8 @@ pid_running() {
 tgtd_alive() { pid_running "$1" && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = tgtd ]; }
 
 # --- reading a conf file -------------------------------------------------------------------------------------
-# tgt-admin reads these files with Perl's Config::General; we read the few things we need with awk:
+# tgt-admin reads these files with Perl's Config::General; we read the few things we need with the blockps CLI's
+# `blockps conf` subcommands (client/cli/targets_conf.h says how they read; docs/OPTIONS.md, "blockps CLI"):
 #   blockps-control N         (top level; required)  tgtd -C N: tgtd's control number, not a TCP port (the old
 #                             name control-port N, tgt-admin's own, is accepted too; tgt-admin ignores ours)
 #   blockps-portal IP:PORT    (top level; required)  tgtd --iscsi portal=IP:PORT. tgt-admin ignores unknown
@@ -98,41 +99,24 @@ tgtd_alive() { pid_running "$1" && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = tgtd
 #   <target IQN> ... </target> with a blockps-shard line (below), <backing-store PATH> blocks (lun N, bs-type T)
 #                                                    or backing-store PATH lines
 
+# blockps_conf PREFIX SUBCOMMAND ARGS...: what `blockps conf SUBCOMMAND ARGS...` prints on stdout. A refusal dies
+# with PREFIX and the CLI's "FILE:LINE: what is wrong (what is allowed)"; nothing is printed then.
+blockps_conf() {
+  local prefix=$1 cli err
+  shift
+  cli=$(blockps_cli) || exit
+  { err=$("$cli" conf "$@" 2>&1 >&3); } 3>&1 && return 0
+  die "$prefix${err#blockps: ERROR: }"
+}
+
 conf_value() { # FILE KEY -> the value of a top-level KEY (outside any <block>), one line per occurrence
-  awk -v key="$2" '
-    { sub(/#.*/, ""); sub(/^[ \t]+/, ""); sub(/[ \t\r]+$/, "") }
-    /^<\// { depth--; next }
-    /^</ { depth++; next }
-    depth == 0 && $1 == key { $1 = ""; sub(/^[ \t]+/, ""); print }
-  ' "$1"
+  blockps_conf "" value "$1" "$2"
 }
 
 # FILE -> one line per LU: "IQN LUN BSTYPE PATH" (LUN "-" when the file leaves it to tgt-admin, BSTYPE "-"
 # when none is set: tgt's default rdwr). A target-level bs-type applies to LUs that do not set their own.
 conf_lus() {
-  awk '
-    function flush_target(   i, t) {
-      for (i = 1; i <= n; i++) {
-        t = bst[i] != "" ? bst[i] : (tbst != "" ? tbst : "-")
-        print target, (lun[i] != "" ? lun[i] : "-"), t, path[i]
-      }
-      n = 0; tbst = ""; target = ""
-    }
-    { sub(/#.*/, ""); sub(/^[ \t]+/, ""); sub(/[ \t\r]+$/, "") }
-    /^<target[ \t]/ { line = $0; sub(/^<target[ \t]+/, "", line); sub(/[ \t]*>$/, "", line); target = line; next }
-    /^<\/target>/ { flush_target(); next }
-    /^<backing-store[ \t]/ || /^<direct-store[ \t]/ {
-      line = $0; sub(/^<[a-z-]+[ \t]+/, "", line); sub(/[ \t]*>$/, "", line)
-      n++; path[n] = line; lun[n] = ""; bst[n] = ""; inlu = 1; next
-    }
-    /^<\/backing-store>/ || /^<\/direct-store>/ { inlu = 0; next }
-    target != "" && inlu && $1 == "lun" { lun[n] = $2; next }
-    target != "" && inlu && $1 == "bs-type" { bst[n] = $2; next }
-    target != "" && !inlu && $1 == "bs-type" { tbst = $2; next }
-    target != "" && !inlu && ($1 == "backing-store" || $1 == "direct-store") {
-      n++; path[n] = $2; lun[n] = ""; bst[n] = ""; next
-    }
-  ' "$1"
+  blockps_conf "" lus "$1"
 }
 
 # --- the blockps-shard line -----------------------------------------------------------------------------------
@@ -144,13 +128,10 @@ conf_lus() {
 # conf_expand FILE [PREFIX]: FILE as tgt-admin reads it on stdout (`blockps conf expand`). A wrong line dies with
 # PREFIX and the CLI's "FILE:LINE: what is wrong (what is allowed)"; nothing is printed then.
 conf_expand() {
-  local cli err
-  cli=$(blockps_cli) || exit
-  { err=$("$cli" conf expand "$1" 2>&1 >&3); } 3>&1 && return 0
-  die "${2:-}${err#blockps: ERROR: }"
+  blockps_conf "${2:-}" expand "$1"
 }
 
-# The `blockps` CLI the scripts call (conf expand, status --field), on stdout: the first that exists of
+# The `blockps` CLI the scripts call (conf, status --field), on stdout: the first that exists of
 #   $BLOCKPS_CLI                                 (dies when it names no program)
 #   BUILD/client/cli/blockps for BLOCKPS_BACKING_STORE_DIR=BUILD/tgt-modules (the build's module, as the tests,
 #                                                tests/vm, tests/soak and bench/cluster run the scripts)
@@ -180,17 +161,12 @@ blockps_cli() {
     "blockps-cli), install it (cmake --install build --component client) or set BLOCKPS_CLI"
 }
 
-# FILE -> the file without its top-level control-port line. tgt-admin refuses `-C N` together with a
-# control-port line ("Multiple control-port definitions are not allowed!"), and with only the line it asks
-# tgtd 0 (not N) which targets and tids exist before reading it; so we pass -C N and drop the line.
-conf_without_control_port() {
-  awk '
-    { raw = $0; s = $0; sub(/#.*/, "", s); sub(/^[ \t]+/, "", s) }
-    s ~ /^<\// { depth--; print raw; next }
-    s ~ /^</ { depth++; print raw; next }
-    depth == 0 && s ~ /^control-port([ \t]|$)/ { print "# (control-port given to tgt-admin as -C by ps-up.sh)"; next }
-    { print raw }
-  ' "$1"
+# conf_for_tgt_admin FILE [--iser]: FILE as tgt-admin -C N reads it (`blockps conf for-tgt-admin`): without its
+# top-level control-port line. tgt-admin refuses `-C N` together with a control-port line ("Multiple control-port
+# definitions are not allowed!"), and with only the line it asks tgtd 0 (not N) which targets and tids exist before
+# reading it; so we pass -C N and drop the line. With --iser, each target gets its iSER copy (below).
+conf_for_tgt_admin() {
+  blockps_conf "" for-tgt-admin "$@"
 }
 
 # --- iSER ------------------------------------------------------------------------------------------------------
@@ -199,29 +175,11 @@ conf_without_control_port() {
 # checkpoint paths (the module resolves them to the same in-memory shard): `driver iser`, the same ACLs and LUs.
 # Its iSER listener takes the port of the shard's blockps-portal on every RDMA address of the host (tgtd has
 # no iSER address option; RDMA CM ports are not TCP ports, so the two portals do not collide).
+# `blockps conf for-tgt-admin --iser` adds the copies (kIserTargetSuffix in client/cli/targets_conf.h is this
+# suffix): `driver iser` and no InitialR2T and ImmediateData lines (tgt's iSER supports neither: its target_create
+# forces InitialR2T=Yes, ImmediateData=No, and tgt-admin would undo that). attach.sh finds them by the suffix.
+# shellcheck disable=SC2034 # used by attach.sh
 BLOCKPS_ISER_SUFFIX=-iser
-
-# FILE (the effective targets.conf) -> the same text plus an iSER copy of every <target IQN> block as
-# <target IQN-iser> with `driver iser`. InitialR2T and ImmediateData lines are left out of the copy: tgt's iSER
-# supports neither (its target_create forces InitialR2T=Yes, ImmediateData=No) and tgt-admin would undo that.
-conf_with_iser_targets() {
-  awk -v suffix="$BLOCKPS_ISER_SUFFIX" '
-    { raw = $0; s = $0; sub(/#.*/, "", s); sub(/^[ \t]+/, "", s); sub(/[ \t\r]+$/, "", s) }
-    { print raw }
-    s ~ /^<target[ \t]/ {
-      intarget = 1; n = 0; iqn = s; sub(/^<target[ \t]+/, "", iqn); sub(/[ \t]*>$/, "", iqn)
-      copy[++n] = "<target " iqn suffix ">"; copy[++n] = "    driver iser"; next
-    }
-    intarget && s ~ /^<\/target>/ {
-      intarget = 0; copy[++n] = raw
-      print ""; print "# iSER copy of " iqn " (ps-up.sh, blockps-iser)"
-      for (i = 1; i <= n; i++) print copy[i]
-      next
-    }
-    intarget && (s ~ /^(InitialR2T|ImmediateData|driver)([ \t]|$)/) { next }
-    intarget { copy[++n] = raw }
-  ' "$1"
-}
 
 # True when the host has an RDMA device (a RoCE NIC, Soft-RoCE rxe, ...): iSER can work.
 have_rdma_device() {

@@ -394,6 +394,65 @@ TEST_F(CliUsageTest, ConfExpandNamesTheWrongLineAndPrintsNothing) {
   EXPECT_TRUE(contains(no_file.output, "FILE is required")) << no_file.output;
 }
 
+// The readers ps-up.sh and attach.sh --conf call (`conf value`, `lus`, `for-tgt-admin`, `shard`) on the example
+// config; tests/unit/client/test_targets_conf.cpp has the cases of the functions under them.
+TEST_F(CliUsageTest, ConfReadersPrintWhatTheScriptsRead) {
+  const std::string shard0 = repo_path("configs/shard0.conf");
+  const std::string iqn = "iqn.2026-11.io.blockps:shard0", ckpt = "/var/lib/blockps/shard0";
+  const CommandResult portal = cli({"conf", "value", shard0, "blockps-portal"});
+  ASSERT_TRUE(portal.ok()) << portal.describe();
+  EXPECT_EQ(portal.output, "127.0.0.1:3261\n");
+  const CommandResult no_key = cli({"conf", "value", shard0, "blockps-nop-in"});
+  EXPECT_TRUE(no_key.ok() && no_key.output.empty()) << no_key.describe();
+
+  const CommandResult lus = cli({"conf", "lus", shard0});
+  ASSERT_TRUE(lus.ok()) << lus.describe();
+  EXPECT_EQ(lus.output, iqn + " 1 blockps " + ckpt + "/model.ckpt\n" + iqn + " 2 blockps " + ckpt + "/./model.ckpt\n" +
+                            iqn + " 3 blockps " + ckpt + "//model.ckpt\n");
+  const CommandResult shard = cli({"conf", "shard", shard0});
+  ASSERT_TRUE(shard.ok()) << shard.describe();
+  EXPECT_EQ(shard.output, "127.0.0.1:3261 " + iqn + " 1 2 3\n");
+
+  // What ps-up.sh gives tgt-admin -C N: no control-port line; with --iser the copy attach.sh finds by the suffix
+  // scripts/lib/blockps-tgt.sh names (the one the CLI adds must be the same).
+  const std::string with_port = dir_.path("control-port.conf");
+  write_file(with_port, "control-port 4\n" + read_file(shard0));
+  const CommandResult tcp = cli({"conf", "for-tgt-admin", with_port});
+  ASSERT_TRUE(tcp.ok()) << tcp.describe();
+  EXPECT_TRUE(tcp.output.starts_with("# (control-port given to tgt-admin as -C by ps-up.sh)\n")) << tcp.output;
+  EXPECT_TRUE(contains(tcp.output, "\n    <backing-store " + ckpt + "/model.ckpt>\n")) << tcp.output;
+  EXPECT_FALSE(contains(tcp.output, "driver iser")) << tcp.output;
+  const std::string lib = read_file(repo_path("scripts/lib/blockps-tgt.sh"));
+  const std::string key = "\nBLOCKPS_ISER_SUFFIX=";
+  const std::size_t at = lib.find(key);
+  ASSERT_NE(at, std::string::npos) << "scripts/lib/blockps-tgt.sh sets no BLOCKPS_ISER_SUFFIX";
+  const std::string suffix = lib.substr(at + key.size(), lib.find('\n', at + 1) - at - key.size());
+  const CommandResult iser = cli({"conf", "for-tgt-admin", with_port, "--iser"});
+  ASSERT_TRUE(iser.ok()) << iser.describe();
+  EXPECT_TRUE(iser.output.starts_with(tcp.output)) << iser.output;
+  EXPECT_TRUE(contains(iser.output, "\n<target " + iqn + suffix + ">\n    driver iser\n")) << iser.output;
+
+  // A wrong file: FILE[:LINE] and what is wrong, nothing on stdout, exit 1.
+  const std::string two_portals = dir_.path("two-portals.conf");
+  const std::string text = read_file(shard0);
+  write_file(two_portals, text + "blockps-portal 127.0.0.1:3262\n");
+  const CommandResult twice = cli({"conf", "shard", two_portals});
+  EXPECT_EQ(twice.exit_code, 1) << twice.describe();
+  EXPECT_EQ(twice.output, "blockps: ERROR: " + two_portals + ":" +
+                              std::to_string(std::count(text.begin(), text.end(), '\n') + 1) +
+                              ": needs exactly one blockps-portal line (found 2)\n");
+  const std::string bad = dir_.path("bad.conf");
+  write_file(bad, "<target iqn.2026-11.io.blockps:x>\n    blockps-shard model.ckpt 'size=1M'\n</target>\n");
+  for (const char* sub : {"lus", "for-tgt-admin", "shard"}) {
+    const CommandResult r = cli({"conf", sub, bad});
+    EXPECT_EQ(r.exit_code, 1) << r.describe();
+    EXPECT_EQ(r.output, "blockps: ERROR: " + bad + ":2: checkpoint path 'model.ckpt' must be absolute\n") << sub;
+  }
+  const CommandResult no_key_given = cli({"conf", "value", shard0});
+  EXPECT_EQ(no_key_given.exit_code, 2) << no_key_given.describe();
+  EXPECT_TRUE(contains(no_key_given.output, "KEY is required")) << no_key_given.output;
+}
+
 // `status --page FILE --field POINTER`: a page's values without a cluster, as scripts/attach.sh reads them.
 TEST_F(CliUsageTest, StatusFieldPrintsAPagesValues) {
   const std::string page = dir_.path("page.json");
