@@ -14,6 +14,7 @@ inline constexpr char kFormatField[] = "/blockps/status_format";
 inline constexpr char kShard[] = "/shard";
 inline constexpr char kShardPath[] = "/shard/path";
 inline constexpr char kShardOptions[] = "/shard/options";  // every shard key as bsopts ("k=v;k=v")
+inline constexpr char kShardSettings[] = "/shard/settings";  // the same as an object: {"k": "v", ...}
 inline constexpr char kShardSize[] = "/shard/size";        // wire bytes
 inline constexpr char kShardDtype[] = "/shard/dtype";      // wire dtype name (contract/wire_dtype.h)
 inline constexpr char kShardBlock[] = "/shard/block";      // wire bytes per block

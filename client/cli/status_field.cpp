@@ -15,6 +15,7 @@ constexpr const char* kFields[] = {
     sp::kShard,
     sp::kShardPath,
     sp::kShardOptions,
+    sp::kShardSettings,
     sp::kShardSize,
     sp::kShardDtype,
     sp::kShardBlock,

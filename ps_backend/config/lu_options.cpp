@@ -480,13 +480,20 @@ const std::vector<OptionKey>& option_keys() {
 }  // namespace blockps
 
 namespace blockps {
+std::vector<std::pair<std::string, std::string>> shard_settings(const ShardConfig& c) {
+  std::vector<std::pair<std::string, std::string>> settings;
+  for (const auto& k : key_table()) {
+    if (k.shard_key) settings.emplace_back(k.doc.name, k.show(c));
+  }
+  return settings;
+}
+
 std::string format_shard_options(const ShardConfig& c) {
   std::string s;
   // Appended, not `"x" + std::string`: GCC 12 at -O3 reports a false -Wrestrict there (GCC PR 105329).
-  for (const auto& k : key_table()) {
-    if (!k.shard_key) continue;
+  for (const auto& [key, value] : shard_settings(c)) {
     if (!s.empty()) s += ';';
-    s.append(k.doc.name).append("=").append(k.show(c));
+    s.append(key).append("=").append(value);
   }
   return s;
 }

@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "contract/byte_size.h"
@@ -65,4 +66,7 @@ const std::vector<OptionKey>& option_keys();
 namespace blockps {
 /// All shard keys of `c` as "k=v;k=v" (parse_lu_options reads it back): how checkpoints record their config.
 std::string format_shard_options(const ShardConfig& c);
+/// The same keys and values, one pair each, in the same order (the status page's /shard/settings: a worker reads a
+/// setting without parsing bsopts).
+std::vector<std::pair<std::string, std::string>> shard_settings(const ShardConfig& c);
 }  // namespace blockps

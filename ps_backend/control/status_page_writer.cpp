@@ -74,6 +74,9 @@ std::string render_status_page(const ServedShard& shard) {
 
   set(page::kShardPath, shard.path());
   set(page::kShardOptions, format_shard_options(c));
+  nlohmann::json settings = nlohmann::json::object();
+  for (auto& [key, value] : shard_settings(c)) settings[key] = std::move(value);
+  set(page::kShardSettings, std::move(settings));
   set(page::kShardSize, g.bytes);
   set(page::kShardDtype, to_string(g.dtype));
   set(page::kShardBlock, g.block_bytes);

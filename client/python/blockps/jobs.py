@@ -48,9 +48,6 @@ def launcher_job_name():
 
 
 def shard_options(cluster):
-    """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
-    out = []
-    for shard, page in cluster.status_pages():
-        options = json.loads(page)["shard"]["options"]
-        out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
-    return out
+    """Each shard's settings as {key: value} (its status page's shard.settings: the shard's own reading of its
+    bsopts, values as bsopts spell them), in cluster-file order."""
+    return [(shard, json.loads(page)["shard"]["settings"]) for shard, page in cluster.status_pages()]
