@@ -6,7 +6,7 @@
 // output: its Summary computes quantiles from its own observations, while ours are the shard's (p50_ns... of the
 // page); its registry sorts a metric's labels by name (shard_info{device=...,shard=...}, not shard first) and
 // groups families by type; its TextSerializer prints 16 significant digits, so 0.30000000000000004 becomes 0.3 and
-// a value no longer reads back as the double the page held (tests/unit/client/test_prometheus_metrics.cpp pins
+// a value no longer reads back as the double the page held (tests/unit/client/cli/test_prometheus_metrics.cpp pins
 // %.17g), always writes a summary's _sum and _count (a page may lack them), and leaves HELP unescaped. Its
 // exposer (civetweb) would replace cpp-httplib for no gain: each scrape reads the pages afresh either way.
 #pragma once

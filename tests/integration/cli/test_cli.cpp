@@ -395,7 +395,7 @@ TEST_F(CliUsageTest, ConfExpandNamesTheWrongLineAndPrintsNothing) {
 }
 
 // The readers ps-up.sh and attach.sh --conf call (`conf value`, `lus`, `for-tgt-admin`, `shard`) on the example
-// config; tests/unit/client/test_targets_conf.cpp has the cases of the functions under them.
+// config; tests/unit/client/cli/test_targets_conf.cpp has the cases of the functions under them.
 TEST_F(CliUsageTest, ConfReadersPrintWhatTheScriptsRead) {
   const std::string shard0 = repo_path("configs/shard0.conf");
   const std::string iqn = "iqn.2026-11.io.blockps:shard0", ckpt = "/var/lib/blockps/shard0";

@@ -171,7 +171,7 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   ASSERT_TRUE(restarted.ok()) << restarted.message();
 
   // The library's lines go where its caller says (set_log_sink; stderr by default,
-  // tests/unit/client/test_log_sink.cpp).
+  // tests/unit/contract/test_log.cpp).
   static std::mutex lines_mutex;
   static std::string lines;
   set_log_sink([](const char* line) {

@@ -1,7 +1,7 @@
 // What the scripts read from a shard config (client/cli/targets_conf.h): top-level keys, the LUs of the targets, the
 // text tgt-admin is given (without control-port, with the iSER copies) and the endpoint attach.sh logs in to. The
-// `blockps conf` commands over these run in tests/integration/test_cli.cpp; ps-up.sh and attach.sh through them in
-// tests/integration/test_ps_scripts.sh, test_shard_stanza.sh and test_attach.sh.
+// `blockps conf` commands over these run in tests/integration/cli/test_cli.cpp; ps-up.sh and attach.sh through them in
+// tests/integration/scripts/test_ps_scripts.sh, test_shard_stanza.sh and test_attach.sh.
 #include <gtest/gtest.h>
 
 #include <string>
