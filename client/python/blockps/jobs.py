@@ -47,10 +47,12 @@ def launcher_job_name():
     return f"process:{host}:{os.getpid()}", None
 
 
+def options_of(text):
+    """A shard's options text ("k=v;k=v": its status page's shard.options, a checkpoint's header) as {key: value}.
+    The keys and their values are the shard's to check (docs/OPTIONS.md); this only splits them."""
+    return dict(kv.split("=", 1) for kv in text.split(";") if "=" in kv)
+
+
 def shard_options(cluster):
     """Each shard's bsopts as {key: value} (its status page's shard.options), in cluster-file order."""
-    out = []
-    for shard, page in cluster.status_pages():
-        options = json.loads(page)["shard"]["options"]
-        out.append((shard, dict(kv.split("=", 1) for kv in options.split(";") if "=" in kv)))
-    return out
+    return [(shard, options_of(json.loads(page)["shard"]["options"])) for shard, page in cluster.status_pages()]
