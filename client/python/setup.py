@@ -1,5 +1,5 @@
 """The blockps Python package for pip: the package's Python files and its two extension modules, _blockps (the
-client library) and _shard_checkpoint (the shard's checkpoint reader and writer), which CMake builds from this
+client library) and _shard_checkpoint (the checkpoint files' reader and writer), which CMake builds from this
 source tree with BLOCKPS_TGT_MODULE, tests and benchmarks off, for the interpreter that runs pip.
 
     pip install --no-build-isolation --no-index client/python      (offline: Debian's python3-setuptools, -wheel)

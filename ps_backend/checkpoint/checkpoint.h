@@ -1,29 +1,18 @@
-// Shard checkpoints: one file per shard (the LUs' --backing-store path), written crash-safely (temp file,
-// fsync, rename, fsync of the directory) so that a crash at any moment leaves the previous or the new one.
-//
-// Layout (little-endian): "BLKPSCK1" | u32 header length | header (JSON: format, options, blocks, created, and
-// from format 2 job and place when the shard has them) | per block: u64 step, f32 weights[n], f32 state
-// slots[n]... | u32 CRC-32 of all preceding bytes | "BLKPSEND". Format 1 files (no job, no place) still load.
+// A shard's checkpoint: its ModelShard and ShardConfig in the checkpoint file (contract/checkpoint_file.h: the
+// format, its crash-safe write, copy_checkpoint, checkpoint_exists and ShardTenancy). This adapter records the
+// config as its options text (ps_backend/config/lu_options.h) and reads it back, which is how a file that does not
+// record its body's geometry (written before issue 49) is still loaded: the geometry follows from the options.
 #pragma once
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "aggregator/model_shard.h"
-#include "contract/place.h"
+#include "contract/checkpoint_file.h"
 #include "contract/result.h"
 #include "ps_backend/config/shard_config.h"
 
 namespace blockps {
-
-/// Whose the shard is: the job that holds it (not its sessions: they end with the process) and its place.
-struct ShardTenancy {
-  std::string job;  // "" when unclaimed
-  std::uint64_t claimed_unix = 0;
-  std::optional<Place> place;
-  bool operator==(const ShardTenancy&) const = default;
-};
 
 struct CheckpointHeader {
   ShardConfig config;
@@ -31,11 +20,11 @@ struct CheckpointHeader {
   ShardTenancy tenancy;  // a format 1 file: unclaimed, no place
 };
 
-/// True when `path` holds a checkpoint to load: it exists and is not empty (an empty file, as tgt-admin needs
-/// the backing store to exist, means "no checkpoint yet").
-bool checkpoint_exists(const std::string& path);
+/// The body's geometry of a shard with this config: its f32 elements, its block's and its optimizer's state slots.
+CheckpointGeometry checkpoint_geometry(const ShardConfig& config);
 
-/// Read and check only the header (to compare configs before allocating a shard).
+/// Read and check only the header (to compare configs before allocating a shard): the file's fields, its options
+/// parsed, and the geometry it records (if it does) equal to the options'.
 Result<CheckpointHeader> read_checkpoint_header(const std::string& path);
 
 /// Load a whole checkpoint into `shard`, whose geometry and optimizer kind must equal the header's. Returns ok
@@ -52,9 +41,5 @@ struct CheckpointWritten {
 /// intact on any failure.
 Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
                                            const ShardTenancy& tenancy = {});
-
-/// Copy the checkpoint file `from` to `to` byte for byte, as crash-safely as write_checkpoint writes (a crash
-/// leaves the old `to` or the new one); ok or the reason.
-Status copy_checkpoint(const std::string& from, const std::string& to);
 
 }  // namespace blockps

@@ -54,10 +54,9 @@ start=$(date +%s)
 "$cxx" "${flags[@]}" "$bundle/src/client/python/blockps_module.cpp" -o "$here/blockps/_blockps$suffix" \
   "$here/static/libblockps.a" "$here/static/libblockps_iscsi.a" "${blockps_libs[@]}" "$rpath" &
 first=$!
-"$cxx" "${flags[@]}" "$bundle/src/ps_backend/checkpoint/checkpoint_python_module.cpp" \
-  -o "$here/blockps/_shard_checkpoint$suffix" "$here/static/libblockps_checkpoint.a" \
-  "$here/static/libblockps_aggregator.a" "$here/static/libcudart_static.a" -Wl,--as-needed "${checkpoint_libs[@]}" \
-  -ldl -lrt -lpthread "$rpath" &
+"$cxx" "${flags[@]}" "$bundle/src/client/python/shard_checkpoint_module.cpp" \
+  -o "$here/blockps/_shard_checkpoint$suffix" "$here/static/libblockps_checkpoint_file.a" \
+  -Wl,--as-needed "${checkpoint_libs[@]}" "$rpath" &
 second=$!
 failed=''
 wait "$first" || failed="_blockps"

@@ -5,7 +5,7 @@
 #   BUILD    a CUDA-enabled build directory (nvcc was found at configure time, so the aggregator holds
 #            aggregator/CMakeFiles/blockps_aggregator.dir/cuda_store.cu.o), built with at least the targets
 #            bs_blockps, blockps-cli, blockps_lu_io, blockps_aggregator_tests, blockps_gpu_aggregation,
-#            blockps_gpu_pushpull, blockps_c, blockps_checkpoint and the integration tests to carry
+#            blockps_gpu_pushpull, blockps_c, blockps_checkpoint_file and the integration tests to carry
 #   OUT      the folder to make; it must not exist or be empty
 #   --force  replace OUT when it is an earlier bundle (it holds manifest.txt)
 #   -h, --help  this text
@@ -94,7 +94,7 @@ manifest=$out/manifest.txt
 } >"$manifest"
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$manifest"; }
 
-missing_hint="build it first: cmake --build $build --target bs_blockps bs_blockps_fault_injection blockps-cli blockps_lu_io blockps_aggregator_tests blockps_gpu_aggregation blockps_gpu_pushpull blockps_c blockps_checkpoint (and the integration tests)"
+missing_hint="build it first: cmake --build $build --target bs_blockps bs_blockps_fault_injection blockps-cli blockps_lu_io blockps_aggregator_tests blockps_gpu_aggregation blockps_gpu_pushpull blockps_c blockps_checkpoint_file (and the integration tests)"
 elves=()  # original paths of every ELF file carried, for the ldd closure
 # carry KIND ORIGINAL DEST: copy ORIGINAL to OUT/DEST, strip its debug info, record it.
 carry() {
@@ -176,11 +176,11 @@ for name in "${integration[@]}"; do
     sed 's/^-D\([A-Za-z0-9_]*\)=\\"\(.*\)\\"$/\1 \2/')
 done
 
-# The Python binding's sources: client/python/blockps_module.cpp, ps_backend/checkpoint/checkpoint_python_module.cpp, the
+# The Python binding's sources: client/python/blockps_module.cpp, client/python/shard_checkpoint_module.cpp, the
 # package's .py files, and every project header they include (quoted includes, resolved from the source root or
 # client/include).
 declare -A have=()
-queue=(client/python/blockps_module.cpp ps_backend/checkpoint/checkpoint_python_module.cpp)
+queue=(client/python/blockps_module.cpp client/python/shard_checkpoint_module.cpp)
 while [ "${#queue[@]}" -gt 0 ]; do
   rel=${queue[0]}
   queue=("${queue[@]:1}")
@@ -206,18 +206,14 @@ while IFS= read -r rel; do
   record src "src/client/python/$rel" "$src/client/python/$rel"
 done < <(cd "$src/client/python" && find blockps -name '*.py' -not -path '*/__pycache__/*' | sort)
 
-# The static libraries the binding links (debug info stripped) and the CUDA static runtime the aggregator needs.
-for a in client/libblockps.a client/libblockps_iscsi.a ps_backend/libblockps_checkpoint.a aggregator/libblockps_aggregator.a; do
+# The static libraries the binding links (debug info stripped): the client library and the checkpoint file's (the
+# ground floor's: no shard code, no CUDA runtime).
+for a in client/libblockps.a client/libblockps_iscsi.a contract/libblockps_checkpoint_file.a; do
   [ -f "$build/$a" ] || die "$build/$a is missing: $missing_hint"
   cp "$build/$a" "$out/python/static/"
   strip --strip-debug "$out/python/static/$(basename "$a")" || die "strip --strip-debug failed on $build/$a"
   record static "python/static/$(basename "$a")" "$build/$a"
 done
-cudart=$(cache_value CUDA_cudart_static_LIBRARY)
-[ -f "$cudart" ] || cudart=$(dirname "$(cache_value CUDA_CUDART)")/libcudart_static.a
-[ -f "$cudart" ] || die "the CUDA static runtime (CUDA_cudart_static_LIBRARY in $build/CMakeCache.txt) is missing"
-cp "$cudart" "$out/python/static/libcudart_static.a"
-record static python/static/libcudart_static.a "$cudart"
 
 # The shared libraries: the ldd closure of everything carried, less glibc's own, libstdc++, libgcc_s (the GPU
 # host's are newer and torch needs those) and the NVIDIA driver's.

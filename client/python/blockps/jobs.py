@@ -47,6 +47,12 @@ def launcher_job_name():
     return f"process:{host}:{os.getpid()}", None
 
 
+def options_of(text):
+    """A checkpoint header's options text ("k=v;k=v") as {key: value} (a running shard gives the same as an object:
+    shard_options). The keys and their values are the shard's to check (docs/OPTIONS.md); this only splits them."""
+    return dict(kv.split("=", 1) for kv in text.split(";") if "=" in kv)
+
+
 def shard_options(cluster):
     """Each shard's settings as {key: value} (its status page's shard.settings: the shard's own reading of its
     bsopts, values as bsopts spell them), in cluster-file order."""

@@ -172,7 +172,7 @@ TEST_F(TorchOptimizerTest, DeadShardErrorWithEarlyForwardComesFromWaitForWeights
   run_shard_down({"--early-forward", "wait"});
 }
 // Wrong inputs (a model larger than the cluster's, init=, backward_passes_per_step=0, another lr, the wrong
-// number of checkpoint files, bad bsopts, an optimizer the shards do not run) get a ValueError naming the
+// number of checkpoint files, an optimizer the shards do not run) get a ValueError naming the
 // problem; nothing reaches the shards' files, and the shards still train afterwards.
 TEST_F(TorchOptimizerTest, WrongInputsAreRefusedWithTheirReason) {
   ASSERT_NO_FATAL_FAILURE(start("opt=adam;lr=0.01"));

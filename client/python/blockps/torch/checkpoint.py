@@ -16,14 +16,16 @@ keep f32 master weights and the optimizer state per element and a step count per
 become each parameter's tensor and its optimizer state: Adam/AdamW `step` (the step count of the parameter's blocks),
 `exp_avg`, `exp_avg_sq`; SGD with momentum `momentum_buffer`; plain SGD none. Integer buffers (BatchNorm's
 num_batches_tracked) are not on the shards: the export keeps the given model's. These functions read and write
-files only (the shard's own checkpoint code, blockps._shard_checkpoint): run them where the files are, and
-import only into files no running shard has open.
+files only (blockps._shard_checkpoint, the checkpoint format's one definition: contract/checkpoint_file.h): run them
+where the files are, and import only into files no running shard has open. The files record their options as given
+(shard_options included); a shard checks them when it opens the file, and refuses one it cannot parse.
 """
 import numpy as np
 import torch
 
 from .. import _shard_checkpoint
 from .._blockps import cluster_layout
+from ..jobs import options_of
 from .layout import ModelLayout
 from .optimizer import shard_optimizer_for
 from .wire import wire_element_bytes
@@ -80,11 +82,16 @@ def read_shard_checkpoints(model, optimizer, cluster_file, checkpoint_files):
     """Set the model's parameters and floating-point buffers, and the optimizer's state, from the shards'
     checkpoint files (in cluster-file order). ValueError when the shards ran another optimizer."""
     placement = _Placement(cluster_file, checkpoint_files)
-    shards = [_shard_checkpoint.read(str(path)) for path in checkpoint_files]
     kind = shard_optimizer_for(optimizer)["opt"]
-    for name, path, ck in zip(placement.names, checkpoint_files, shards):
-        if ck["opt"] != kind:
-            raise ValueError(f"blockps: shard {name} ({path}) ran opt={ck['opt']}, the optimizer given is {kind}")
+    for name, path in zip(placement.names, checkpoint_files):
+        ran = options_of(_shard_checkpoint.read_header(str(path))["options"]).get("opt")
+        if ran != kind:
+            raise ValueError(f"blockps: shard {name} ({path}) ran opt={ran}, the optimizer given is {kind}")
+    # The geometry the cluster file and the optimizer give: what a file that does not record its own is read with,
+    # and what one that does must record.
+    shards = [_shard_checkpoint.read(str(path), elements=elements, block_elements=placement.block_elements,
+                                     state_slots=len(_STATE_NAMES[kind]))
+              for path, elements in zip(checkpoint_files, placement.shard_elements)]
     weights = placement.gather([ck["weights"] for ck in shards])
     state = [placement.gather([ck["state"][k] for ck in shards]) for k in range(len(_STATE_NAMES[kind]))]
     steps = np.zeros(len(placement.blocks), np.uint64)
@@ -147,4 +154,5 @@ def write_shard_checkpoints(model, optimizer, cluster_file, checkpoint_files, sh
                 steps[shard_block] = block_steps[b]
         bsopts = (f"size={placement.shard_bytes[i]};dtype={placement.dtype};block={placement.block_bytes};{options}"
                   + (f";{shard_options}" if shard_options else ""))
-        _shard_checkpoint.write(str(path), bsopts, steps, per_shard_weights[i], [s[i] for s in per_shard_state])
+        _shard_checkpoint.write(str(path), bsopts, placement.block_elements, steps, per_shard_weights[i],
+                                [s[i] for s in per_shard_state])

@@ -122,10 +122,13 @@ TEST(Checkpoint, AFormatOneCheckpointLoadsUnclaimedWithNoPlace) {
   EXPECT_EQ(header["format"], 2);
   EXPECT_EQ(header["job"], "run-a");
   EXPECT_EQ(header["place"], "m 0/1 stripe");
+  // The body's geometry, recorded since issue 49 (format 1 files have only the options, as format 2 files had).
+  EXPECT_EQ(header["elements"], 1024);
+  EXPECT_EQ(header["block_elements"], 65536);
+  EXPECT_EQ(header["state_slots"], 0);
   header["format"] = 1;
-  header.erase("job");
-  header.erase("claimed");
-  header.erase("place");
+  for (const char* newer : {"job", "claimed", "place", "elements", "block_elements", "state_slots"})
+    header.erase(newer);
   std::string options = header["options"];  // format 1 knew no claim_idle_s
   const std::string claim_key = ";claim_idle_s=30";
   ASSERT_NE(options.find(claim_key), std::string::npos) << options;
@@ -192,6 +195,42 @@ TEST(Checkpoint, ABadJobOrPlaceInTheHeaderIsRefusedWithItsName) {
     ASSERT_FALSE(r.ok()) << json;
     EXPECT_NE(r.message().find(expected), std::string::npos) << r.message();
   }
+}
+
+// A file the shard did not write (the worker's Python package writes one from a torch model, recording the options
+// it was given and the geometry it computed) is checked when the shard loads it: options that do not parse, or that
+// give another geometry than the file's body, are refused with the reason.
+TEST(Checkpoint, AFileWhoseOptionsDoNotParseOrDoNotGiveItsGeometryIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("m.ckpt");
+  const std::vector<float> weights(1024, 0.5f);
+  const auto write = [&](const std::string& options, std::uint32_t slots) {
+    return write_checkpoint_file(path, options, CheckpointGeometry{1024, 256, slots}, {},
+                                 [&](std::uint64_t b, CheckpointBlockRecord& r) {
+                                   r.weights = std::span<const float>(weights).subspan(b * 256, 256);
+                                   for (std::uint32_t s = 0; s < slots; ++s) r.state[s] = r.weights;
+                                   return Status::Ok();
+                                 });
+  };
+  ASSERT_EQ(error_text(write("size=4K;block=1K;opt=sgd;mode=sometimes", 0)), "");
+  auto r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find(path + ": checkpoint options: mode=sometimes"), std::string::npos) << r.message();
+
+  ASSERT_EQ(error_text(write("size=4K;block=1K;opt=adam", 0)), "");
+  r = ServedShard::create(path, unit::options("role=grad"));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.message().find("checkpoint records geometry elements=1024 block_elements=256 state_slots=0, its options "
+                             "(size=4K;block=1K;opt=adam) give elements=1024 block_elements=256 state_slots=2"),
+            std::string::npos)
+      << r.message();
+
+  // Options as given (not all keys, not in the shard's order) are a checkpoint like any other.
+  ASSERT_EQ(error_text(write("opt=adam;block=1K;size=4K;lr=0.5", 2)), "");
+  auto s = make_shard(path, "role=grad");
+  ASSERT_TRUE(s);
+  EXPECT_FLOAT_EQ(s->config().optimizer.lr, 0.5f);
+  EXPECT_EQ(read_all(s->model()), floats(1024, 0.5f, 0));
 }
 
 TEST(Checkpoint, ShapeMismatchIsRefusedWithTheReason) {
