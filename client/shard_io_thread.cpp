@@ -20,12 +20,6 @@ std::optional<ShardAnswer> shard_answer(const LuFailure& f, LuRole role, IoDirec
   return std::nullopt;
 }
 
-StatusCode failure_code(const LuFailure& f) {
-  if (f.unreachable) return StatusCode::unreachable;
-  if (f.job_refused || f.scsi_status == scsi::kReservationConflict) return StatusCode::conflict;
-  return StatusCode::io;
-}
-
 Result<std::string> read_status_page(ShardIoThread& shard) {
   LuTransport& lu = shard.lu(LuRole::status);
   std::uint64_t bytes = std::min(lu.capacity_bytes(), kStatusLuBytes);

@@ -76,10 +76,6 @@ std::int64_t unix_ms_now();
 // The answers of a shard that its status page explains (client/job_and_place.h), or none.
 std::optional<ShardAnswer> shard_answer(const LuFailure& f, LuRole role, IoDirection direction);
 
-// The code of a failed command: unreachable (its session stayed lost), conflict (another job holds the shard), else
-// io.
-StatusCode failure_code(const LuFailure& f);
-
 class ShardIoThread;
 // The status page: JSON, NUL padded to the LU's capacity. Called on the shard's I/O thread or before it runs.
 Result<std::string> read_status_page(ShardIoThread& shard);
@@ -187,12 +183,12 @@ class ShardIoThread {
       if (f->command < model_offsets.size())
         where += " (model byte offset " + std::to_string(model_offsets[f->command]) + ")";
     }
-    std::string reason = f->reason;
+    std::string reason = f->reason();
     const IoDirection direction = f->command < commands.size() ? commands[f->command].direction : IoDirection::write;
     if (const std::optional<ShardAnswer> answer = explain ? shard_answer(*f, role, direction) : std::nullopt) {
       if (std::string why = explain_from_page(*answer, issued_unix_ms); !why.empty()) reason += ": " + why;
     }
-    return Status::Error(failure_code(*f), where + " failed: " + reason);
+    return Status::Error(f->status.code(), where + " failed: " + reason);
   }
 
   // run(), as a span named `what` with the bytes it moved on this shard's lane of the cluster's trace (if any).
@@ -231,7 +227,7 @@ class ShardIoThread {
   std::optional<LuFailure> write_control(std::string_view lines) {
     AlignedBuffer page;
     std::vector<LuCommand> write;
-    if (!control_command(lines, page, write)) return LuFailure{0, "no memory for a control write"};
+    if (!control_command(lines, page, write)) return LuFailure::io(0, "no memory for a control write");
     return lu(LuRole::status).run(write, limits_);
   }
   // The same, failed as run() fails (the refusal explained from the page).

@@ -14,7 +14,6 @@
 
 namespace blockps {
 
-using detail::failure_code;
 using detail::read_status_page;
 using detail::ShardIoThread;
 using detail::unix_ms_now;
@@ -171,7 +170,7 @@ Result<std::vector<std::string>> Tenancy::release() {
       detail::run_on_shards(shards_, detail::all_shards(shards_), [&](ShardIoThread& shard, std::size_t i) -> Status {
         if (auto claim = read_shard_claim(page_or_empty(shard)); claim.ok()) holders[i] = claim->holder;
         if (const std::optional<LuFailure> f = shard.write_control(std::string(control::kRelease) + "\n"))
-          return Status::Error(failure_code(*f), shard.lu_name(LuRole::status) + ": release: " + f->reason);
+          return Status::Error(f->status.code(), shard.lu_name(LuRole::status) + ": release: " + f->reason());
         return Status::Ok();
       });
   if (!s.ok()) return s;
@@ -194,7 +193,7 @@ Status Tenancy::write_claim(ShardIoThread& shard, std::size_t i, const std::stri
     const std::optional<LuFailure> f = shard.write_control(lines);
     if (!f) return Status::Ok();
     // Refused, or lost: what the shard holds now says why.
-    std::string why = f->reason;
+    std::string why = f->reason();
     const nlohmann::json page = page_or_empty(shard);
     if (auto now = read_shard_claim(page); now.ok()) {
       if (!job.empty() && !takeover && now->held_against(job)) {
@@ -229,7 +228,7 @@ Status Tenancy::write_claim(ShardIoThread& shard, std::size_t i, const std::stri
       const ShardAnswer answer = job.empty() ? ShardAnswer::control_refused : ShardAnswer::job_refused;
       if (std::string explained = explain_answer(page, answer, w); !explained.empty()) why += ": " + explained;
     }
-    return Status::Error(failure_code(*f), shard.lu_name(LuRole::status) + ": the control write \"" +
+    return Status::Error(f->status.code(), shard.lu_name(LuRole::status) + ": the control write \"" +
                                                lines_in_words(lines) + "\" failed: " + why);
   }
 }
@@ -253,10 +252,10 @@ Status Tenancy::join_sessions(ShardIoThread& shard, std::size_t i, const std::st
     }
     const std::int64_t issued = unix_ms_now();
     if (const std::optional<LuFailure> f = shard.lu(role).join_job(join)) {
-      std::string why = f->reason;
+      std::string why = f->reason();
       if (std::string explained = shard.explain_from_page(ShardAnswer::job_refused, issued); !explained.empty())
         why += ": " + explained;
-      return Status::Error(failure_code(*f), shard.lu_name(role) + ": " + why);
+      return Status::Error(f->status.code(), shard.lu_name(role) + ": " + why);
     }
   }
   return Status::Ok();

@@ -77,14 +77,12 @@ class LibiscsiTransport final : public LuTransport {
     };
     for (;;) {
       if (!lun_.connected()) {
-        if (reconnect_for_.count() == 0)
-          return LuFailure{first_pending(), "disconnected (" + lost_because + ")", false};
+        if (reconnect_for_.count() == 0) return LuFailure::io(first_pending(), "disconnected (" + lost_because + ")");
         if (!give_up_at) give_up_at = Clock::now() + reconnect_for_;
         if (std::optional<std::string> why = log_in_again(*give_up_at)) {
-          return LuFailure{first_pending(),
-                           lost_because + "; not logged in again within " + seconds_text(reconnect_for_) +
-                               " s ([client] reconnect_s); the last login: " + *why,
-                           true};
+          return LuFailure::unreachable(first_pending(), lost_because + "; not logged in again within " +
+                                                             seconds_text(reconnect_for_) +
+                                                             " s ([client] reconnect_s); the last login: " + *why);
         }
         if (!join_.lines.empty()) {
           const ScsiResult joined = write_join();
@@ -93,11 +91,10 @@ class LibiscsiTransport final : public LuTransport {
             continue;
           }
           if (!joined.ok()) {
-            LuFailure refused = failure_of(first_pending(), joined);
-            refused.reason = "logged in again, and the shard refused this session's " + join_words() + ": " +
-                             refused.reason + " (nothing was sent again)";
-            refused.job_refused = true;
-            return refused;
+            return failure_of(first_pending(), joined).refusing_job([&](const std::string& why) {
+              return "logged in again, and the shard refused this session's " + join_words() + ": " + why +
+                     " (nothing was sent again)";
+            });
           }
         }
       }
@@ -153,20 +150,15 @@ class LibiscsiTransport final : public LuTransport {
     std::memcpy(join_write_.data(), join_.lines.data(), join_.lines.size());
     const ScsiResult r = write_join();
     if (r.ok()) return std::nullopt;
-    LuFailure f = failure_of(0, r);
-    f.reason = "the shard refused this session's " + join_words() + ": " + f.reason;
-    f.job_refused = true;
-    return f;
+    return failure_of(0, r).refusing_job(
+        [&](const std::string& why) { return "the shard refused this session's " + join_words() + ": " + why; });
   }
 
  private:
   static LuFailure failure_of(std::size_t command, const ScsiResult& r) {
-    LuFailure f{command, r.describe(), false};
-    if (r.status < kScsiTransportCancelled) {  // the target's answer, not libiscsi's
-      f.scsi_status = r.status;
-      f.sense_key = r.sense_key;
-    }
-    return f;
+    if (r.status < kScsiTransportCancelled)  // the target's answer, not libiscsi's
+      return LuFailure::answered(command, r.status, r.sense_key, r.describe());
+    return LuFailure::io(command, r.describe());
   }
 
   ScsiResult write_join() { return lun_.write_to_lun(join_.status_lun, join_.status_block_bytes, 0, join_write_); }

@@ -26,19 +26,41 @@ namespace blockps {
 // LuFailure::scsi_status when the target gave no SCSI status (an errno, a lost session, a refusal of ours).
 inline constexpr int kNoScsiStatus = -1;
 
-// Why a batch failed: which command, and the reason (SCSI status and sense, errno text, "disconnected").
+// Why a batch failed: the Status the library's callers get (its code the kind of failure, its message the reason:
+// SCSI status and sense, errno's text, "disconnected"), which command, and the target's answer where it gave one.
+// The transport decides the code, where it knows the answer: unreachable (the session was lost and could not be
+// logged in again within TransportOptions::reconnect_for), conflict (RESERVATION CONFLICT: another job holds the
+// shard; or the shard refused this session's job= line), io (any other failure).
 struct LuFailure {
   std::size_t command = 0;
-  std::string reason;
-  // The session was lost and could not be logged in again within TransportOptions::reconnect_for.
-  bool unreachable = false;
-  // The target's answer, where it gave one (contract/scsi_codes.h): the status byte, and with CHECK CONDITION the
-  // sense key. Cluster reads the shard's status page for the answers a shard gives for reasons of its own.
+  Status status = Status::Ok();  // never ok in a failure made by the functions below
+  // The target's answer (contract/scsi_codes.h): the status byte, and with CHECK CONDITION the sense key. Cluster
+  // reads the shard's status page for the answers a shard gives for reasons of its own.
   int scsi_status = kNoScsiStatus;
   int sense_key = 0;
-  // The session logged in again, and the shard refused its job= line (SessionJoin): nothing of the batch was sent
-  // again.
+  // The shard refused this session's job= line (SessionJoin), at the join or after a re-login (then nothing of the
+  // batch was sent again).
   bool job_refused = false;
+
+  // A failure of ours or of the operating system (io).
+  static LuFailure io(std::size_t command, std::string reason) {
+    return {command, Status::Error(StatusCode::io, std::move(reason))};
+  }
+  // The session stayed lost (unreachable).
+  static LuFailure unreachable(std::size_t command, std::string reason) {
+    return {command, Status::Error(StatusCode::unreachable, std::move(reason))};
+  }
+  // The target's answer to command `command` (conflict for RESERVATION CONFLICT, io for any other).
+  static LuFailure answered(std::size_t command, int scsi_status, int sense_key, std::string reason);
+  // This failure, as the shard's refusal of the session's job= line (conflict), its reason put in `words`:
+  // words(reason) is the new message.
+  template <class Words>
+  LuFailure refusing_job(const Words& words) && {
+    status = Status::Error(StatusCode::conflict, words(status.message()));
+    job_refused = true;
+    return std::move(*this);
+  }
+  const std::string& reason() const { return status.message(); }
 };
 
 // A job's claim through one LU's own session (client/job_and_place.h): the control lines this session writes to its

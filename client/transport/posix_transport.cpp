@@ -31,12 +31,10 @@ std::string errno_text(int err) { return errno_message(err) + " (errno " + std::
 // A command the kernel failed with `err`. Linux's block layer reports a SCSI RESERVATION CONFLICT as EBADE
 // (BLK_STS_RESV_CONFLICT, which sd fails at once without retries): the shard is held by another job.
 LuFailure errno_failure(std::size_t command, int err) {
-  LuFailure f{command, errno_text(err)};
-  if (err == EBADE) {
-    f.reason = "RESERVATION CONFLICT (" + f.reason + ")";
-    f.scsi_status = scsi::kReservationConflict;
-  }
-  return f;
+  if (err == EBADE)
+    return LuFailure::answered(command, scsi::kReservationConflict, 0,
+                               "RESERVATION CONFLICT (" + errno_text(err) + ")");
+  return LuFailure::io(command, errno_text(err));
 }
 
 // One command ready for the kernel: the iovecs it transfers, and a bounce buffer when the caller's memory
@@ -113,10 +111,11 @@ class PosixTransport final : public LuTransport {
     for (std::size_t i = first; i < commands.size(); ++i) {
       const std::uint64_t bytes = commands[i].bytes();
       if (commands[i].offset % block_size_ != 0 || bytes % block_size_ != 0 || bytes == 0)
-        return LuFailure{i, "offset " + std::to_string(commands[i].offset) + " and length " + std::to_string(bytes) +
-                                " must be non-zero multiples of the sector size " + std::to_string(block_size_)};
+        return LuFailure::io(i, "offset " + std::to_string(commands[i].offset) + " and length " +
+                                    std::to_string(bytes) + " must be non-zero multiples of the sector size " +
+                                    std::to_string(block_size_));
     }
-    if (std::string why = CommandOrder::check(commands, first); !why.empty()) return LuFailure{first, why};
+    if (std::string why = CommandOrder::check(commands, first); !why.empty()) return LuFailure::io(first, why);
     return std::nullopt;
   }
 
@@ -148,7 +147,7 @@ class PosixTransport final : public LuTransport {
       return std::nullopt;
     }
     p.bounce = make_aligned_buffer(p.bytes, /*zeroed=*/false);  // filled below (write) or by the read
-    if (!p.bounce) return LuFailure{index, "out of memory for a bounce buffer"};
+    if (!p.bounce) return LuFailure::io(index, "out of memory for a bounce buffer");
     if (c.direction == IoDirection::read) p.read_into = c.segments;
     if (c.direction == IoDirection::write) {
       std::size_t at = 0;
@@ -175,7 +174,8 @@ class PosixTransport final : public LuTransport {
   std::optional<LuFailure> check(const PreparedCommand& p, long long result) const {
     if (result < 0) return errno_failure(p.index, static_cast<int>(-result));
     if (static_cast<std::uint64_t>(result) != p.bytes)
-      return LuFailure{p.index, "short transfer of " + std::to_string(result) + " bytes (past the end of the device?)"};
+      return LuFailure::io(p.index,
+                           "short transfer of " + std::to_string(result) + " bytes (past the end of the device?)");
     return std::nullopt;
   }
 
@@ -194,7 +194,7 @@ class PosixTransport final : public LuTransport {
                                 : ::pread(fd_, base, v.iov_len - done, static_cast<off_t>(offset + done));
           if (n < 0 && errno == EINTR) continue;
           if (n < 0) return errno_failure(i, errno);
-          if (n == 0) return LuFailure{i, "end of the device at byte " + std::to_string(offset + done)};
+          if (n == 0) return LuFailure::io(i, "end of the device at byte " + std::to_string(offset + done));
           done += static_cast<std::size_t>(n);
         }
         offset += v.iov_len;
@@ -311,8 +311,8 @@ class PosixTransport final : public LuTransport {
     if (engine_ == PosixEngine::io_uring) {
       const int r = io_uring_submit(&uring_);
       if (r < 0) {
-        return LuFailure{batch_first,
-                         "io_uring_submit failed: " + errno_text(-r) + " (the ring is unusable; reopen the cluster)"};
+        return LuFailure::io(
+            batch_first, "io_uring_submit failed: " + errno_text(-r) + " (the ring is unusable; reopen the cluster)");
       }
       q.in_flight += queued;
       return std::nullopt;
@@ -327,7 +327,7 @@ class PosixTransport final : public LuTransport {
         // The unsubmitted ones never run: give their slots back and stop issuing.
         for (int k = submitted; k < queued; ++k) {
           const auto slot = q.slot_of(aio_ptrs[static_cast<std::size_t>(k)]->data);
-          if (!q.failure) q.failure = LuFailure{q.slots[slot].index, "io_submit failed: " + errno_text(-r)};
+          if (!q.failure) q.failure = LuFailure::io(q.slots[slot].index, "io_submit failed: " + errno_text(-r));
           q.free_slots.push_back(slot);
         }
         break;
@@ -361,8 +361,8 @@ class PosixTransport final : public LuTransport {
                                  q.feed != nullptr ? &poll_interval : nullptr);
       if (n == -EINTR || n == 0) return std::nullopt;
       if (n < 0)
-        return LuFailure{q.first_unissued,
-                         "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)"};
+        return LuFailure::io(q.first_unissued,
+                             "io_getevents failed: " + errno_text(-n) + " (commands may still be in flight)");
       for (int k = 0; k < n; ++k) {
         const io_event& e = q.events[static_cast<std::size_t>(k)];
         complete(q.slot_of(e.data), static_cast<long long>(static_cast<long>(e.res)));
@@ -371,12 +371,12 @@ class PosixTransport final : public LuTransport {
     }
     io_uring_cqe* cqe = nullptr;
     __kernel_timespec poll_interval{0, kFeedPollNs};
-    const int r = q.feed != nullptr ? io_uring_wait_cqe_timeout(&uring_, &cqe, &poll_interval)
-                                    : io_uring_wait_cqe(&uring_, &cqe);
+    const int r =
+        q.feed != nullptr ? io_uring_wait_cqe_timeout(&uring_, &cqe, &poll_interval) : io_uring_wait_cqe(&uring_, &cqe);
     if (r == -EINTR || r == -ETIME) return std::nullopt;
     if (r < 0)
-      return LuFailure{q.first_unissued,
-                       "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)"};
+      return LuFailure::io(q.first_unissued,
+                           "io_uring_wait_cqe failed: " + errno_text(-r) + " (commands may still be in flight)");
     do {
       complete(static_cast<std::size_t>(io_uring_cqe_get_data64(cqe)), cqe->res);
       io_uring_cqe_seen(&uring_, cqe);

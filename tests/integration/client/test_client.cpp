@@ -648,7 +648,8 @@ TEST_F(ClientTest, TheLibiscsiTransportReportsSenseAsAValue) {
   const auto failure = lu->run(commands, {.depth = 1});
   ASSERT_TRUE(failure.has_value());
   EXPECT_EQ(failure->command, 1u);
-  EXPECT_EQ(failure->reason, "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)");
+  EXPECT_EQ(failure->reason(), "CHECK CONDITION ILLEGAL_REQUEST(0x05) LBA_OUT_OF_RANGE(0x2100)");
+  EXPECT_EQ(failure->status.code(), StatusCode::io);
   // The session survives a SCSI error: the next batch works.
   EXPECT_FALSE(lu->run(std::span(commands).first(1), {.depth = 4}).has_value());
 }
@@ -677,7 +678,7 @@ TEST_F(ClientTest, CommandsAnsweredWithUnitAttentionAreSentAgain) {
   };
   ASSERT_NO_FATAL_FAILURE(add_lus(2));
   const auto batch = lu->run(reads, {.depth = 2});
-  EXPECT_FALSE(batch.has_value()) << batch->reason;
+  EXPECT_FALSE(batch.has_value()) << batch->reason();
   EXPECT_EQ(lu->queue_counters().unit_attentions_resent, 2u) << "one per LU added";
   const ScsiResult read = alone.read(0, std::span(buf).first(64 * K));
   EXPECT_TRUE(read.ok()) << read.describe();
@@ -686,7 +687,7 @@ TEST_F(ClientTest, CommandsAnsweredWithUnitAttentionAreSentAgain) {
   const auto failure = lu->run(std::span(reads).first(1), {.depth = 1});
   ASSERT_TRUE(failure.has_value()) << "a command answered UNIT ATTENTION " << kUnitAttentionResends + 1
                                    << " times in a row succeeded";
-  EXPECT_EQ(failure->reason, "CHECK CONDITION UNIT_ATTENTION(0x06) REPORTED_LUNS_DATA_HAS_CHANGED(0x3f0e)");
+  EXPECT_EQ(failure->reason(), "CHECK CONDITION UNIT_ATTENTION(0x06) REPORTED_LUNS_DATA_HAS_CHANGED(0x3f0e)");
   EXPECT_EQ(lu->queue_counters().unit_attentions_resent, 2u + kUnitAttentionResends);
   EXPECT_FALSE(lu->run(reads, {.depth = 2}).has_value()) << "the session did not go on";
 }
