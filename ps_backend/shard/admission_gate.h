@@ -1,10 +1,11 @@
-// Admission: what becomes of a command of one LU before tgt queues it, decided here and nowhere else (docs/
-// ARCHITECTURE.md, "A push and a pull" and "Jobs and places"). In this order: the job's claim (job_claim.h: a
+// Admission: what becomes of a command of one LU before tgt queues it, decided here and nowhere else
+// (docs/ARCHITECTURE.md, "A push and a pull" and "Jobs and places"). In this order: the job's claim (job_claim.h: a
 // session outside the job that holds the shard is refused, RESERVATION CONFLICT, before the rounds see its command),
 // the status LU's admins= (a control write of another initiator is refused, ACCESS DENIED), then the rounds of a shard
 // with mode=sync or ssp:K (rounds/rounds.h: the command runs, waits for a round, or is refused). The answer is one
-// AdmissionVerdict; the glue keeps it with the command until the command runs (lu_abi.h, struct blockps_admitted) and
+// AdmissionVerdict; the glue keeps it with the command until the command runs (lu_abi.h, struct blockps_admitted), and
 // ServedLu::execute answers a refusal that was not held. Runs on tgtd's main thread only; nothing here knows tgt.
+// Tested in tests/unit/ps_backend/shard/test_admission_gate.cpp.
 #pragma once
 
 #include <cstdint>
