@@ -104,11 +104,11 @@ void JobClaim::restore(const std::string& job, std::uint64_t claimed_unix) {
   if (claimed_unix != 0) claimed_unix_ = claimed_unix;
 }
 
-JobClaim::Admission JobClaim::admit(const WorkerRef& session) {
+JobClaim::Check JobClaim::check(const WorkerRef& session) {
   std::lock_guard lock(mutex_);
   if (holder_.empty()) return {};
   const auto it = sessions_.find(view_of(session));
-  Admission a;
+  Check a;
   if (it != sessions_.end()) {
     it->second = last_active_ = now_();
     a.verdict = Verdict::member;

@@ -1,8 +1,8 @@
 // Which job holds a shard (docs/OPTIONS.md, "Jobs and places"): its name, the sessions that joined it, when one of
 // them last sent a command, and the commands of other sessions it refused. A shard serves one job at a time: a
 // session joins with the control line job=NAME; while a job holds the shard, the grad and weights LUs refuse the
-// sessions that did not join it (ServedShard decides, with this claim's verdict). Thread-safe: admissions run on
-// tgtd's main thread, control lines and the status page on I/O threads.
+// sessions that did not join it (the admission gate, ps_backend/shard/admission_gate.h, decides with this claim's
+// check). Thread-safe: admissions run on tgtd's main thread, control lines and the status page on I/O threads.
 #pragma once
 
 #include <chrono>
@@ -66,20 +66,22 @@ class JobClaim {
   /// now.
   void restore(const std::string& job, std::uint64_t claimed_unix);
 
-  /// A command of `session` that a claim fences (a grad-LU READ or WRITE, a weights-LU WRITE, a control line).
+  /// How the claim stands toward one command of `session` that it fences (a grad-LU READ or WRITE, a weights-LU
+  /// WRITE, a control line that acts on training). An input of the admission (ps_backend/shard/admission_gate.h)
+  /// and of the control lines (shard_control.h), not an answer of its own: they decide what becomes of the command.
   enum class Verdict {
     open,    // unclaimed: as if there were no claims
     member,  // the session joined the holder: its activity is counted
     refused  // another job holds the shard: counted
   };
-  struct Admission {
+  struct Check {
     Verdict verdict = Verdict::open;
     // refused: whether it is the first time for this session since the holder changed, and who holds the shard
     bool first_refusal = false;
     std::string holder;
     std::uint64_t sessions = 0;
   };
-  Admission admit(const WorkerRef& session);
+  Check check(const WorkerRef& session);
 
   /// The holder ("" when unclaimed).
   std::string holder() const;

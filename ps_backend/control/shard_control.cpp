@@ -45,7 +45,7 @@ Status ShardControl::apply(std::string_view text, const WorkerRef* sender) {
 
 Status ShardControl::check_claim(const ControlWrite& write, const WorkerRef& who, const std::string& session) {
   if (write.job || !acts_on_training(write)) return Status::Ok();
-  const JobClaim::Admission claim = shard_.claim().admit(who);
+  const JobClaim::Check claim = shard_.claim().check(who);
   if (claim.verdict != JobClaim::Verdict::refused) return Status::Ok();
   return refuse("control: shard " + shard_.path() + " is held by job " + claim.holder + " (" +
                 sessions_joined(claim.sessions) + ") and " + session + " has not joined it: send job=" + claim.holder +

@@ -69,7 +69,8 @@ void ParkingLot::process(const void* owner, const std::function<bool(const void*
       case Admission::failed:
         fail(p, Refusal::failed, degraded_reason());
         break;
-      case Admission::conflict:  // never the rounds' answer: the claim refuses before they see a command
+      case Admission::conflict:  // never the rounds' answers: the admission gate refuses before they see a command
+      case Admission::denied:
         fail(p, Refusal::reservation_conflict, degraded_reason());
         break;
       case Admission::park: {

@@ -32,6 +32,12 @@ inline LuOutcome reservation_conflict() {
   return {scsi::kReservationConflict, scsi::kNoSense, scsi::kAscNone, false, 0};
 }
 
+/// The answer of a control write of an initiator that the status LU's admins= does not name: ILLEGAL REQUEST,
+/// ACCESS DENIED - NO ACCESS RIGHTS.
+inline LuOutcome access_denied() {
+  return check_condition(scsi::kIllegalRequest, scsi::kAscAccessDeniedNoAccessRights);
+}
+
 /// The answer of a grad-LU command the rounds held back and then refused: aborted: ABORTED COMMAND; not_ready:
 /// NOT READY, 0x04/0x03 (MANUAL INTERVENTION REQUIRED: workers must come back, or an operator act); failed: the
 /// round's update was not applied, target_failure(); reservation_conflict: reservation_conflict().

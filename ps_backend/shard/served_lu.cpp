@@ -1,8 +1,8 @@
 #include "ps_backend/shard/served_lu.h"
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "contract/log.h"
@@ -49,79 +49,16 @@ void put_be(std::byte* p, std::uint64_t v, int bytes) {
 
 ServedLu::ServedLu(LuRole role, std::shared_ptr<ServedShard> shard, std::uint32_t lu_block_bytes,
                    std::vector<std::string> admins)
-    : role_(role), shard_(std::move(shard)), lu_block_bytes_(lu_block_bytes), admins_(std::move(admins)) {}
-
-bool ServedLu::needs_admission(LuRole role, std::uint8_t op) {
-  switch (role) {
-    case LuRole::grad:
-      return is_read(op) || is_write(op);
-    case LuRole::weights:
-      return writes_data(op) || op == kWriteSame10 || op == kWriteSame16 || op == kOrWrite16;
-    case LuRole::status:
-      // A READ too: the status page then counts only the sessions of the holder that tgt still has (admission runs
-      // on tgt's main thread, where the claim can ask; the page is written on an I/O thread, where it cannot).
-      return writes_data(op) || is_read(op);
-  }
-  return false;
-}
+    : role_(role),
+      shard_(std::move(shard)),
+      lu_block_bytes_(lu_block_bytes),
+      admission_(role, *shard_, std::move(admins)) {}
 
 bool ServedLu::runs_on_caller(bool write, std::uint64_t len, std::uint32_t limit) const {
   if (limit == 0 || len > limit || role_ == LuRole::status) return false;
   const ModelShard& model = shard_->model();
   if (model.device().is_gpu()) return false;
   return !write || !shard_->holds_commands(role_) || model.geometry().block_bytes <= limit;
-}
-
-Admission ServedLu::admit(const void* owner, const void* handle, std::uint8_t op, std::uint64_t offset,
-                          std::uint64_t len, const WorkerRef& sender, const SessionProbe& alive) {
-  if (role_ == LuRole::status && is_read(op)) {
-    if (alive) shard_->forget_gone_sessions(alive);
-    return Admission::run;
-  }
-  if (behaviour_of(role_).writes == RoleBehaviour::Writes::control) {
-    if (alive) shard_->forget_gone_sessions(alive);
-    AdmittedCommand kept{sender, good()};
-    // iSCSI names compare without regard to case (RFC 3720 3.2.6.1: they are normalised to lower case).
-    const auto same_name = [&](const std::string& admin) {
-      return admin.size() == sender.iqn.size() &&
-             std::equal(admin.begin(), admin.end(), sender.iqn.begin(), [](char a, char b) {
-               return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
-             });
-    };
-    if (checks_writers() && std::none_of(admins_.begin(), admins_.end(), same_name)) {
-      std::string names;
-      for (const std::string& a : admins_) names += (names.empty() ? "" : "|") + a;
-      const std::string why = shard_->path() + ": control write from " + sender.iqn +
-                              " refused: not an administrator of this shard (admins=" + names +
-                              " on its status LU): write control lines from an administrator's initiator name";
-      log_line(why);
-      shard_->note_refusal(sender, role_, why);
-      kept.answer = check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
-    }
-    keep(handle, std::move(kept));  // also over what a finished command at the same address left
-    return Admission::run;
-  }
-  const Admission admitted = shard_->admit(owner, handle, role_, !is_read(op), sender, offset, len, alive);
-  if (admitted == Admission::conflict && !shard_->holds_commands(role_)) {
-    keep(handle, {sender, reservation_conflict()});
-    return Admission::run;  // answered when it executes
-  }
-  take(handle);  // nothing of a finished command at the same address applies to this one
-  return admitted;
-}
-
-void ServedLu::keep(const void* handle, AdmittedCommand admitted) {
-  std::lock_guard lock(admitted_mutex_);
-  admitted_.insert_or_assign(handle, std::move(admitted));
-}
-
-std::optional<ServedLu::AdmittedCommand> ServedLu::take(const void* handle) {
-  std::lock_guard lock(admitted_mutex_);
-  const auto it = admitted_.find(handle);
-  if (it == admitted_.end()) return std::nullopt;
-  AdmittedCommand admitted = std::move(it->second);
-  admitted_.erase(it);
-  return admitted;
 }
 
 std::uint64_t ServedLu::capacity_bytes() const {
@@ -132,13 +69,11 @@ std::uint64_t ServedLu::capacity_bytes() const {
 LuOutcome ServedLu::execute(const TargetCommand& cmd) {
   try {
     const std::uint8_t op = cmd.cdb[0];
-    std::optional<AdmittedCommand> admitted;
-    if (needs_admission(role_, op)) {
-      admitted = take(cmd.handle);
-      if (admitted && admitted->answer.status != kGood) return admitted->answer;
-      // A control write admit() never saw has no known sender; with admins= it is refused (nothing fails open).
-      if (!admitted && checks_writers() && writes_data(op))
-        return check_condition(kIllegalRequest, kAscAccessDeniedNoAccessRights);
+    const AdmissionVerdict* admitted = AdmissionGate::concerns(role_, op) ? cmd.admitted : nullptr;
+    if (admitted) {
+      if (const std::optional<LuOutcome> refusal = admitted->answer()) return *refusal;
+    } else if (admission_.checks_writers() && writes_data(op)) {
+      return access_denied();  // a control write the gate never saw has no known sender: nothing fails open
     }
     const WorkerRef* sender = admitted ? &admitted->sender : nullptr;
     if (is_read(op)) {

@@ -150,53 +150,6 @@ LuOutcome ServedShard::made_durable() {
   return good();
 }
 
-Admission ServedShard::admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
-                             std::uint64_t offset, std::uint64_t len, const SessionProbe& alive) {
-  // The claim first: a command of another job's session never reaches the rounds (it would join their membership).
-  if (const std::optional<Admission> fenced = fence(owner, handle, lu, is_write, worker, offset, len)) return *fenced;
-  if (!holds_commands(lu)) return Admission::run;
-  const Admission a =
-      is_write ? rounds_->admit_push(handle, worker, offset, len, alive) : rounds_->admit_pull(worker.itn, offset, len);
-  switch (a) {
-    case Admission::run:
-      return a;
-    case Admission::park:
-      rounds_->park(owner, handle, is_write, worker, offset, len);
-      return a;
-    case Admission::not_ready:
-    case Admission::failed:
-    case Admission::conflict:
-      break;
-  }
-  return hold_refused(owner, handle, is_write, worker, offset, len, a);
-}
-
-std::optional<Admission> ServedShard::fence(const void* owner, const void* handle, LuRole lu, bool is_write,
-                                            const WorkerRef& worker, std::uint64_t offset, std::uint64_t len) {
-  const JobClaim::Admission claim = claim_.admit(worker);
-  if (claim.verdict != JobClaim::Verdict::refused) return std::nullopt;
-  const std::string why =
-      "shard " + path_ + " is held by job " + claim.holder + " (" + sessions_joined(claim.sessions) + "); session " +
-      std::to_string(worker.itn) + " of " + worker.iqn + " has not joined it, so its " + std::string(to_string(lu)) +
-      "-LU " + (is_write ? "write" : "read") + " is refused (RESERVATION CONFLICT): join job " + claim.holder +
-      " (job=" + claim.holder +
-      "), take the shard over (job=NAME with takeover: blockps --takeover), or release it (blockps release)";
-  if (claim.first_refusal) log_line(why + " (logged once per session)");
-  if (!holds_commands(lu)) {
-    refusals_.add(worker, lu, why);  // listed now: the LU answers it when it executes
-    return Admission::conflict;
-  }
-  rounds_->park(owner, handle, is_write, worker, offset, len, why, Refusal::reservation_conflict);
-  return Admission::conflict;
-}
-
-Admission ServedShard::hold_refused(const void* owner, const void* handle, bool is_write, const WorkerRef& worker,
-                                    std::uint64_t offset, std::uint64_t len, Admission refused) {
-  rounds_->park(owner, handle, is_write, worker, offset, len, rounds_->refusal_reason(worker),
-                refused == Admission::failed ? Refusal::failed : Refusal::not_ready);
-  return refused;
-}
-
 void ServedShard::hand_back_parked(const void* owner, const std::function<bool(int, std::uint64_t)>& alive,
                                    const std::function<bool(const void*)>& aborted,
                                    const std::function<void(const void*, bool, std::uint64_t)>& resubmit,

@@ -1,9 +1,9 @@
-// A shard as the PS serves it: the model in memory and its rounds. It is the one owner of a push and a pull:
-// whether a command may run now, waits for a round or is refused (admit, hand_back_parked: one answer, Admission,
-// rounds/admission.h), whether a push is applied at once (async) or joins its rounds (sync, ssp:K), its durability
-// (FUA: a checkpoint), the counters, and the SCSI answer when it fails (lu_outcome.h); and of whose the shard is:
-// which job holds it (job_claim.h) and which part of which model it is (its place, contract/place.h), which
-// commands of other jobs' sessions it refuses, and the latest refusals in words (refusal_log.h). It composes the
+// A shard as the PS serves it: the model in memory and its rounds. It is the one owner of a push and a pull once
+// they are admitted (whether a command may run now, waits for a round or is refused is the admission gate's:
+// admission_gate.h): whether a push is applied at once (async) or joins its rounds (sync, ssp:K), its durability
+// (FUA: a checkpoint), the counters, the hand-back of held commands and the SCSI answer when one fails
+// (hand_back_parked, lu_outcome.h); and of whose the shard is: which job holds it (job_claim.h) and which part of which
+// model it is (its place, contract/place.h), and the latest refusals in words (refusal_log.h). It composes the
 // rest: how it is opened (shard_creation.h), when its checkpoint is written (checkpoint_schedule.h), its counters
 // (shard_counters.h), the control lines it obeys (control/shard_control.h). ServedLu checks a command against its
 // LU's role and calls it; the glue (lu_abi.cpp) only translates tgt's types and threads. All LUs whose
@@ -84,19 +84,11 @@ class ServedShard {
   /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay. Answers as push().
   LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data, bool durable = false);
 
-  // Admission, on tgt's main thread, of the commands a job's claim fences (a grad-LU READ or WRITE, a weights-LU
-  // write) and of those that wait for a round (grad-LU commands of a shard with rounds). `owner` is the LU that
-  // holds parked commands; it watches for wake-ups and hands them back when woken.
+  // Held commands, on tgt's main thread: the admission gate (admission_gate.h) holds a grad-LU command of a shard
+  // with rounds that waits for a round or is refused; `owner` is the LU that holds it, which watches for wake-ups and
+  // hands them back when woken.
   /// Whether an LU of `role` on this shard holds commands: a grad LU of a shard with rounds.
   bool holds_commands(LuRole role) const { return role == LuRole::grad && rounds_ != nullptr; }
-  /// What becomes of a command before it is queued (rounds/admission.h): run; park (held for `owner`, it comes
-  /// back through hand_back_parked()); or refused (not_ready, failed, conflict): where the LU holds commands it is
-  /// held too and failed at the next hand_back_parked(), whose wake is signalled now; elsewhere (conflict: another
-  /// job holds the shard) the LU answers it reservation_conflict() when it executes. Every admitted command of the
-  /// holder's sessions counts as the job's activity (claim_idle_s). `alive` (may be empty): which sessions still
-  /// exist, for a push that finds the rounds' membership full.
-  Admission admit(const void* owner, const void* handle, LuRole lu, bool is_write, const WorkerRef& worker,
-                  std::uint64_t offset, std::uint64_t len, const SessionProbe& alive = {});
   /// Drop workers whose session is gone (`alive` false), then give back each command of `owner` that may go on
   /// (`resubmit`) or fails (`fail`, with its SCSI answer; logged with why), keeping the rest parked.
   void hand_back_parked(const void* owner, const std::function<bool(int tid, std::uint64_t itn)>& alive,
@@ -123,7 +115,8 @@ class ServedShard {
 
   /// The job that holds the shard, its sessions and refusals.
   ClaimStatus claim_status() const { return claim_.status(); }
-  /// The claim itself, for the control lines that join, take over and release it (shard_control.h).
+  /// The claim itself: the admission gate checks commands against it, the control lines join, take over and release
+  /// it (shard_control.h).
   JobClaim& claim() { return claim_; }
   /// On tgt's main thread, before a control write (whose job= line may find the claim lapsed): forget the claim's
   /// sessions that are gone.
@@ -134,8 +127,7 @@ class ServedShard {
   std::optional<Place> set_place(const Place& place);
   /// The job and place a checkpoint records.
   ShardTenancy tenancy() const;
-  /// A refusal the shard answered for a reason of its own, in one sentence, for the status page (an LU's own
-  /// refusals: admins=).
+  /// A refusal, in one sentence, for the status page (the admission gate's: another job's session, admins=).
   void note_refusal(const WorkerRef& who, LuRole lu, std::string reason) { refusals_.add(who, lu, std::move(reason)); }
   /// The latest refusals, oldest first.
   std::vector<RefusalEntry> recent_refusals() const { return refusals_.recent(); }
@@ -146,12 +138,6 @@ class ServedShard {
   Status load(const ShardOpening& opening);
   Status initialise();
   void start_rounds();
-  /// The claim's verdict on a command (an other job's session: refused before the rounds see it).
-  std::optional<Admission> fence(const void* owner, const void* handle, LuRole lu, bool is_write,
-                                 const WorkerRef& worker, std::uint64_t offset, std::uint64_t len);
-  /// A refused command held for `owner` until its next hand-back.
-  Admission hold_refused(const void* owner, const void* handle, bool is_write, const WorkerRef& worker,
-                         std::uint64_t offset, std::uint64_t len, Admission refused);
   /// The checkpoint a FUA write asks for: GOOD, or MEDIUM ERROR, WRITE ERROR.
   LuOutcome made_durable();
   /// A grad-LU command the rounds refused, in one sentence: what, why, the workers counted, what to change.

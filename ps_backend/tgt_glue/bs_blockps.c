@@ -74,6 +74,25 @@ static int check_core(const struct scsi_lu *lu, enum blockps_result r, const cha
 	return 0;
 }
 
+/* What the core's admission decided for a command (struct blockps_admitted) stays with the command until it executes,
+ * across a park too: in the command's own sense buffer. tgt gives a store no other field of a command to keep data in
+ * (bs_list holds it in tgt's I/O pool queue), and nothing in tgt reads the sense buffer while the store holds the
+ * command: its sense_len stays 0 until the store builds sense data (sense_data_build) after execution, and a GOOD
+ * answer sends no sense at all. The record is taken out (and the bytes cleared) before the answer is set. */
+_Static_assert(sizeof(struct blockps_admitted) <= sizeof(((struct scsi_cmd *)0)->sense_buffer),
+	       "a command's admission record must fit its sense buffer");
+
+static void keep_admitted(struct scsi_cmd *cmd, const struct blockps_admitted *admitted)
+{
+	memcpy(cmd->sense_buffer, admitted, sizeof(*admitted));
+}
+
+static void take_admitted(struct scsi_cmd *cmd, struct blockps_admitted *admitted)
+{
+	memcpy(admitted, cmd->sense_buffer, sizeof(*admitted));
+	memset(cmd->sense_buffer, 0, sizeof(*admitted));
+}
+
 /* tgt's command as the core takes it. */
 static struct blockps_command core_command(struct scsi_cmd *cmd)
 {
@@ -90,15 +109,19 @@ static struct blockps_command core_command(struct scsi_cmd *cmd)
 	return c;
 }
 
-/* The request function of the I/O threads: the core executes the command and chooses its result. */
+/* The request function of the I/O threads: the core executes the command with what its admission decided and chooses
+ * its result. */
 static void blockps_request(struct scsi_cmd *cmd)
 {
 	struct blockps_command c = core_command(cmd);
+	struct blockps_admitted admitted;
 	struct blockps_outcome o;
 	char message[BLOCKPS_MESSAGE_BYTES];
 
+	take_admitted(cmd, &admitted);
 	/* On failure the outcome is already HARDWARE ERROR, INTERNAL TARGET FAILURE: only the reason is left to log. */
-	check_core(cmd->dev, blockps_lu_execute(lu_private(cmd->dev)->core, &c, &o, message, sizeof(message)), message);
+	check_core(cmd->dev, blockps_lu_execute(lu_private(cmd->dev)->core, &c, &admitted, &o, message, sizeof(message)),
+		   message);
 	set_outcome(cmd, &o);
 }
 
@@ -146,7 +169,9 @@ static void parked_resubmit(const void *handle, int how)
 static void parked_fail(const void *handle, const struct blockps_outcome *o)
 {
 	struct scsi_cmd *cmd = (struct scsi_cmd *)handle;
+	struct blockps_admitted admitted;
 
+	take_admitted(cmd, &admitted); /* it never executes */
 	set_outcome(cmd, o);
 	target_cmd_io_done(cmd, o->status);
 }
@@ -197,22 +222,23 @@ static int run_here(struct scsi_cmd *cmd)
 }
 
 /* Main thread, before a command is queued: the core says whether it runs now (in the pool or here) or waits
- * (parked). */
+ * (parked), and the command keeps what it decided until it executes. */
 static int blockps_cmd_submit(struct scsi_cmd *cmd)
 {
 	struct blockps_command c = core_command(cmd);
-	enum blockps_admission admission;
+	struct blockps_admitted admitted;
 	char message[BLOCKPS_MESSAGE_BYTES];
 	char name[512];
 
-	if (blockps_lu_admit(lu_private(cmd->dev)->core, &c, &glue_ops, &admission, message, sizeof(message)) !=
+	if (blockps_lu_admit(lu_private(cmd->dev)->core, &c, &glue_ops, &admitted, message, sizeof(message)) !=
 	    BLOCKPS_OK) {
 		/* Refused, never run unchecked: tgt answers HARDWARE ERROR, INTERNAL TARGET FAILURE. */
 		eprintf("blockps: LU %" PRIu64 ": refused command 0x%02x of %s: %s\n", cmd->dev->lun, cmd->scb[0],
 			initiator_name(cmd, name, sizeof(name)), message);
 		return -1;
 	}
-	switch (admission) {
+	keep_admitted(cmd, &admitted);
+	switch (admitted.how) {
 	case BLOCKPS_ADMIT_PARKED:
 		set_cmd_async(cmd);
 		return 0;

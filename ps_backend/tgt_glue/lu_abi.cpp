@@ -10,11 +10,13 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "contract/log.h"
 #include "contract/scsi_codes.h"
 #include "ps_backend/config/lu_options.h"
+#include "ps_backend/shard/admission_gate.h"
 #include "ps_backend/shard/served_lu.h"
 #include "ps_backend/shard/shard_registry.h"
 
@@ -99,10 +101,35 @@ blockps_result attach_shard(blockps_lu& lu, const char* path, uint64_t& capacity
   return BLOCKPS_OK;
 }
 
-// THE mapping of the core's answer (rounds/admission.h) to the glue's: a command the LU holds (parked, or refused
-// and held until the hand-back the shard has signalled) is PARKED; everything else runs.
-blockps_admission for_the_glue(blockps::Admission a) {
-  return a == blockps::Admission::run ? BLOCKPS_ADMIT_RUN : BLOCKPS_ADMIT_PARKED;
+// THE mapping between the core's answer (ps_backend/shard/admission_gate.h, AdmissionVerdict) and the record the glue
+// keeps with the command (struct blockps_admitted): what execution must know of it, the verdict and the sender. A
+// held command is PARKED; where it runs is the glue's (where_to_run).
+void keep_verdict(blockps_admitted& to, const blockps::AdmissionVerdict& verdict) {
+  to.admitted = 1;
+  to.verdict = static_cast<std::uint8_t>(verdict.what);
+}
+
+void keep_sender(blockps_admitted& to, const blockps_worker& worker) {
+  to.sender_tid = worker.tid;
+  to.sender_itn = worker.itn_id;
+  std::snprintf(to.sender_iqn, sizeof to.sender_iqn, "%s", worker.iqn ? worker.iqn : "");
+}
+
+// The verdict a record holds, or nullopt when it holds none the core gives (a record no admission wrote).
+std::optional<blockps::AdmissionVerdict> kept_verdict(const blockps_admitted& from) {
+  using blockps::Admission;
+  const auto what = static_cast<Admission>(from.verdict);
+  const std::size_t name_length = ::strnlen(from.sender_iqn, sizeof from.sender_iqn);
+  switch (what) {
+    case Admission::run:
+    case Admission::park:
+    case Admission::not_ready:
+    case Admission::failed:
+    case Admission::conflict:
+    case Admission::denied:
+      return blockps::AdmissionVerdict{what, false, {from.sender_tid, from.sender_itn, {from.sender_iqn, name_length}}};
+  }
+  return std::nullopt;
 }
 
 // Where a READ, or a WRITE without FUA, that may run now runs: here (the glue's main thread) when that is cheaper
@@ -120,26 +147,33 @@ blockps_admission where_to_run(const blockps_lu& lu, const blockps::ServedLu& se
 }
 
 blockps_result admit(blockps_lu& lu, const blockps_command& cmd, const blockps_glue_ops& ops,
-                     blockps_admission& admission, char* message, size_t size) {
-  admission = BLOCKPS_ADMIT_RUN;
+                     blockps_admitted& admitted, char* message, size_t size) {
   const std::shared_ptr<blockps::ServedLu> served = lu.served.load();
   if (!served) return BLOCKPS_OK;  // execute() answers NOT_ATTACHED
   // From the options alone: no sender's name for the commands no admission concerns.
-  if (!blockps::ServedLu::needs_admission(lu.options.role, cmd.cdb[0])) {
-    admission = where_to_run(lu, *served, cmd);
+  if (!blockps::AdmissionGate::concerns(lu.options.role, cmd.cdb[0])) {
+    admitted.how = where_to_run(lu, *served, cmd);
     return BLOCKPS_OK;
   }
   char name[512];
   blockps_worker worker{0, 0, nullptr};
   ops.sender(cmd.handle, &worker, name, sizeof name);
-  const blockps::WorkerRef who{worker.tid, worker.itn_id, worker.iqn ? worker.iqn : ""};
+  // The name as the record keeps it (cut at iSCSI's longest), for the admission too: one name for all of a
+  // session's commands.
+  keep_sender(admitted, worker);
   const blockps::SessionProbe alive = [probe = ops.alive](int tid, std::uint64_t itn) { return probe(tid, itn) != 0; };
-  admission = for_the_glue(
-      served->admit(&lu, cmd.handle, cmd.cdb[0], cmd.offset, cmd.transfer_length, who, ops.alive ? alive : nullptr));
+  const blockps::AdmissionVerdict verdict =
+      served->admission().admit(&lu, cmd.handle, cmd.cdb[0], cmd.offset, cmd.transfer_length,
+                                {worker.tid, worker.itn_id, admitted.sender_iqn}, ops.alive ? alive : nullptr);
+  keep_verdict(admitted, verdict);
+  if (!verdict.held) {
+    admitted.how = where_to_run(lu, *served, cmd);
+    return BLOCKPS_OK;
+  }
   // Only an LU with a wake fd holds commands (a grad LU of a shard with rounds): it hands them back when woken.
-  if (admission == BLOCKPS_ADMIT_PARKED && lu.wake_fd < 0)
+  if (lu.wake_fd < 0)
     return report(BLOCKPS_INTERNAL_ERROR, message, size, "admission", "a command was held by an LU that never parks");
-  if (admission == BLOCKPS_ADMIT_RUN) admission = where_to_run(lu, *served, cmd);
+  admitted.how = BLOCKPS_ADMIT_PARKED;
   return BLOCKPS_OK;
 }
 
@@ -231,11 +265,14 @@ const char* blockps_lu_product_id(const blockps_lu* lu) {
 int blockps_lu_wake_fd(const blockps_lu* lu) { return lu ? lu->wake_fd : -1; }
 
 blockps_result blockps_lu_admit(blockps_lu* lu, const blockps_command* cmd, const blockps_glue_ops* ops,
-                                blockps_admission* admission, char* message, size_t message_size) {
-  if (!lu || !cmd || !cmd->cdb || !ops || !ops->sender || !admission)
-    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, command, CDB, ops or result");
-  return guarded("admission", message, message_size,
-                 [&] { return admit(*lu, *cmd, *ops, *admission, message, message_size); });
+                                blockps_admitted* admitted, char* message, size_t message_size) {
+  if (admitted) *admitted = blockps_admitted{};  // RUN, not admitted: also what any code but OK leaves
+  if (!lu || !cmd || !cmd->cdb || !ops || !ops->sender || !admitted)
+    return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "admission", "no LU, command, CDB, ops or record");
+  const blockps_result r = guarded("admission", message, message_size,
+                                   [&] { return admit(*lu, *cmd, *ops, *admitted, message, message_size); });
+  if (r != BLOCKPS_OK) *admitted = blockps_admitted{};
+  return r;
 }
 
 blockps_result blockps_lu_on_wake(blockps_lu* lu, const blockps_glue_ops* ops, char* message, size_t message_size) {
@@ -259,8 +296,8 @@ blockps_result blockps_lu_fail_parked(blockps_lu* lu, const blockps_glue_ops* op
   });
 }
 
-blockps_result blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, blockps_outcome* outcome, char* message,
-                                  size_t message_size) {
+blockps_result blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, const blockps_admitted* admitted,
+                                  blockps_outcome* outcome, char* message, size_t message_size) {
   if (!outcome) return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command", "no outcome to set");
   set_outcome(*outcome, blockps::target_failure());
   if (!lu || !cmd || !cmd->cdb)
@@ -268,12 +305,20 @@ blockps_result blockps_lu_execute(blockps_lu* lu, const blockps_command* cmd, bl
   return guarded("command", message, message_size, [&] {
     const std::shared_ptr<blockps::ServedLu> served = lu->served.load();
     if (!served) return report(BLOCKPS_NOT_ATTACHED, message, message_size, "command", "the LU has no shard");
+    std::optional<blockps::AdmissionVerdict> verdict;
+    if (admitted && admitted->admitted) {
+      verdict = kept_verdict(*admitted);
+      if (!verdict)
+        return report(BLOCKPS_INVALID_ARGUMENT, message, message_size, "command",
+                      "its admission record holds no verdict of the core's");
+    }
     const blockps::TargetCommand c{cmd->cdb,
                                    cmd->offset,
                                    cmd->transfer_length,
                                    {reinterpret_cast<std::byte*>(cmd->in), cmd->in ? cmd->in_length : 0},
                                    {reinterpret_cast<const std::byte*>(cmd->out), cmd->out ? cmd->out_length : 0},
-                                   cmd->handle};
+                                   cmd->handle,
+                                   verdict ? &*verdict : nullptr};
     set_outcome(*outcome, served->execute(c));
     return BLOCKPS_OK;
   });

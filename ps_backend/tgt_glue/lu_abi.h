@@ -18,10 +18,14 @@ extern "C" {
 #endif
 
 /* Changes whenever a call's signature or the meaning of a code changes. */
-#define BLOCKPS_LU_ABI_VERSION 5
+#define BLOCKPS_LU_ABI_VERSION 6
 
 /* A `message` buffer of this size holds every message whole. */
 #define BLOCKPS_MESSAGE_BYTES 1024
+
+/* An initiator's name as an admission keeps it, with its NUL: iSCSI's longest (RFC 3720 3.2.6.1: 223 bytes). A
+ * longer name is cut there, for every command of its session alike. */
+#define BLOCKPS_INITIATOR_NAME_BYTES 224
 
 enum blockps_result {
   BLOCKPS_OK = 0,
@@ -115,7 +119,7 @@ struct blockps_glue_ops {
   void (*fail)(const void* handle, const struct blockps_outcome* outcome); /* complete it with this result */
 };
 
-/* What becomes of a command before it is queued. */
+/* Where a command goes once it is admitted. */
 enum blockps_admission {
   BLOCKPS_ADMIT_RUN = 0,    /* queue it to the I/O threads */
   BLOCKPS_ADMIT_PARKED = 1, /* the core holds it (set_cmd_async): it comes back through blockps_lu_on_wake, to be
@@ -126,22 +130,37 @@ enum blockps_admission {
                                 store sets a status of its own no other way), on tgt's next loop pass */
 };
 
+/* What blockps_lu_admit decided for one command. The glue acts on `how`, keeps the whole record with the command
+ * from admission until it executes (across a park too) and hands it to blockps_lu_execute; the other fields are the
+ * core's (its verdict, ps_backend/shard/admission_gate.h, and the sender whose name a control write's lines act in)
+ * and the glue does not read them. Plain bytes: the glue may keep it anywhere that holds sizeof bytes. */
+struct blockps_admitted {
+  enum blockps_admission how;
+  uint8_t admitted; /* 1: an admission concerned the command and decided it; 0: none did (or the LU was detached) */
+  uint8_t verdict;
+  int32_t sender_tid;
+  uint64_t sender_itn;
+  char sender_iqn[BLOCKPS_INITIATOR_NAME_BYTES];
+};
+
 /* Main thread, for every command before it is queued: the one admission question. Only the commands a job's claim
  * fences (a grad-LU READ or WRITE, a command that changes a weights LU's weights), that may wait for a round (a
  * grad-LU READ or WRITE of a shard with rounds) or that carry control lines (a status-LU WRITE; a status-LU READ
  * lets the claim forget gone sessions) concern it: for them the core learns the sender (ops->sender) and asks the
- * shard; every other command is RUN at once, from the LU's options alone. A READ/WRITE of a mode=sync/ssp grad LU
- * may be PARKED, also when the shard refuses it (another job holds the shard; too few workers), to be failed from
- * blockps_lu_on_wake. Everything else runs, RUN or RUN_HERE (a READ or WRITE of at most main_thread_bytes of a
- * grad or weights LU, ServedLu::runs_on_caller): execution answers what the admission decided (RESERVATION
- * CONFLICT for a command of a session outside the job that holds the shard; ACCESS DENIED for a control write of a
- * non-administrator on a status LU with admins=). `cmd` needs handle and cdb, offset and transfer_length; its data
- * buffers are not read. A parked command comes back through ops->resubmit the same way: RUN or RUN_HERE.
- * Codes: OK (*admission says what to do); INVALID_ARGUMENT (lu, cmd, its cdb, ops or admission NULL);
- * INTERNAL_ERROR. On any code but OK nothing was parked and the glue must refuse the command (it fails it
- * synchronously: tgt answers CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE). */
+ * LU's admission gate; every other command is RUN at once, from the LU's options alone. A READ/WRITE of a
+ * mode=sync/ssp grad LU may be PARKED, also when the gate refuses it (another job holds the shard; too few workers),
+ * to be failed from blockps_lu_on_wake. Everything else runs, RUN or RUN_HERE (a READ or WRITE of at most
+ * main_thread_bytes of a grad or weights LU, ServedLu::runs_on_caller): execution answers what the admission
+ * decided, from the record it is given (RESERVATION CONFLICT for a command of a session outside the job that holds
+ * the shard; ACCESS DENIED for a control write of a non-administrator on a status LU with admins=). `cmd` needs
+ * handle and cdb, offset and transfer_length; its data buffers are not read. A parked command comes back through
+ * ops->resubmit the same way, RUN or RUN_HERE, and executes with the record of its admission.
+ * Sets *admitted whatever the code (on any code but OK: RUN, not admitted). Codes: OK (admitted->how says what to
+ * do); INVALID_ARGUMENT (lu, cmd, its cdb, ops or admitted NULL); INTERNAL_ERROR. On any code but OK nothing was
+ * parked and the glue must refuse the command (it fails it synchronously: tgt answers CHECK CONDITION, HARDWARE
+ * ERROR, INTERNAL TARGET FAILURE). */
 enum blockps_result blockps_lu_admit(struct blockps_lu* lu, const struct blockps_command* cmd,
-                                     const struct blockps_glue_ops* ops, enum blockps_admission* admission,
+                                     const struct blockps_glue_ops* ops, struct blockps_admitted* admitted,
                                      char* message, size_t message_size);
 
 /* The wake fd's handler (main thread): drains it, drops workers whose session is gone, and hands back every
@@ -159,12 +178,17 @@ enum blockps_result blockps_lu_on_wake(struct blockps_lu* lu, const struct block
 enum blockps_result blockps_lu_fail_parked(struct blockps_lu* lu, const struct blockps_glue_ops* ops, char* message,
                                            size_t message_size);
 
-/* Execute one command (tgt's I/O threads, several at once) and set `*outcome` to its SCSI result.
+/* Execute one command (tgt's I/O threads, several at once; or the main thread, RUN_HERE) with the record its
+ * blockps_lu_admit set (`admitted`; NULL: never admitted, as a record that says so) and set `*outcome` to its SCSI
+ * result. A command an admission concerns that was never admitted has no known sender: a control write is refused
+ * (ACCESS DENIED) on a status LU with admins=.
  * Codes: OK (*outcome is what the command means: GOOD, or the CHECK CONDITION the core chose, e.g. a refused
- * control line); INVALID_ARGUMENT (lu, cmd or its cdb NULL); NOT_ATTACHED; INTERNAL_ERROR. With any code but OK
- * (and a non-NULL outcome) *outcome is CHECK CONDITION, HARDWARE ERROR, INTERNAL TARGET FAILURE. */
+ * control line); INVALID_ARGUMENT (lu, cmd or its cdb NULL; a record no admission wrote); NOT_ATTACHED;
+ * INTERNAL_ERROR. With any code but OK (and a non-NULL outcome) *outcome is CHECK CONDITION, HARDWARE ERROR, INTERNAL
+ * TARGET FAILURE. */
 enum blockps_result blockps_lu_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
-                                       struct blockps_outcome* outcome, char* message, size_t message_size);
+                                       const struct blockps_admitted* admitted, struct blockps_outcome* outcome,
+                                       char* message, size_t message_size);
 
 #ifdef __cplusplus
 }

@@ -6,7 +6,8 @@
 // of an LU, and a store that fails its updates. Nothing an initiator sends may crash, hang or corrupt the shard,
 // so after each input it checks (and traps otherwise):
 // - every command completed exactly once (or was refused at submission: tgt answers it), GOOD without sense, CHECK
-//   CONDITION with sense or RESERVATION CONFLICT without, and none the glue held back ran GOOD;
+//   CONDITION with sense or RESERVATION CONFLICT without, none the glue held back ran GOOD, and none kept its
+//   admission record (which the glue keeps in the command's sense buffer) past its answer;
 // - no command stays parked past its LU's close, nor, with worker_timeout_ms=100, past its deadline;
 // - no block took more optimizer steps than WRITEs reached the grad LU for it, a block no WRITE reached (grad or
 //   weights LU) holds the weights it started with, and a READ of the weights LU returns what the shard holds.
@@ -444,6 +445,7 @@ class Run {
     require(f.completed == 1, f.completed == 0 ? "a command never completed" : "a command completed twice");
     require(f.pool_runs == f.queued, "a command queued to the I/O pool did not run exactly once per queueing");
     require(f.executed <= 1, "a command ran twice");
+    require(f.sense_left == 0, "the glue left its admission record in an answered command's sense buffer");
     switch (f.result) {
       case kGood:
         require(!f.sense_built, "a GOOD answer carries sense data");

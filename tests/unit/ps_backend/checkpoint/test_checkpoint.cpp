@@ -11,7 +11,9 @@
 #include <thread>
 #include <vector>
 
+#include "contract/scsi_codes.h"
 #include "ps_backend/checkpoint/checkpoint.h"
+#include "ps_backend/shard/admission_gate.h"
 #include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
@@ -85,10 +87,11 @@ TEST(Checkpoint, HolderAndPlaceRoundTrip) {
   ASSERT_TRUE(s->place());
   EXPECT_EQ(*s->place(), *header->tenancy.place);
   int cmd = 0;
-  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), Admission::conflict);
+  AdmissionGate grad(LuRole::grad, *s);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kWrite16, 0, 512, b).what, Admission::conflict);
   EXPECT_FALSE(s->control("job=run-b\n", &b).ok());
   EXPECT_EQ(error_text(s->control("job=run-a\n", &b)), "");
-  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, b, 0, 512), Admission::run);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kWrite16, 0, 512, b).what, Admission::run);
   // Released, the next checkpoint records an unclaimed shard (and keeps the place).
   ASSERT_EQ(error_text(s->control("release\n", &b)), "");
   ASSERT_EQ(error_text(s->checkpoint()), "");
@@ -155,8 +158,9 @@ TEST(Checkpoint, AFormatOneCheckpointLoadsUnclaimedWithNoPlace) {
   EXPECT_EQ(s->claim_status().holder, "");
   EXPECT_FALSE(s->place());
   int cmd = 0;
-  EXPECT_EQ(s->admit(nullptr, &cmd, LuRole::grad, true, WorkerRef{1, 20, "iqn.2024-01.test:b"}, 0, 512),
-            Admission::run);
+  EXPECT_EQ(
+      AdmissionGate(LuRole::grad, *s).admit(nullptr, &cmd, scsi::kWrite16, 0, 512, {1, 20, "iqn.2024-01.test:b"}).what,
+      Admission::run);
   // A format this build does not know is refused, naming it.
   header["format"] = 3;
   const std::string future = header.dump();

@@ -25,7 +25,7 @@ const WorkerRef kA0{1, 10, "iqn.2024-01.test:host-a"}, kA1{1, 11, "iqn.2024-01.t
 TEST(JobClaim, AnUnclaimedShardIsOpenToEverySession) {
   TestClock clock;
   JobClaim claim(600, clock.now());
-  EXPECT_EQ(claim.admit(kA0).verdict, Verdict::open);
+  EXPECT_EQ(claim.check(kA0).verdict, Verdict::open);
   const ClaimStatus s = claim.status();
   EXPECT_EQ(s.holder, "");
   EXPECT_EQ(s.last_active_ms_ago, -1);
@@ -42,19 +42,19 @@ TEST(JobClaim, TheFirstJobClaimsItsSessionsJoinAndOthersAreRefused) {
   const Result<JobClaim::Joined> second = claim.join(kA1, "run-a", false);
   ASSERT_EQ(error_text(second), "");
   EXPECT_EQ(second->kind, Kind::joined);
-  EXPECT_EQ(claim.admit(kA0).verdict, Verdict::member);
-  EXPECT_EQ(claim.admit(kA1).verdict, Verdict::member);
+  EXPECT_EQ(claim.check(kA0).verdict, Verdict::member);
+  EXPECT_EQ(claim.check(kA1).verdict, Verdict::member);
 
   // Another session, even of the same host (another nexus), is not a member until it joins.
   const WorkerRef stranger{1, 12, "iqn.2024-01.test:host-a"};
-  const JobClaim::Admission refused = claim.admit(stranger);
+  const JobClaim::Check refused = claim.check(stranger);
   EXPECT_EQ(refused.verdict, Verdict::refused);
   EXPECT_TRUE(refused.first_refusal);
   EXPECT_EQ(refused.holder, "run-a");
   EXPECT_EQ(refused.sessions, 2u);
-  EXPECT_FALSE(claim.admit(stranger).first_refusal) << "logged once per session";
+  EXPECT_FALSE(claim.check(stranger).first_refusal) << "logged once per session";
   // The same nexus number with another initiator name is another session.
-  EXPECT_EQ(claim.admit({1, 10, "iqn.2024-01.test:host-b"}).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check({1, 10, "iqn.2024-01.test:host-b"}).verdict, Verdict::refused);
 
   // A second job is refused, naming the holder, and nothing changes.
   clock.t += std::chrono::milliseconds(2500);
@@ -66,7 +66,7 @@ TEST(JobClaim, TheFirstJobClaimsItsSessionsJoinAndOthersAreRefused) {
       << other.message();
   EXPECT_NE(other.message().find("claim_idle_s=600"), std::string::npos) << other.message();
   EXPECT_EQ(claim.holder(), "run-a");
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::refused);
   const ClaimStatus s = claim.status();
   EXPECT_EQ(s.sessions, 2u);
   EXPECT_EQ(s.refused, 5u);  // the stranger's 2 commands, the other name's, B's job line and B's command
@@ -84,7 +84,7 @@ TEST(JobClaim, ARestartOfTheSameJobJoinsAtOnce) {
   const Result<JobClaim::Joined> again = claim.join(restarted, "run-a", false);
   ASSERT_EQ(error_text(again), "");
   EXPECT_EQ(again->kind, Kind::joined);
-  EXPECT_EQ(claim.admit(restarted).verdict, Verdict::member);
+  EXPECT_EQ(claim.check(restarted).verdict, Verdict::member);
   EXPECT_EQ(claim.status().takeovers, 0u);
 }
 
@@ -99,7 +99,7 @@ TEST(JobClaim, AClaimLapsesAfterClaimIdleSWithoutACommand) {
   ASSERT_EQ(error_text(claim.join(kA0, "run-a", false)), "");
   claim.forget_gone_sessions(kAllAlive);
   clock.t += std::chrono::seconds(599);
-  EXPECT_EQ(claim.admit(kA0).verdict, Verdict::member);  // activity at 599 s
+  EXPECT_EQ(claim.check(kA0).verdict, Verdict::member);  // activity at 599 s
   clock.t += std::chrono::seconds(599);
   claim.forget_gone_sessions(kAllGone);  // run-a ended: tgt has none of its sessions any more
   EXPECT_FALSE(claim.status().lapsed);
@@ -109,15 +109,15 @@ TEST(JobClaim, AClaimLapsesAfterClaimIdleSWithoutACommand) {
   // A lapsed claim still refuses other sessions' commands: only a job= line replaces the holder.
   clock.t += std::chrono::seconds(1);
   EXPECT_TRUE(claim.status().lapsed);
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::refused);
   const Result<JobClaim::Joined> taken = claim.join(kB0, "run-b", false);
   ASSERT_EQ(error_text(taken), "");
   EXPECT_EQ(taken->kind, Kind::took_over);
   EXPECT_EQ(taken->previous, "run-a");
   EXPECT_TRUE(taken->lapsed);
   EXPECT_EQ(claim.holder(), "run-b");
-  EXPECT_EQ(claim.admit(kA0).verdict, Verdict::refused) << "the old job's sessions are out";
-  EXPECT_FALSE(claim.admit(kA0).first_refusal);
+  EXPECT_EQ(claim.check(kA0).verdict, Verdict::refused) << "the old job's sessions are out";
+  EXPECT_FALSE(claim.check(kA0).first_refusal);
   const ClaimStatus s = claim.status();
   EXPECT_EQ(s.takeovers, 1u);
   EXPECT_EQ(s.sessions, 1u);
@@ -158,17 +158,17 @@ TEST(JobClaim, TakeoverMovesTheShardToTheNewJob) {
   JobClaim claim(600, clock.now());
   ASSERT_EQ(error_text(claim.join(kA0, "run-a", false)), "");
   ASSERT_EQ(error_text(claim.join(kA1, "run-a", false)), "");
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::refused);
   const Result<JobClaim::Joined> taken = claim.join(kB0, "run-b", true);
   ASSERT_EQ(error_text(taken), "");
   EXPECT_EQ(taken->kind, Kind::took_over);
   EXPECT_EQ(taken->previous, "run-a");
   EXPECT_FALSE(taken->lapsed);
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::member);
-  const JobClaim::Admission old = claim.admit(kA0);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::member);
+  const JobClaim::Check old = claim.check(kA0);
   EXPECT_EQ(old.verdict, Verdict::refused);
   EXPECT_TRUE(old.first_refusal) << "a new holder logs each refused session once again";
-  EXPECT_EQ(claim.admit(kA1).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kA1).verdict, Verdict::refused);
   EXPECT_EQ(claim.status().takeovers, 1u);
   // takeover by the holder itself is a join.
   const Result<JobClaim::Joined> same = claim.join({1, 21, "iqn.2024-01.test:host-b"}, "run-b", true);
@@ -184,12 +184,12 @@ TEST(JobClaim, ReleaseLeavesTheShardUnclaimed) {
   ASSERT_EQ(error_text(claim.join(kA0, "run-a", false)), "");
   EXPECT_EQ(claim.release(), "run-a");
   EXPECT_EQ(claim.holder(), "");
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::open);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::open);
   EXPECT_EQ(claim.status().sessions, 0u);
   const Result<JobClaim::Joined> next = claim.join(kB0, "run-b", false);
   ASSERT_EQ(error_text(next), "");
   EXPECT_EQ(next->kind, Kind::claimed);
-  EXPECT_EQ(claim.admit(kA0).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kA0).verdict, Verdict::refused);
 }
 
 // A shard restarted from its checkpoint: its job holds it with no session; the job's new sessions join, others
@@ -200,7 +200,7 @@ TEST(JobClaim, ARestoredClaimHoldsTheShardForItsJob) {
   claim.restore("run-a", 1700000000);
   EXPECT_EQ(claim.status().claimed_unix, 1700000000u);
   EXPECT_EQ(claim.status().sessions, 0u);
-  EXPECT_EQ(claim.admit(kB0).verdict, Verdict::refused);
+  EXPECT_EQ(claim.check(kB0).verdict, Verdict::refused);
   EXPECT_FALSE(claim.join(kB0, "run-b", false).ok());
   const Result<JobClaim::Joined> back = claim.join(kA0, "run-a", false);
   ASSERT_EQ(error_text(back), "");

@@ -7,8 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include "contract/scsi_codes.h"
 #include "contract/status_page.h"
 #include "ps_backend/control/status_page_writer.h"
+#include "ps_backend/shard/admission_gate.h"
 #include "tests/unit/ps_backend/test_support.h"
 
 namespace blockps {
@@ -51,8 +53,9 @@ TEST(StatusPage, TheHolderThePlaceAndTheRefusalsInWords) {
   const WorkerRef a{1, 10, "iqn.2024-01.test:a"}, b{1, 20, "iqn.2024-01.test:b"};
   ASSERT_EQ(error_text(shard->control("job=run-a\nplace=m-3f9a2c01d4e5b677 1/2 range\n", &a)), "");
   int cmd = 0;
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), Admission::conflict);
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, false, b, 0, 512), Admission::conflict);
+  AdmissionGate grad(LuRole::grad, *shard);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kRead16, 0, 512, b).what, Admission::conflict);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kRead16, 0, 512, b).what, Admission::conflict);
   const nlohmann::json p = page_of(*shard);
   namespace page = status_page;
   EXPECT_EQ(at(p, page::kJobHolder), "run-a");

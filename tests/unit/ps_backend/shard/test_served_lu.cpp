@@ -162,26 +162,30 @@ TEST(ServedLu, AControlCheckpointThatCannotBeWrittenIsAMediumError) {
   ::rmdir(tmp.c_str());
 }
 
-// admins=: a control write runs only when admit() said its sender is an administrator; a write it never saw,
-// and one of another initiator, get ACCESS DENIED and change nothing. Reads of the page stay open.
+// admins=: a control write runs only when its admission said its sender is an administrator (the gate decides:
+// test_admission_gate.cpp); a write refused there, and one that was never admitted, get ACCESS DENIED and change
+// nothing. Reads of the page stay open.
 TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   TempDir dir;
   auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=8K;opt=sgd;lr=0.25");
   ServedLu status(LuRole::status, shard, 512, {"iqn.2026-11.io.blockps:admin"});
-  ASSERT_TRUE(status.checks_writers());
-  EXPECT_FALSE(ServedLu(LuRole::status, shard, 512).checks_writers());
+  ASSERT_TRUE(status.admission().checks_writers());
+  EXPECT_FALSE(ServedLu(LuRole::status, shard, 512).admission().checks_writers());
   std::vector<std::byte> block(512);
   const std::string line = "lr=0.5\n";
   std::memcpy(block.data(), line.data(), line.size());
   const auto c = cdb16(kWrite16);
-  const auto write_as = [&](const void* handle) { return status.execute({c.data(), 0, 512, {}, block, handle}); };
-  const auto admit = [&](const void* handle, const std::string& iqn) {
-    return status.admit(&status, handle, kWrite16, 0, 512, WorkerRef{1, 7, iqn});
-  };
   int worker_cmd = 0, admin_cmd = 0, unseen_cmd = 0;
-  EXPECT_EQ(admit(&worker_cmd, "iqn.2026-11.io.blockps:worker"), Admission::run);
-  for (const void* handle : {static_cast<const void*>(&worker_cmd), static_cast<const void*>(&unseen_cmd)}) {
-    const LuOutcome w = write_as(handle);
+  const auto admit = [&](const void* handle, const std::string& iqn) {
+    return status.admission().admit(&status, handle, kWrite16, 0, 512, WorkerRef{1, 7, iqn});
+  };
+  const auto write_as = [&](const void* handle, const AdmissionVerdict* admitted) {
+    return status.execute({c.data(), 0, 512, {}, block, handle, admitted});
+  };
+  const AdmissionVerdict worker = admit(&worker_cmd, "iqn.2026-11.io.blockps:worker");
+  EXPECT_EQ(worker.what, Admission::denied);
+  EXPECT_FALSE(worker.held) << "a status LU holds no command: execution answers the refusal";
+  for (const LuOutcome& w : {write_as(&worker_cmd, &worker), write_as(&unseen_cmd, nullptr)}) {
     EXPECT_EQ(w.status, kCheckCondition);
     EXPECT_EQ(w.sense_key, kIllegalRequest);
     EXPECT_EQ(w.asc, kAscAccessDeniedNoAccessRights);
@@ -191,43 +195,21 @@ TEST(ServedLu, ControlLinesOnlyFromAdministrators) {
   ASSERT_EQ(shard->recent_refusals().size(), 1u);
   EXPECT_EQ(shard->recent_refusals()[0].iqn, "iqn.2026-11.io.blockps:worker");
   EXPECT_NE(shard->recent_refusals()[0].reason.find("not an administrator of this shard"), std::string::npos);
-  EXPECT_EQ(admit(&admin_cmd, "iqn.2026-11.io.blockps:admin"), Admission::run);
-  ASSERT_EQ(write_as(&admin_cmd).status, kGood);
+  const AdmissionVerdict admin = admit(&admin_cmd, "iqn.2026-11.io.blockps:admin");
+  EXPECT_EQ(admin.what, Admission::run);
+  ASSERT_EQ(write_as(&admin_cmd, &admin).status, kGood);
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.5f);
-  // An admission is for one command: the same handle again (a later command at that address) is not admitted.
-  EXPECT_EQ(write_as(&admin_cmd).asc, kAscAccessDeniedNoAccessRights);
   // Names compare without regard to case; WRITE AND VERIFY carries control lines too (its verify then compares
   // with the page and miscompares, but the line was admitted and applied).
-  admit(&admin_cmd, "IQN.2026-11.io.blockps:Admin");
+  const AdmissionVerdict admin_again = admit(&admin_cmd, "IQN.2026-11.io.blockps:Admin");
   const std::string line2 = "lr=0.75\n";
   std::memcpy(block.data(), line2.data(), line2.size());
   const auto wv = cdb16(kWriteVerify16);
-  EXPECT_NE(status.execute({wv.data(), 0, 512, {}, block, &admin_cmd}).asc, kAscAccessDeniedNoAccessRights);
+  EXPECT_NE(status.execute({wv.data(), 0, 512, {}, block, &admin_cmd, &admin_again}).asc,
+            kAscAccessDeniedNoAccessRights);
   EXPECT_FLOAT_EQ(shard->config().optimizer.lr, 0.75f);
-  std::memcpy(block.data(), line.data(), line.size());
-  // A refusal overrides an admission left at the same address.
-  admit(&worker_cmd, "iqn.2026-11.io.blockps:admin");
-  admit(&worker_cmd, "iqn.2026-11.io.blockps:worker");
-  EXPECT_EQ(write_as(&worker_cmd).asc, kAscAccessDeniedNoAccessRights);
   std::vector<std::byte> page(4096);
   EXPECT_EQ(do_read(status, 0, page).status, kGood);
-}
-
-// What the glue admits before it queues (blockps_lu_admit asks this first): what a job's claim fences, control
-// writes, and status READs (the claim forgets its gone sessions first); never a weights READ (a snapshot) or a
-// SYNCHRONIZE CACHE.
-TEST(ServedLu, AdmissionCoversWhatAClaimFencesAndControlWrites) {
-  for (std::uint8_t op : {kRead10, kRead16, kWrite10, kWrite16})
-    EXPECT_TRUE(ServedLu::needs_admission(LuRole::grad, op));
-  for (std::uint8_t op : {kWrite6, kWrite16, kWriteVerify16, kWriteSame10, kWriteSame16, kOrWrite16})
-    EXPECT_TRUE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
-  for (std::uint8_t op : {kWrite10, kWriteVerify16, kRead16})
-    EXPECT_TRUE(ServedLu::needs_admission(LuRole::status, op));
-  for (std::uint8_t op : {kRead10, kRead16, kVerify16, kSynchronizeCache10, kPreFetch16})
-    EXPECT_FALSE(ServedLu::needs_admission(LuRole::weights, op)) << int(op);
-  EXPECT_FALSE(ServedLu::needs_admission(LuRole::status, kSynchronizeCache16));
-  for (std::uint8_t op : {kSynchronizeCache10, kVerify16, kPreFetch10})
-    EXPECT_FALSE(ServedLu::needs_admission(LuRole::grad, op));
 }
 
 // A job holds the shard: another session's push, pull and weights write are answered RESERVATION CONFLICT (no
@@ -244,9 +226,10 @@ TEST(ServedLu, AnotherJobsCommandsAreAnsweredReservationConflict) {
   const auto as = [&](ServedLu& lu, const WorkerRef& who, std::uint8_t op, std::vector<std::byte>& in,
                       const std::vector<std::byte>& out) {
     const auto c = cdb16(op);
-    const Admission admitted = lu.admit(&lu, &cmd, op, 0, static_cast<std::uint32_t>(in.size() + out.size()), who);
-    EXPECT_EQ(admitted, Admission::run) << "an LU that cannot hold commands queues them";
-    return lu.execute({c.data(), 0, static_cast<std::uint32_t>(in.size() + out.size()), in, out, &cmd});
+    const AdmissionVerdict admitted =
+        lu.admission().admit(&lu, &cmd, op, 0, static_cast<std::uint32_t>(in.size() + out.size()), who);
+    EXPECT_FALSE(admitted.held) << "an LU that cannot hold commands queues them";
+    return lu.execute({c.data(), 0, static_cast<std::uint32_t>(in.size() + out.size()), in, out, &cmd, &admitted});
   };
   std::vector<std::byte> none, in(512);
   for (ServedLu* lu : {&l.grad, &l.weights}) {
@@ -266,7 +249,7 @@ TEST(ServedLu, AnotherJobsCommandsAreAnsweredReservationConflict) {
   EXPECT_EQ(as(l.grad, a, kWrite16, none, g).status, kGood);
   EXPECT_EQ(as(l.grad, a, kRead16, in, none).status, kGood);
   EXPECT_EQ(l.shard->counters().pushes.load(), 1u);
-  // A refusal recorded for a handle is for that command only: the next command at the same address runs.
+  // A refusal is the refused command's only: the next command at the same address runs.
   EXPECT_EQ(as(l.weights, b, kWrite16, none, g).status, kReservationConflict);
   EXPECT_EQ(as(l.weights, a, kWrite16, none, g).status, kGood);
 
@@ -282,7 +265,7 @@ TEST(ServedLu, AnotherJobsCommandsAreAnsweredReservationConflict) {
   EXPECT_NE(recent.back()["reason"].get<std::string>().find("is held by job train-a"), std::string::npos);
 }
 
-// The control write's sender is what the status LU admitted: job= needs it.
+// The control write's sender is the one its admission kept: job= needs it.
 TEST(ServedLu, AControlWriteCarriesTheSenderItWasAdmittedWith) {
   Lus l("role=grad;size=4K");
   std::vector<std::byte> block(512);
@@ -293,8 +276,9 @@ TEST(ServedLu, AControlWriteCarriesTheSenderItWasAdmittedWith) {
   // Never admitted: no sender, so no job can be joined.
   EXPECT_EQ(l.status.execute({c.data(), 0, 512, {}, block, &cmd}).asc, kAscInvalidFieldInParameterList);
   EXPECT_EQ(l.shard->claim_status().holder, "");
-  l.status.admit(&l.status, &cmd, kWrite16, 0, 512, WorkerRef{1, 5, "iqn.2024-01.test:a"});
-  ASSERT_EQ(l.status.execute({c.data(), 0, 512, {}, block, &cmd}).status, kGood);
+  const AdmissionVerdict admitted =
+      l.status.admission().admit(&l.status, &cmd, kWrite16, 0, 512, WorkerRef{1, 5, "iqn.2024-01.test:a"});
+  ASSERT_EQ(l.status.execute({c.data(), 0, 512, {}, block, &cmd, &admitted}).status, kGood);
   EXPECT_EQ(l.shard->claim_status().holder, "train-a");
   EXPECT_EQ(l.shard->claim_status().sessions, 1u);
 }

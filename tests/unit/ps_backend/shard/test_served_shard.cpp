@@ -1,9 +1,11 @@
-// What a shard decides about whose it is: job lines, the claim's fence on data commands (ServedShard::admit),
-// the place, takeover (with rounds), release, and the refusals it lists in words.
+// What a shard decides about whose it is: job lines, the place, takeover (with rounds), release, and the refusals it
+// lists in words. The claim's fence on data commands is the admission gate's: test_admission_gate.cpp.
 #include <gtest/gtest.h>
 
 #include <vector>
 
+#include "contract/scsi_codes.h"
+#include "ps_backend/shard/admission_gate.h"
 #include "ps_backend/shard/served_shard.h"
 #include "tests/unit/ps_backend/test_support.h"
 
@@ -103,45 +105,12 @@ TEST(ServedShard, ReleaseLeavesTheShardUnclaimed) {
   auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=4K");
   ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA0)), "");
   int cmd = 0;
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admission::conflict);
+  AdmissionGate grad(LuRole::grad, *shard);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kWrite16, 0, 512, kB0).what, Admission::conflict);
   EXPECT_EQ(error_text(shard->control("release\n", &kB0)), "") << "release is the operator's, from any session";
   EXPECT_EQ(shard->claim_status().holder, "");
-  EXPECT_EQ(shard->admit(nullptr, &cmd, LuRole::grad, true, kB0, 0, 512), Admission::run);
+  EXPECT_EQ(grad.admit(nullptr, &cmd, scsi::kWrite16, 0, 512, kB0).what, Admission::run);
   EXPECT_TRUE(shard->dirty()) << "the next checkpoint records that nobody holds it";
-}
-
-// The fence: a grad READ/WRITE or weights write of a session outside the holder. An LU that cannot hold commands
-// gets `conflict` (answered when it executes); a grad LU with rounds holds it and fails it at the next hand-back,
-// before the rounds see it. Each refused session is listed in words.
-TEST(ServedShard, AdmissionFencesOtherJobsSessionsBeforeTheRounds) {
-  TempDir dir;
-  auto shard = make_shard(dir.file("m.ckpt"), "role=grad;size=8K;block=4K;mode=sync;workers=2;straggler_ms=600000");
-  ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA0)), "");
-  int owner = 0, push = 0, pull = 0, assign = 0;
-  EXPECT_EQ(shard->admit(&owner, &assign, LuRole::weights, true, kB0, 0, 4096), Admission::conflict);
-  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admission::conflict);
-  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admission::conflict);
-  EXPECT_EQ(shard->rounds()->live_workers(), 0u) << "the refused push did not join the rounds";
-  HandedBack back;
-  back.from(*shard, &owner);
-  ASSERT_EQ(back.failed.size(), 2u);
-  for (const auto& [handle, outcome] : back.failed) {
-    EXPECT_EQ(outcome.status, scsi::kReservationConflict);
-    EXPECT_EQ(outcome.sense_key, scsi::kNoSense);
-  }
-  EXPECT_EQ(shard->claim_status().refused, 3u);
-  const std::vector<RefusalEntry> recent = shard->recent_refusals();
-  ASSERT_EQ(recent.size(), 3u);  // the weights write, the grad write and the grad read
-  EXPECT_EQ(recent[0].lu, LuRole::weights);
-  EXPECT_NE(recent[1].reason.find("shard " + shard->path() +
-                                  " is held by job run-a (1 session joined); session 20 "
-                                  "of iqn.2024-01.test:b has not joined it, so its grad-LU write is refused "
-                                  "(RESERVATION CONFLICT): join job run-a (job=run-a), take the shard over"),
-            std::string::npos)
-      << recent[1].reason;
-  // The holder's session goes to the rounds as before.
-  EXPECT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admission::run);
-  EXPECT_EQ(shard->rounds()->live_workers(), 1u);
 }
 
 // Takeover on a shard with rounds: the old job's workers and open rounds go, its parked commands and every later
@@ -154,9 +123,10 @@ TEST(ServedShard, TakeoverResetsTheRoundsAndFencesTheOldJob) {
   ASSERT_EQ(error_text(shard->control("job=run-a\n", &kA1)), "");
   int owner = 0, push = 0, pull = 0, later = 0;
   const std::vector<std::byte> g(4096, std::byte{0x3f});
-  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kA0, 0, 4096), Admission::run);
+  AdmissionGate grad(LuRole::grad, *shard);
+  ASSERT_EQ(grad.admit(&owner, &push, scsi::kWrite16, 0, 4096, kA0).what, Admission::run);
   ASSERT_EQ(shard->push(0, g, &push).status, scsi::kGood);
-  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admission::park);
+  ASSERT_EQ(grad.admit(&owner, &pull, scsi::kRead16, 0, 4096, kA0).what, Admission::park);
 
   EXPECT_FALSE(shard->control("job=run-b\n", &kB0).ok());
   ASSERT_EQ(error_text(shard->control("job=run-b\ntakeover\n", &kB0)), "");
@@ -172,12 +142,12 @@ TEST(ServedShard, TakeoverResetsTheRoundsAndFencesTheOldJob) {
   EXPECT_NE(last_refusal.find("job run-b took shard " + shard->path() + " over from job run-a (takeover by session 20"),
             std::string::npos)
       << last_refusal;
-  EXPECT_EQ(shard->admit(&owner, &later, LuRole::grad, true, kA1, 0, 4096), Admission::conflict);
+  EXPECT_EQ(grad.admit(&owner, &later, scsi::kWrite16, 0, 4096, kA1).what, Admission::conflict);
   // The new job's first push opens a round that waits for its second worker, not for the old job's.
-  ASSERT_EQ(shard->admit(&owner, &push, LuRole::grad, true, kB0, 0, 4096), Admission::run);
+  ASSERT_EQ(grad.admit(&owner, &push, scsi::kWrite16, 0, 4096, kB0).what, Admission::run);
   ASSERT_EQ(shard->push(0, g, &push).status, scsi::kGood);
   EXPECT_EQ(shard->rounds()->live_workers(), 1u);
-  EXPECT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kB0, 0, 4096), Admission::park);
+  EXPECT_EQ(grad.admit(&owner, &pull, scsi::kRead16, 0, 4096, kB0).what, Admission::park);
 }
 
 TEST(ServedShard, ThePlaceIsSetKeptAndReplacedOnlyDeliberately) {
@@ -211,13 +181,14 @@ TEST(ServedShard, ARoundsRefusalSaysWhatItCountsAndWhatToChange) {
                           "role=grad;size=8K;block=4K;mode=sync;workers=2;min_workers=2;straggler_ms=600000");
   int owner = 0, a = 0, b = 0, pull = 0;
   const std::vector<std::byte> g(4096, std::byte{0});
-  ASSERT_EQ(shard->admit(&owner, &a, LuRole::grad, true, kA0, 0, 4096), Admission::run);
+  AdmissionGate grad(LuRole::grad, *shard);
+  ASSERT_EQ(grad.admit(&owner, &a, scsi::kWrite16, 0, 4096, kA0).what, Admission::run);
   ASSERT_EQ(shard->push(0, g, &a).status, scsi::kGood);
-  ASSERT_EQ(shard->admit(&owner, &b, LuRole::grad, true, kB0, 4096, 4096), Admission::run);
+  ASSERT_EQ(grad.admit(&owner, &b, scsi::kWrite16, 4096, 4096, kB0).what, Admission::run);
   ASSERT_EQ(shard->push(4096, g, &b).status, scsi::kGood);
   HandedBack drop;  // B's session is gone: 1 live worker < min_workers=2
   drop.from(*shard, &owner, [](int, std::uint64_t itn) { return itn != kB0.itn; });
-  ASSERT_EQ(shard->admit(&owner, &pull, LuRole::grad, false, kA0, 0, 4096), Admission::not_ready);
+  ASSERT_EQ(grad.admit(&owner, &pull, scsi::kRead16, 0, 4096, kA0).what, Admission::not_ready);
   HandedBack back;
   back.from(*shard, &owner);
   ASSERT_EQ(back.failed.size(), 1u);

@@ -15,7 +15,8 @@
 #include "ps_backend/tgt_glue/bs_blockps.c"
 #undef blockps_lu_execute
 enum blockps_result blockps_lu_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
-                                       struct blockps_outcome* outcome, char* message, size_t message_size);
+                                       const struct blockps_admitted* admitted, struct blockps_outcome* outcome,
+                                       char* message, size_t message_size);
 
 /* tgt's list.h takes offsetof through a null pointer, which clang's UndefinedBehaviorSanitizer reports (the fuzz
  * build, tests/fuzz/fuzz_command.cpp): the compiler's own gives the same value. */
@@ -32,9 +33,10 @@ struct ut_cmd {
 static struct ut_cmd* ut_of(struct scsi_cmd* cmd) { return (struct ut_cmd*)cmd; }
 
 enum blockps_result ut_execute(struct blockps_lu* lu, const struct blockps_command* cmd,
-                               struct blockps_outcome* outcome, char* message, size_t message_size) {
+                               const struct blockps_admitted* admitted, struct blockps_outcome* outcome, char* message,
+                               size_t message_size) {
   ut_of((struct scsi_cmd*)cmd->handle)->fate.executed++;
-  return blockps_lu_execute(lu, cmd, outcome, message, message_size);
+  return blockps_lu_execute(lu, cmd, admitted, outcome, message, message_size);
 }
 
 /* ---- tgt as the glue sees it ---- */
@@ -550,8 +552,11 @@ void ut_reset(void) {
 
 struct ut_fate ut_cmd_fate(const struct ut_cmd* c) {
   struct ut_fate fate = c->fate;
+  size_t i;
 
   fate.async = cmd_async(&c->cmd) != 0;
+  fate.sense_left = 0;
+  for (i = 0; i < sizeof(c->cmd.sense_buffer); i++) fate.sense_left += c->cmd.sense_buffer[i] != 0;
   return fate;
 }
 

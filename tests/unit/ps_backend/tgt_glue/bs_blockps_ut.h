@@ -55,6 +55,8 @@ struct ut_fate {
   int sense_built; /* sense_data_build(_with_info) was called */
   uint8_t sense_key;
   uint16_t asc;
+  int sense_left; /* bytes of its own the glue left in the sense buffer (its admission record: it must take it out
+                     before the answer; the stubbed sense_data_build writes none) */
 };
 struct ut_fate ut_cmd_fate(const struct ut_cmd* cmd);
 

@@ -88,6 +88,18 @@ class Glue : public ::testing::Test {
     EXPECT_EQ(f.completed, 1);
     EXPECT_EQ(f.result, scsi::kGood);
     EXPECT_FALSE(f.sense_built);
+    EXPECT_EQ(f.sense_left, 0) << "the glue took its admission record out";
+  }
+
+  // Executed once and answered CHECK CONDITION with this sense.
+  static void expect_executed_check_condition(const ut_cmd* c, std::uint8_t sense_key, std::uint16_t asc) {
+    const ut_fate f = ut_cmd_fate(c);
+    EXPECT_EQ(f.executed, 1);
+    EXPECT_EQ(f.completed, 1);
+    EXPECT_EQ(f.result, scsi::kCheckCondition);
+    EXPECT_EQ(f.sense_key, sense_key);
+    EXPECT_EQ(f.asc, asc);
+    EXPECT_EQ(f.sense_left, 0) << "the glue took its admission record out";
   }
 
   // Failed by the glue itself (target_cmd_io_done from the wake handler), never run.
@@ -100,6 +112,7 @@ class Glue : public ::testing::Test {
     EXPECT_TRUE(f.sense_built);
     EXPECT_EQ(f.sense_key, sense_key);
     EXPECT_EQ(f.asc, asc);
+    EXPECT_EQ(f.sense_left, 0) << "the glue took its admission record out";
   }
 
   // tgt's event loop: call the wake handler until `done` (rounds close on the pool's thread, wakes come later).
@@ -234,12 +247,7 @@ class GlueWithAFailingStore : public Glue {
 
   // Run by the pool and answered with HARDWARE ERROR, INTERNAL TARGET FAILURE.
   static void expect_executed_hardware_error(const ut_cmd* c) {
-    const ut_fate f = ut_cmd_fate(c);
-    EXPECT_EQ(f.executed, 1);
-    EXPECT_EQ(f.completed, 1);
-    EXPECT_EQ(f.result, scsi::kCheckCondition);
-    EXPECT_EQ(f.sense_key, scsi::kHardwareError);
-    EXPECT_EQ(f.asc, scsi::kAscInternalTargetFailure);
+    expect_executed_check_condition(c, scsi::kHardwareError, scsi::kAscInternalTargetFailure);
   }
 
   std::string fault_ = dir_.file("fault");
@@ -326,6 +334,7 @@ class GlueWithAClaim : public Glue {
     EXPECT_EQ(f.completed, 1);
     EXPECT_EQ(f.result, scsi::kReservationConflict);
     EXPECT_FALSE(f.sense_built);
+    EXPECT_EQ(f.sense_left, 0) << "the glue took its admission record out";
   }
 
   std::shared_ptr<ServedShard> shard_;
@@ -385,6 +394,37 @@ TEST_F(GlueWithAClaim, AWeightsLuRefusesAnotherJobsWritesButServesItsReads) {
   EXPECT_EQ(ut_run_pool(), 1);
   expect_completed_good(own);
   EXPECT_EQ(shard_->counters().weight_writes.load(), 1u);
+}
+
+// What an admission decided travels with the command to its execution in the glue's keeping (struct
+// blockps_admitted, in the command's sense buffer): a control write of the status LU runs in the pool and acts in the
+// name of the session its admission saw (job= joins that session), and one of an initiator admins= does not name is
+// answered ACCESS DENIED there. Nothing of the record is left in an answered command.
+TEST_F(GlueWithAClaim, AControlWriteActsInTheNameItsAdmissionKept) {
+  open("role=grad;size=8k;block=4k");
+  ut_lu* status = ut_lu_new("role=status;admins=iqn.2024-01.test:worker-1", 9, nullptr);
+  ASSERT_NE(status, nullptr) << last_log();
+  ASSERT_EQ(ut_lu_attach(status, dir_.file("shard.ckpt").c_str()), 0) << last_log();
+  std::vector<std::uint8_t> lines(512);
+  const std::string job = "job=run-a\n";
+  std::memcpy(lines.data(), job.data(), job.size());
+  const std::uint8_t write10[10] = {0x2a, 0, 0, 0, 0, 0, 0, 0, 1, 0};  // WRITE(10) of block 0
+  for (std::uint64_t itn : {kWorkerA, kWorkerB})
+    cmds_.push_back(ut_cmd_new_cdb(status, itn, write10, sizeof write10, lines.data(), 512, 1, nullptr));
+  ut_cmd* const admin = cmds_[0];
+  ut_cmd* const other = cmds_[1];
+  ASSERT_EQ(ut_submit(admin), 0);
+  ASSERT_EQ(ut_submit(other), 0);
+  EXPECT_EQ(ut_run_pool(), 2) << "control writes run in the pool";
+  expect_completed_good(admin);
+  expect_executed_check_condition(other, scsi::kIllegalRequest, scsi::kAscAccessDeniedNoAccessRights);
+  // Worker A's session (the one admitted with the write) joined run-a: its push runs, B's is refused.
+  push(kWorkerA, 0);
+  ut_cmd* refused = command(kWorkerB, true, 0);
+  ASSERT_EQ(ut_submit(refused), 0);
+  EXPECT_EQ(ut_run_pool(), 1);
+  expect_reservation_conflict(refused, true);
+  ut_lu_delete(status);
 }
 
 // main_thread_bytes (64K by default): a READ or WRITE no larger, of blocks no larger, runs on tgt's main thread when
