@@ -5,7 +5,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <stdexcept>
 #include <string>
 
 namespace blockps {
@@ -82,12 +81,14 @@ struct alignas(64) Block {
   std::uint64_t step = 0;  // guarded by lock
 };
 
-std::unique_ptr<ShardStore> make_store(Device device, const ShardGeometry& layout, OptimizerKind kind) {
+// The geometry a shard's storage is laid out for: `g`, or for an unusable one the empty default (no elements, no
+// blocks).
+ShardGeometry usable(const ShardGeometry& g) { return check_geometry(g).ok() ? g : ShardGeometry{}; }
+
+// The store of `device` for a shard of `layout` (a usable geometry or the empty default), or why there is none.
+Result<std::unique_ptr<ShardStore>> make_store(Device device, const ShardGeometry& layout, OptimizerKind kind) {
   if (!device.is_gpu()) return make_cpu_store(layout.elements(), kind);
-  Result<std::unique_ptr<ShardStore>> made =
-      make_cuda_store(device.gpu, layout.elements(), layout.block_elements(), kind);
-  if (!made.ok()) throw std::runtime_error(made.message());
-  return std::move(made).value();
+  return make_cuda_store(device.gpu, layout.elements(), layout.block_elements(), kind);
 }
 
 }  // namespace
@@ -99,14 +100,13 @@ struct ModelShard::Storage {
   std::unique_ptr<Block[]> blocks;
   std::unique_ptr<ShardStore> store;
 
-  Storage(const ShardGeometry& g, OptimizerKind kind, Device device, const StoreWrapper& wrap_store) {
+  // `made`: the store for usable(g) (make_store).
+  Storage(const ShardGeometry& g, OptimizerKind kind, std::unique_ptr<ShardStore> made) : store(std::move(made)) {
     if (check_geometry(g).ok()) {
       layout = g;
       slots = state_slots(kind);
       blocks = std::make_unique<Block[]>(layout.blocks());
     }
-    store = make_store(device, layout, kind);
-    if (wrap_store) store = wrap_store(std::move(store));
   }
 
   float* weights() const { return store->host_weights(); }
@@ -148,12 +148,28 @@ struct ModelShard::Storage {
   }
 };
 
+Result<std::unique_ptr<ModelShard>> ModelShard::create(const ShardGeometry& geometry, const OptimizerParams& params,
+                                                       std::shared_ptr<CpuEngine> engine, Device device,
+                                                       const StoreWrapper& wrap_store) {
+  Result<std::unique_ptr<ShardStore>> store = make_store(device, usable(geometry), params.kind);
+  if (!store.ok()) return store.status();
+  std::unique_ptr<ShardStore> used = std::move(store).value();
+  if (wrap_store) used = wrap_store(std::move(used));
+  return std::unique_ptr<ModelShard>(new ModelShard(geometry, params, std::move(engine), std::move(used)));
+}
+
 ModelShard::ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
-                       Device device, const StoreWrapper& wrap_store)
+                       const StoreWrapper& wrap_store)
+    : ModelShard(geometry, params, std::move(engine), make_cpu_store(usable(geometry).elements(), params.kind)) {
+  if (wrap_store) storage_->store = wrap_store(std::move(storage_->store));
+}
+
+ModelShard::ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
+                       std::unique_ptr<ShardStore> store)
     : geometry_(geometry),
       params_(params),
       engine_(std::move(engine)),
-      storage_(std::make_unique<Storage>(geometry, params.kind, device, wrap_store)) {}
+      storage_(std::make_unique<Storage>(geometry, params.kind, std::move(store))) {}
 
 ModelShard::~ModelShard() = default;
 

@@ -55,14 +55,18 @@ class ModelShard {
   /// Weights start at zero, state at zero, steps at zero. `engine` runs the host-side work (the CPU engine's
   /// math, wire conversions of reads; shared by shards; null runs it on the caller's thread). `device` holds
   /// the weights and state and runs the optimizer. A geometry that check_geometry() refuses gives a shard with no
-  /// blocks: it holds nothing, and a push or assignment is refused with the geometry's error. Throws std::bad_alloc
-  /// when host memory cannot be had, and std::runtime_error (with the reason) when `device` cannot hold the shard:
-  /// check check_device() first.
+  /// blocks: it holds nothing, and a push or assignment is refused with the geometry's error. The shard, or why
+  /// `device` cannot hold it (check_device(), its memory). Host memory that cannot be had is std::bad_alloc, as
+  /// everywhere in C++.
   /// `wrap_store`, when given, gets the engine's store and returns the one the shard uses (a test double that
   /// fails on demand: tests/support/faulty_store.h).
   using StoreWrapper = std::function<std::unique_ptr<ShardStore>(std::unique_ptr<ShardStore>)>;
+  static Result<std::unique_ptr<ModelShard>> create(const ShardGeometry& geometry, const OptimizerParams& params,
+                                                    std::shared_ptr<CpuEngine> engine, Device device = Device::cpu(),
+                                                    const StoreWrapper& wrap_store = {});
+  /// A shard in host memory (Device::cpu()), which nothing but host memory can refuse: create() for any device.
   ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
-             Device device = Device::cpu(), const StoreWrapper& wrap_store = {});
+             const StoreWrapper& wrap_store = {});
   ~ModelShard();
   ModelShard(const ModelShard&) = delete;
   ModelShard& operator=(const ModelShard&) = delete;
@@ -118,6 +122,9 @@ class ModelShard {
   OptimizerParams params_;
   std::shared_ptr<CpuEngine> engine_;
   Status push(std::uint64_t offset, std::uint64_t len, Gradient grad);
+  // Over a store made for the geometry (create(), the host-memory constructor).
+  ModelShard(const ShardGeometry& geometry, const OptimizerParams& params, std::shared_ptr<CpuEngine> engine,
+             std::unique_ptr<ShardStore> store);
 
   // per-block step counts and locks, and the engine's store of weights and state
   struct Storage;

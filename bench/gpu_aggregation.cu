@@ -366,8 +366,14 @@ int engine_figures(const Args& a) {
         return 1;
       }
       // The shard's own store (the default shape) is dropped for this one.
-      ModelShard gpu(g, p, std::make_shared<CpuEngine>(0), Device::cuda(0),
-                     [&](std::unique_ptr<ShardStore>) { return std::move(shaped).value(); });
+      Result<std::unique_ptr<ModelShard>> made =
+          ModelShard::create(g, p, std::make_shared<CpuEngine>(0), Device::cuda(0),
+                             [&](std::unique_ptr<ShardStore>) { return std::move(shaped).value(); });
+      if (!made.ok()) {
+        std::fprintf(stderr, "gpu_aggregation: ERROR: shape %s: %s\n", s.name, made.message().c_str());
+        return 1;
+      }
+      ModelShard& gpu = *made.value();
       engine_gbps(gpu, a.request_bytes, a.threads, 1);
       const double gbps = engine_gbps(gpu, a.request_bytes, a.threads, 3);
       if (const Status engine = gpu.engine_status(); !engine.ok() || gbps < 0) {

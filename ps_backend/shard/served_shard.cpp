@@ -10,16 +10,15 @@
 
 namespace blockps {
 
-ServedShard::ServedShard(std::string path, const ShardConfig& config, Device device,
-                         const ModelShard::StoreWrapper& wrap_store)
+ServedShard::ServedShard(std::string path, const ShardConfig& config, std::unique_ptr<ModelShard> model)
     : path_(std::move(path)),
       config_(config),
-      model_(config.geometry, config.optimizer, shared_engine(), device, wrap_store),
+      model_(std::move(model)),
       started_unix_(static_cast<std::uint64_t>(std::time(nullptr))),
       claim_(config.claim_idle_s),
       refusals_(status_page::kRecentRefusals),
       checkpoints_({.path = path_,
-                    .write = [this] { return write_checkpoint(path_, model_, this->config(), tenancy()); },
+                    .write = [this] { return write_checkpoint(path_, *model_, this->config(), tenancy()); },
                     .copy_to = [this] { return this->config().checkpoint_copy; },
                     .written = &counters_.checkpoints,
                     .failed = &counters_.checkpoint_errors}) {}
@@ -35,7 +34,10 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
     const Result<Device> device =
         choose_device(opening->config, path, opening->from_checkpoint && !opts.given.count("device"));
     if (!device.ok()) return device.status();
-    std::shared_ptr<ServedShard> shard(new ServedShard(path, opening->config, *device, wrap_store));
+    Result<std::unique_ptr<ModelShard>> model =
+        ModelShard::create(opening->config.geometry, opening->config.optimizer, shared_engine(), *device, wrap_store);
+    if (!model.ok()) return model.status();
+    std::shared_ptr<ServedShard> shard(new ServedShard(path, opening->config, std::move(model).value()));
     shard->lock_.emplace(std::move(lock).value());
     if (Status loaded = opening->from_checkpoint ? shard->load(*opening) : shard->initialise(); !loaded.ok())
       return loaded;
@@ -51,8 +53,8 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
 }
 
 Status ServedShard::load(const ShardOpening& opening) {
-  if (Status loaded = load_checkpoint(path_, model_); !loaded.ok()) return loaded;
-  checkpoints_.loaded(model_.total_block_steps());  // nothing has pushed yet
+  if (Status loaded = load_checkpoint(path_, *model_); !loaded.ok()) return loaded;
+  checkpoints_.loaded(model_->total_block_steps());  // nothing has pushed yet
   // A shard restarted from its checkpoint is still its job's (the job's new sessions join it) and still knows
   // its place.
   const ShardTenancy& saved = opening.tenancy;
@@ -65,14 +67,14 @@ Status ServedShard::load(const ShardOpening& opening) {
 }
 
 Status ServedShard::initialise() {
-  if (Status initialised = initialise_weights(model_, config_); !initialised.ok()) return initialised;
+  if (Status initialised = initialise_weights(*model_, config_); !initialised.ok()) return initialised;
   log_line(path_ + ": new shard (" + format_shard_options(config_) + ")");
   return Status::Ok();
 }
 
 void ServedShard::start_rounds() {
   if (config_.rounds.mode == RoundPolicy::Mode::async) return;
-  rounds_ = std::make_unique<Rounds>(model_, config_.rounds, [this](std::uint64_t ns) {
+  rounds_ = std::make_unique<Rounds>(*model_, config_.rounds, [this](std::uint64_t ns) {
     counters_.note_aggregation(ns);
     note_mutation();
   });
@@ -98,7 +100,7 @@ ShardConfig ServedShard::config() const {
 void ServedShard::set_lr(float lr) {
   std::lock_guard lk(config_mutex_);
   config_.optimizer.lr = lr;
-  model_.set_params(config_.optimizer);
+  model_->set_params(config_.optimizer);
   note_mutation();
 }
 
@@ -112,7 +114,7 @@ LuOutcome ServedShard::push(std::uint64_t offset, std::span<const std::byte> dat
   } else {
     const auto t0 = std::chrono::steady_clock::now();
     // Only a GPU engine fails (a device fault; it stays failed): the push is not applied.
-    if (Status pushed = model_.push_gradient(offset, data); !pushed.ok()) {
+    if (Status pushed = model_->push_gradient(offset, data); !pushed.ok()) {
       log_line(path_ + ": " + pushed.message());
       counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
       return target_failure();
@@ -127,14 +129,14 @@ LuOutcome ServedShard::push(std::uint64_t offset, std::span<const std::byte> dat
 }
 
 LuOutcome ServedShard::pull(std::uint64_t offset, std::span<std::byte> out) {
-  model_.read_weights(offset, out);
+  model_->read_weights(offset, out);
   counters_.pulls.fetch_add(1, std::memory_order_relaxed);
   counters_.pull_bytes.fetch_add(out.size(), std::memory_order_relaxed);
   return good();
 }
 
 LuOutcome ServedShard::assign(std::uint64_t offset, std::span<const std::byte> data, bool durable) {
-  if (Status assigned = model_.assign_weights(offset, data); !assigned.ok()) {
+  if (Status assigned = model_->assign_weights(offset, data); !assigned.ok()) {
     log_line(path_ + ": " + assigned.message());
     counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
     return target_failure();

@@ -54,8 +54,8 @@ class ServedShard {
 
   const std::string& path() const { return path_; }
   ShardConfig config() const;
-  ModelShard& model() { return model_; }
-  const ModelShard& model() const { return model_; }
+  ModelShard& model() { return *model_; }
+  const ModelShard& model() const { return *model_; }
   ShardCounters& counters() { return counters_; }
   const ShardCounters& counters() const { return counters_; }
 
@@ -133,7 +133,7 @@ class ServedShard {
   std::vector<RefusalEntry> recent_refusals() const { return refusals_.recent(); }
 
  private:
-  ServedShard(std::string path, const ShardConfig& config, Device device, const ModelShard::StoreWrapper& wrap_store);
+  ServedShard(std::string path, const ShardConfig& config, std::unique_ptr<ModelShard> model);
   /// Creation's last steps: the state of the checkpoint file, or a new shard's weights; then the rounds.
   Status load(const ShardOpening& opening);
   Status initialise();
@@ -146,8 +146,8 @@ class ServedShard {
   const std::string path_;
   mutable std::mutex config_mutex_;
   ShardConfig config_;
-  ModelShard model_;
-  std::unique_ptr<Rounds> rounds_;  // after model_: it applies rounds to it
+  std::unique_ptr<ModelShard> model_;  // never null
+  std::unique_ptr<Rounds> rounds_;     // after model_: it applies rounds to it
   ShardCounters counters_;
   const std::uint64_t started_unix_;
   JobClaim claim_;

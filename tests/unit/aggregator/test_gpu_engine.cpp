@@ -23,6 +23,15 @@
 namespace blockps {
 namespace {
 
+// A shard on GPU 0 (these tests run only where check_device(Device::cuda(0)) passed); ModelShard::create's refusal
+// fails the test that asked (gtest reports the exception).
+std::unique_ptr<ModelShard> on_gpu(const ShardGeometry& g, const OptimizerParams& p, std::shared_ptr<CpuEngine> engine,
+                                   const ModelShard::StoreWrapper& wrap = {}) {
+  auto made = ModelShard::create(g, p, std::move(engine), Device::cuda(0), wrap);
+  if (!made.ok()) throw std::runtime_error("ModelShard::create on cuda:0: " + made.message());
+  return std::move(made).value();
+}
+
 /// "" when GPU 0 can run the engine, else the loud reason the GPU tests skip.
 std::string gpu_unavailable() {
   const std::string why = error_text(check_device(Device::cuda(0)));
@@ -107,7 +116,8 @@ TEST_P(GpuMatchesCpu, BitForBitOverPushesOfEveryShape) {
   const ShardGeometry g{.bytes = 40 * 1024 + 512, .dtype = c.dtype, .block_bytes = 1024};
   OptimizerParams p{.kind = c.kind, .lr = 0.05f, .weight_decay = 0.01f, .nesterov = c.nesterov};
   ModelShard cpu(g, p, std::make_shared<CpuEngine>(2));
-  ModelShard gpu(g, p, std::make_shared<CpuEngine>(2), Device::cuda(0));
+  const std::unique_ptr<ModelShard> gpu_made = on_gpu(g, p, std::make_shared<CpuEngine>(2));
+  ModelShard& gpu = *gpu_made;
   ASSERT_EQ(gpu.device(), Device::cuda(0));
 
   std::mt19937 rng(7);
@@ -157,7 +167,8 @@ void expect_engines_agree(const ShardGeometry& g, const OptimizerParams& p, int 
                           const ModelShard::StoreWrapper& wrap = {}) {
   const std::size_t esize = wire_size(g.dtype);
   ModelShard cpu(g, p, std::make_shared<CpuEngine>(2));
-  ModelShard gpu(g, p, std::make_shared<CpuEngine>(2), Device::cuda(0), wrap);
+  const std::unique_ptr<ModelShard> gpu_made = on_gpu(g, p, std::make_shared<CpuEngine>(2), wrap);
+  ModelShard& gpu = *gpu_made;
   std::mt19937 rng(seed);
   std::normal_distribution<float> init(0.0f, 0.5f);
   std::vector<float> w0(g.elements());
@@ -248,7 +259,8 @@ TEST(GpuEngine, CheckpointStateMovesBetweenEngines) {
   for (int i = 0; i < 3; ++i)
     ASSERT_EQ(error_text(cpu.push_gradient(0, random_wire(rng, g.dtype, g.elements(), 1.0f))), "");
   // CPU -> GPU (a checkpoint loaded on a GPU host) -> GPU -> CPU, continuing identically.
-  ModelShard gpu(g, p, nullptr, Device::cuda(0));
+  const std::unique_ptr<ModelShard> gpu_made = on_gpu(g, p, nullptr);
+  ModelShard& gpu = *gpu_made;
   cpu.for_each_block([&](const BlockView& v) {
     ASSERT_TRUE(gpu.restore_block(v.index, v.step, v.weights, v.state[0], v.state[1])) << gpu.engine_status().message();
   });
@@ -268,7 +280,9 @@ TEST(GpuEngine, ConcurrentPushesAllLandAndReadsNeverSeeATornBlock) {
   // opt=sum of +1 gradients: every push adds exactly 1 to every element it covers, so the final weights count
   // the pushes, and a block read while a push is being copied back would hold two different values.
   const ShardGeometry g{.bytes = 64 * 4096, .dtype = WireDtype::f32, .block_bytes = 4096};
-  ModelShard gpu(g, OptimizerParams{.kind = OptimizerKind::sum}, std::make_shared<CpuEngine>(2), Device::cuda(0));
+  const std::unique_ptr<ModelShard> gpu_made =
+      on_gpu(g, OptimizerParams{.kind = OptimizerKind::sum}, std::make_shared<CpuEngine>(2));
+  ModelShard& gpu = *gpu_made;
   const std::vector<float> ones(g.elements(), 1.0f);
   constexpr int kWriters = 6, kPushes = 50;
   std::atomic<bool> done{false};
@@ -313,14 +327,11 @@ TEST(GpuEngineSelection, AnAbsentGpuIsRefusedWithTheReason) {
   } else {
     EXPECT_NE(why.find("no CUDA engine"), std::string::npos) << why;
   }
-  // A shard asked to live on the absent GPU: an exception with the same reason, not an abort.
+  // A shard asked to live on the absent GPU: refused with the same reason, not an exception or an abort.
   const ShardGeometry g{.bytes = 4096, .dtype = WireDtype::f32, .block_bytes = 1024};
-  try {
-    ModelShard shard(g, OptimizerParams{}, nullptr, Device::cuda(0));
-    ADD_FAILURE() << "a shard was made on an absent GPU";
-  } catch (const std::runtime_error& e) {
-    EXPECT_EQ(std::string(e.what()), why);
-  }
+  const Result<std::unique_ptr<ModelShard>> made = ModelShard::create(g, OptimizerParams{}, nullptr, Device::cuda(0));
+  ASSERT_FALSE(made.ok()) << "a shard was made on an absent GPU";
+  EXPECT_EQ(made.message(), why);
 }
 
 TEST(GpuEngineSelection, DeviceNamesParseBack) {

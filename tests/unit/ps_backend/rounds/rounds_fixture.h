@@ -75,7 +75,7 @@ struct Fixture {
   /// `fault_trigger`: the shard's store fails every update while that file exists (tests/support/faulty_store.h).
   explicit Fixture(RoundPolicy p, float lr = 1.0f, const std::string& fault_trigger = "")
       : model(
-            {kShardBytes, WireDtype::f32, kBlockBytes}, sgd(lr), nullptr, Device::cpu(),
+            {kShardBytes, WireDtype::f32, kBlockBytes}, sgd(lr), nullptr,
             fault_trigger.empty()
                 ? ModelShard::StoreWrapper{}
                 : [fault_trigger](
