@@ -202,8 +202,8 @@ Status Cluster::claim(const OpenOptions& options) {
 
 Result<std::vector<std::string>> Cluster::release() { return tenancy_->release(); }
 
-Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
-                          CompletionCallback on_done) {
+Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                          const Buffers& buffers, CompletionCallback on_done) {
   try {
     return submit_or_throw(transfer, first_block, block_count, buffers, on_done);
   } catch (const std::exception& e) {  // bad_alloc while building the requests: an error value, never an escape
@@ -211,105 +211,19 @@ Operation Cluster::submit(Transfer transfer, std::uint64_t first_block, std::uin
   }
 }
 
-const char* Cluster::name_of(Transfer transfer) {
-  switch (transfer) {
-    case Transfer::push:
-      return "push";
-    case Transfer::pull:
-      return "pull";
-    case Transfer::exchange:
-      return "exchange";
-    case Transfer::assign_weights:
-      return "write_weights";
-    case Transfer::read_weights:
-      return "read_weights";
-  }
-  return "?";
-}
-
 Operation Cluster::submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
-                                   Buffers buffers, CompletionCallback& on_done) {
-  if (Status s = check_request(transfer, first_block, block_count, buffers); !s.ok()) return finished(s, on_done);
+                                   const Buffers& buffers, CompletionCallback& on_done) {
+  if (Status s = detail::check_request(*layout_, transfer, first_block, block_count, buffers); !s.ok())
+    return finished(s, on_done);
   if (block_count == 0) return finished(Status::Ok(), on_done);
-  return post(transfer, plan(transfer, first_block, block_count, buffers), on_done);
-}
-
-Status Cluster::check_request(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
-                              const Buffers& buffers) const {
-  const char* what = name_of(transfer);
-  const std::uint64_t blocks = layout_->block_count();
-  if (first_block > blocks || block_count > blocks - first_block) {
-    return Status::Error(StatusCode::invalid_argument, std::string(what) + ": blocks [" + std::to_string(first_block) +
-                                                           ", " + std::to_string(first_block + block_count) +
-                                                           ") are outside the model's " + std::to_string(blocks) +
-                                                           " blocks");
-  }
-  const std::uint64_t need =
-      layout_->model_offset_of_block(first_block + block_count) - layout_->model_offset_of_block(first_block);
-  const bool exchanging = transfer == Transfer::exchange;
-  for (const auto& [bytes, name] : {std::pair{buffers.data_bytes, exchanging ? "gradient buffer" : "buffer"},
-                                    std::pair{exchanging ? buffers.pulled_bytes : need, "weights buffer"}}) {
-    if (bytes != need) {
-      return Status::Error(StatusCode::invalid_argument,
-                           std::string(what) + ": the " + name + " holds " + std::to_string(bytes) +
-                               " bytes, blocks [" + std::to_string(first_block) + ", " +
-                               std::to_string(first_block + block_count) + ") are " + std::to_string(need) + " bytes");
-    }
-  }
-  return Status::Ok();
-}
-
-// How many commands an exchange's part on one shard is cut into at least, where its blocks allow (Cluster::plan).
-constexpr std::uint64_t kExchangeSlices = 8;
-
-std::vector<detail::ShardCommands> Cluster::plan(Transfer transfer, std::uint64_t first_block,
-                                                 std::uint64_t block_count, const Buffers& buffers) const {
-  const std::uint64_t base = layout_->model_offset_of_block(first_block);
-  const bool exchanging = transfer == Transfer::exchange;
-  const bool writing = transfer == Transfer::push || transfer == Transfer::assign_weights || exchanging;
-  std::vector<detail::ShardCommands> parts(shards_.size());
-  auto command = [&](IoDirection direction, const ShardRun& run, std::byte* data) {
-    LuCommand c{direction, run.shard_offset, {}};
-    for (const ModelPiece& p : run.pieces) c.segments.push_back({data + (p.model_offset - base), p.bytes});
-    return c;
-  };
-  // An exchange pairs each WRITE with a READ of the same run (so READs use the WRITE size cap): a shard's
-  // WRITEs first, in order, then their READs, each waiting for its WRITE (client/transport/command_order.h
-  // interleaves them on the wire). Its runs are also cut so that each shard gets kExchangeSlices of them where
-  // its blocks allow: a sync shard answers a READ when the rounds of all its blocks closed, so one READ of a shard's
-  // whole part (a small model: one 1 MiB bucket is the whole Fashion-MNIST MLP) waits for the last push of the
-  // exchange, and the pull cannot overlap the push (bench/RESULTS.md, issue 48: the MLP at 10 Mbit/s, 0.69x DDP
-  // with one command a shard, 1.32x with at least 8).
-  std::uint64_t cap = writing ? max_write_request_bytes_ : config_.client.max_request_bytes;
-  if (exchanging) {
-    const std::uint64_t block = layout_->block_bytes();
-    const std::uint64_t per_shard = block_count * block / shards_.size();
-    cap = std::min(cap, std::max(block, per_shard / kExchangeSlices / block * block));
-  }
-  for (ShardRun& run : layout_->runs(first_block, block_count, cap)) {
-    detail::ShardCommands& part = parts[run.shard];
-    part.model_offsets.push_back(run.pieces.front().model_offset);
-    part.commands.push_back(command(writing ? IoDirection::write : IoDirection::read, run, buffers.data));
-  }
-  if (!exchanging) return parts;
-  for (detail::ShardCommands& part : parts) {
-    const std::size_t writes = part.commands.size();
-    for (std::size_t w = 0; w < writes; ++w) {
-      LuCommand read = part.commands[w];
-      read.direction = IoDirection::read;
-      read.after = w;
-      for (IoSegment& segment : read.segments) segment.data = buffers.pulled + (segment.data - buffers.data);
-      part.commands.push_back(std::move(read));
-      part.model_offsets.push_back(part.model_offsets[w]);
-    }
-  }
-  return parts;
+  const detail::RequestCaps caps{.write_bytes = max_write_request_bytes_,
+                                 .read_bytes = config_.client.max_request_bytes};
+  return post(transfer, detail::plan_request(*layout_, caps, transfer, first_block, block_count, buffers), on_done);
 }
 
 Operation Cluster::post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done) {
-  const char* what = name_of(transfer);
-  const LuRole role =
-      transfer == Transfer::assign_weights || transfer == Transfer::read_weights ? LuRole::weights : LuRole::grad;
+  const char* what = detail::name_of(transfer);
+  const LuRole role = detail::uses_weights_lu(transfer) ? LuRole::weights : LuRole::grad;
   auto state = std::make_shared<OperationState>();
   state->on_done = std::move(on_done);
   for (const detail::ShardCommands& p : parts) state->parts_left += p.commands.empty() ? 0 : 1;

@@ -22,6 +22,7 @@
 
 #include "blockps/cluster.h"
 #include "client/job_and_place.h"
+#include "client/request_plan.h"
 #include "client/send_order.h"
 #include "client/trace.h"
 #include "client/transport/aligned_buffer.h"
@@ -58,12 +59,6 @@ struct OperationState {
     finished_cv.notify_all();
     if (callback) callback(outcome);
   }
-};
-
-// One shard's part of a transfer: its commands, and where each command's first byte is in the model (for messages).
-struct ShardCommands {
-  std::vector<LuCommand> commands;
-  std::vector<std::uint64_t> model_offsets;
 };
 
 // A refusal the shard recorded up to this long before a command was issued may be that command's: the shard's clock

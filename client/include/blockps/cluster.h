@@ -43,6 +43,8 @@ namespace detail {
 struct OperationState;
 class ShardIoThread;
 struct ShardCommands;
+enum class Transfer;
+struct Buffers;
 }  // namespace detail
 
 // Called once when an asynchronous operation has finished on every shard, with its outcome. It runs on one
@@ -223,27 +225,15 @@ class Cluster {
   Trace* trace() const { return trace_.get(); }
 
  private:
-  enum class Transfer { push, pull, exchange, assign_weights, read_weights };
-  // "push", "write_weights", ...: the name of the call, for messages and the trace.
-  static const char* name_of(Transfer transfer);
-  // The caller's memory of one transfer: `data` is what is written or read; an exchange reads into `pulled`.
-  struct Buffers {
-    std::byte* data = nullptr;
-    std::size_t data_bytes = 0;
-    std::byte* pulled = nullptr;
-    std::size_t pulled_bytes = 0;
-  };
+  using Transfer = detail::Transfer;
+  using Buffers = detail::Buffers;
   Cluster(ClusterConfig config, std::unique_ptr<Layout> layout);
-  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
+  // A request: checked and cut into each shard's commands (client/request_plan.h), then posted to the shards' I/O
+  // threads. A refusal (wrong blocks or buffer sizes) finishes it at once with invalid_argument.
+  Operation submit(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, const Buffers& buffers,
                    CompletionCallback on_done);
-  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count, Buffers buffers,
-                            CompletionCallback& on_done);
-  // submit()'s steps: the blocks are the model's and the buffers their size (else invalid_argument); each shard's
-  // commands (runs of blocks, an exchange's READ after each WRITE); the commands queued on each shard's I/O thread.
-  Status check_request(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
-                       const Buffers& buffers) const;
-  std::vector<detail::ShardCommands> plan(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
-                                          const Buffers& buffers) const;
+  Operation submit_or_throw(Transfer transfer, std::uint64_t first_block, std::uint64_t block_count,
+                            const Buffers& buffers, CompletionCallback& on_done);
   Operation post(Transfer transfer, std::vector<detail::ShardCommands> parts, CompletionCallback& on_done);
   // Runs job(shard, index) on every shard's I/O thread (where its sessions may be used) and waits for all.
   Status on_every_shard(const std::function<Status(detail::ShardIoThread&, std::size_t)>& job);
