@@ -234,6 +234,18 @@ class ShardIoThread {
     return run(LuRole::status, write, {});
   }
 
+  // Waits `duration` on the I/O thread (a claim waited out: client/tenancy.cpp), answering what the targets send its
+  // sessions meanwhile, as an idle I/O thread does: a wait longer than tgtd's nop_interval x nop_count must not lose
+  // the sessions that are to join the job after it.
+  void wait_keeping_sessions(std::chrono::duration<double> duration) {
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::nanoseconds>(duration);
+    for (auto now = std::chrono::steady_clock::now(); now < until; now = std::chrono::steady_clock::now()) {
+      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(kKeepAliveInterval, until - now));
+      keep_sessions_alive();
+    }
+  }
+
   // From the next exchange the stream takes in on (Cluster::prefer_send_order).
   void set_send_order(SendOrder order) {
     std::lock_guard lock(mutex_);
@@ -243,10 +255,11 @@ class ShardIoThread {
   // The job this worker's sentences name; changed by Cluster::claim, on this I/O thread.
   void set_job(const std::string& job) { asking_.job = job; }
 
-  // One stderr line for each kind of recovery the LU's commands needed since the last such lines (the counters say
-  // how often, over the cluster's life: Cluster::recovery_counters). A recovery is not an error, but a worker that
-  // reconnects every step, or loses pushes, must be able to see it without a debugger. Called when a batch ends, and
-  // before an exchange of a stream is finished (its caller, told the exchange is done, has seen the lines).
+  // One log line (contract/log.h: the caller's sink, stderr by default) for each kind of recovery the LU's commands
+  // needed since the last such lines (the counters say how often, over the cluster's life: Cluster::recovery_counters).
+  // A recovery is not an error, but a worker that reconnects every step, or loses pushes, must be able to see it
+  // without a debugger. Called when a batch ends, and before an exchange of a stream is finished (its caller, told the
+  // exchange is done, has seen the lines).
   void log_recovery(LuRole role) {
     const LuQueueCounters after = lu(role).queue_counters();
     const LuQueueCounters before = std::exchange(logged_[static_cast<int>(role)], after);
@@ -265,8 +278,7 @@ class ShardIoThread {
   // A control write of `lines`: one WRITE from `page`, NUL-padded to whole blocks of the status LU (at least one
   // NUL after the lines: the shard reads up to it). False when `page` could not be allocated.
   bool control_command(std::string_view lines, AlignedBuffer& page, std::vector<LuCommand>& write) {
-    const std::uint64_t block = lu(LuRole::status).block_size();
-    const std::uint64_t bytes = (lines.size() + block) / block * block;
+    const std::uint64_t bytes = control::control_write_bytes(lines.size(), lu(LuRole::status).block_size());
     page = make_aligned_buffer(static_cast<std::size_t>(bytes));  // zeroed: the NUL padding
     if (!page) return false;
     std::memcpy(page.get(), lines.data(), lines.size());

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
-#include <thread>
 
 #include "client/shard_io_thread.h"
 #include "contract/control_lines.h"
@@ -132,12 +131,17 @@ Status Tenancy::settle(const std::string& job, const OpenOptions& options, std::
   model_ = model.model;
   model_generated_ = model.generated;
   if (!options.replace_place) {
-    for (std::size_t i = 0; i < claims.size(); ++i) {
-      if (std::string why = place_refusal(claims[i].place, place_of(i), !config_.model.name.empty()); !why.empty())
-        return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
-    }
+    if (Status placed = check_places(claims); !placed.ok()) return placed;
   }
   return claim_shards(job, options.takeover, options.replace_place, std::move(claims));
+}
+
+Status Tenancy::check_places(const std::vector<ShardClaim>& claims) const {
+  for (std::size_t i = 0; i < claims.size(); ++i) {
+    if (std::string why = place_refusal(claims[i].place, place_of(i), !config_.model.name.empty()); !why.empty())
+      return Status::Error(StatusCode::mismatch, shard_words(config_, i) + " " + why);
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<ShardClaim>> Tenancy::read_claims_now(ShardKind expect) {
@@ -161,6 +165,8 @@ Status Tenancy::claim(const std::string& job, bool takeover, ShardKind expect) {
                          config_.source + ": claim: job = \"" + job + "\": must be " + std::string(control::kNameRule));
   auto claims = read_claims_now(expect);
   if (!claims.ok()) return claims.status();
+  // A shard re-initialised since open() may hold another model now: nothing is written to it.
+  if (Status placed = check_places(claims.value()); !placed.ok()) return placed;
   return claim_shards(job, takeover, false, std::move(claims.value()));
 }
 
@@ -206,7 +212,7 @@ Status Tenancy::write_claim(ShardIoThread& shard, std::size_t i, const std::stri
                         *now->claim_idle_s, *wait);
           log_line("shard '" + config_.shards[i].name + "' is held by job '" + now->holder +
                    "', none of whose sessions is left; its claim lapses " + seconds);
-          std::this_thread::sleep_for(std::chrono::duration<double>(*wait));
+          shard.wait_keeping_sessions(std::chrono::duration<double>(*wait));
           continue;
         }
         return Status::Error(StatusCode::conflict, config_.source + ": " + held_by_another_job(*now, asking(i, job)));
@@ -268,9 +274,10 @@ Status Tenancy::claim_shards(const std::string& job, bool takeover, bool replace
     return join_sessions(shard, i, job);
   };
   // The order. First, one at a time, the shards whose page says another job holds them: the shard decides (its page
-  // may still count the sessions of a holder that is gone, whose claim has then lapsed), and a refusal there leaves
-  // no claim of this job on the other shards. Then shard 0, whose place names the model where workers made up an
-  // identity each (write_claim); then the others at once.
+  // may still count the sessions of a holder that is gone, whose claim has then lapsed), and a refusal there stops
+  // before the shards no other job holds (a contested shard that took the claim before it keeps it, until the claim
+  // lapses or is released, as any shard a job stopped using). Then shard 0, whose place names the model where workers
+  // made up an identity each (write_claim); then the others at once.
   std::vector<std::size_t> contested, rest;
   for (std::size_t i = 0; i < claims.size(); ++i) {
     const bool held = !job.empty() && !takeover && claims[i].held_against(job);

@@ -70,7 +70,8 @@ class Tenancy {
   // options.replace_place), then the claim of `job` (claim_shards). `claims`: what each page said, of the kind the
   // worker expects (read_claims).
   Status settle(const std::string& job, const OpenOptions& options, std::vector<ShardClaim> claims);
-  // Cluster::claim: reads every page afresh, checks the kind and claims for `job`.
+  // Cluster::claim: reads every page afresh, checks the kind and the place (a shard re-initialised since open() may
+  // hold another model) and claims for `job`.
   Status claim(const std::string& job, bool takeover, ShardKind expect);
   // A refusal (mismatch) of the first shard of another kind than `expect`, from every page read afresh.
   Status check_kind(ShardKind expect);
@@ -79,8 +80,8 @@ class Tenancy {
 
  private:
   // The control lines of the claim and the place, then every session joins the job: first the shards another job
-  // holds, one at a time (a refusal there leaves no claim of this job elsewhere), then shard 0 (its place names the
-  // model where workers made up an identity each), then the rest at once.
+  // holds, one at a time (a refusal there stops before the shards no other job holds), then shard 0 (its place names
+  // the model where workers made up an identity each), then the rest at once.
   Status claim_shards(const std::string& job, bool takeover, bool replace_place, std::vector<ShardClaim> claims);
   // One shard's status-session write of its claim and place, and the refusal in words.
   Status write_claim(detail::ShardIoThread& shard, std::size_t index, const std::string& job, bool takeover,
@@ -88,6 +89,8 @@ class Tenancy {
   // Every session of one shard joins `job` (the grad, weights and status LU's own sessions).
   Status join_sessions(detail::ShardIoThread& shard, std::size_t index, const std::string& job);
   AskingWorker asking(std::size_t index, const std::string& job) const;
+  // A refusal (mismatch) of the first shard whose page holds another place than the file gives it.
+  Status check_places(const std::vector<ShardClaim>& claims) const;
   // Every shard's job and place as its page says now, of the kind `expect` (read_claims).
   Result<std::vector<ShardClaim>> read_claims_now(ShardKind expect);
 

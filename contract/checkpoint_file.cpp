@@ -185,7 +185,8 @@ Result<CheckpointFileHeader> read_header(CrcReader& in, const std::string& path)
 
 // Replace `path` crash-safely with what `fill` writes into the temp file PATH.tmp (its fd and name given): fsync,
 // rename over `path`, fsync of the directory, so that a crash at any moment leaves the old file or the new one.
-// The temp file is removed on any failure; `path` is then untouched.
+// The temp file is removed on any failure before the rename; `path` is then untouched. A failed fsync of the directory
+// after the rename is an error too, though `path` holds the new file by then: the rename may not survive a crash.
 Status replace_file(const std::string& path, const std::function<Status(int fd, const std::string& tmp)>& fill) {
   const std::string tmp = path + ".tmp";
   Fd f{::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644)};

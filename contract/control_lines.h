@@ -31,6 +31,12 @@ inline constexpr std::string_view kPlace = "place";
 /// deliberate re-layout: `blockps init`).
 inline constexpr std::string_view kReplacePlace = "replace-place";
 
+/// The bytes of a control write of `lines_bytes` bytes of lines to an LU of `block_bytes` blocks: whole blocks, with
+/// at least one NUL after the lines (the shard reads the lines up to the first NUL; the rest is padding).
+inline constexpr std::size_t control_write_bytes(std::size_t lines_bytes, std::size_t block_bytes) {
+  return (lines_bytes + block_bytes) / block_bytes * block_bytes;
+}
+
 /// What a refusal lists as known.
 inline constexpr std::string_view kKnown =
     "lr=VALUE, checkpoint, reset-rounds, job=NAME, takeover, release, place=MODEL INDEX/COUNT LAYOUT, replace-place";

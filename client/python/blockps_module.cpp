@@ -479,7 +479,7 @@ void bind_cluster_control(ClusterClass& cluster) {
             return out;
           },
           "Per shard (cluster-file order), since the cluster opened: {'shard', 'commands', 'reconnects', "
-          "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged on stderr).");
+          "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged: stderr by default).");
 }
 
 // blockps.Operation, what exchange_blocks_async returns.

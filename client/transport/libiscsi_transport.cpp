@@ -25,6 +25,7 @@
 
 #include "client/transport/iscsi_lun.h"
 #include "client/transport/lu_transport.h"
+#include "contract/control_lines.h"
 
 namespace blockps {
 namespace {
@@ -90,12 +91,7 @@ class LibiscsiTransport final : public LuTransport {
             lost_because = "the session was lost again while it joined its job: " + joined.describe();
             continue;
           }
-          if (!joined.ok()) {
-            return failure_of(first_pending(), joined).refusing_job([&](const std::string& why) {
-              return "logged in again, and the shard refused this session's " + join_words() + ": " + why +
-                     " (nothing was sent again)";
-            });
-          }
+          if (!joined.ok()) return join_failure(first_pending(), joined, "logged in again, and ");
         }
       }
       if (!first_try) again = renumbered(commands, pending);
@@ -144,17 +140,30 @@ class LibiscsiTransport final : public LuTransport {
   std::optional<LuFailure> join_job(const SessionJoin& join) override {
     join_ = join;
     if (join_.lines.empty()) return std::nullopt;
-    const std::uint64_t block = join_.status_block_bytes;
-    const std::uint64_t bytes = (join_.lines.size() + block) / block * block;  // whole blocks, at least one NUL after
-    join_write_.assign(static_cast<std::size_t>(bytes), std::byte{0});
+    join_write_.assign(control::control_write_bytes(join_.lines.size(), join_.status_block_bytes), std::byte{0});
     std::memcpy(join_write_.data(), join_.lines.data(), join_.lines.size());
     const ScsiResult r = write_join();
     if (r.ok()) return std::nullopt;
-    return failure_of(0, r).refusing_job(
-        [&](const std::string& why) { return "the shard refused this session's " + join_words() + ": " + why; });
+    return join_failure(0, r, "");
   }
 
  private:
+  // A join= write that failed (`context`: what happened before it, "" or "logged in again, and "): where the target
+  // answered, the shard refused the job (conflict; nothing of the batch was sent again); else the session's own
+  // failure as it is (no answer came: it did not refuse anything).
+  LuFailure join_failure(std::size_t command, const ScsiResult& r, const std::string& context) const {
+    LuFailure f = failure_of(command, r);
+    const std::string after = context.empty() ? "" : " (nothing was sent again)";
+    if (!f.answered()) {
+      f.status = Status::Error(
+          f.status.code(), context + "this session's " + join_words() + " could not be sent: " + f.reason() + after);
+      return f;
+    }
+    return std::move(f).refusing_job([&](const std::string& why) {
+      return context + "the shard refused this session's " + join_words() + ": " + why + after;
+    });
+  }
+
   static LuFailure failure_of(std::size_t command, const ScsiResult& r) {
     if (r.status < kScsiTransportCancelled)  // the target's answer, not libiscsi's
       return LuFailure::answered(command, r.status, r.sense_key, r.describe());

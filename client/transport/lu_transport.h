@@ -52,8 +52,10 @@ struct LuFailure {
   }
   // The target's answer to command `command` (conflict for RESERVATION CONFLICT, io for any other).
   static LuFailure answered(std::size_t command, int scsi_status, int sense_key, std::string reason);
-  // This failure, as the shard's refusal of the session's job= line (conflict), its reason put in `words`:
-  // words(reason) is the new message.
+  // Whether the target answered (a SCSI status came back): only then did the shard refuse anything.
+  bool answered() const { return scsi_status != kNoScsiStatus; }
+  // This failure, one the target answered (answered()), as the shard's refusal of the session's job= line (conflict),
+  // its reason put in `words`: words(reason) is the new message.
   template <class Words>
   LuFailure refusing_job(const Words& words) && {
     status = Status::Error(StatusCode::conflict, words(status.message()));

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Every product source has a test a newcomer finds by its name: for client/, aggregator/, contract/ and ps_backend/,
-# each .cpp, .cu and .c file, and each header of contract/ (the ground floor is headers only), there is a
-# tests/**/test_<name>.cpp, .c or .py, or a line in tests/unit/tested_elsewhere.txt
+# Every product source has a test a newcomer finds by its name and place: for client/, aggregator/, contract/ and
+# ps_backend/, each .cpp, .cu and .c file, and each header of contract/ (the ground floor's rules are mostly inline),
+# there is a test_<name>.cpp, .c or .py in the unit folder that mirrors its folder (client/cli/table.cpp:
+# tests/unit/client/cli/test_table.cpp), or a line in tests/unit/tested_elsewhere.txt
 #   SOURCE  TEST-FILE  why
 # naming the test file that covers it (one that exists). Fails naming every source that has neither, and every map
 # line whose source or test file is gone (a stale line would hide the next source of that name).
@@ -13,12 +14,7 @@ cd "$root"
 map=tests/unit/tested_elsewhere.txt
 [[ -f $map ]] || { echo "FAIL: $map is missing" >&2; exit 1; }
 
-declare -A named_test=() mapped=()
-while IFS= read -r test; do
-  base=${test##*/}
-  base=${base#test_}
-  named_test[${base%.*}]=$test
-done < <(find tests -type f \( -name 'test_*.cpp' -o -name 'test_*.c' -o -name 'test_*.py' \))
+declare -A mapped=()
 
 failures=0
 line_number=0
@@ -45,9 +41,10 @@ while IFS= read -r source; do
   sources=$((sources + 1))
   name=${source##*/}
   name=${name%.*}
-  [[ -n ${named_test[$name]:-} || -n ${mapped[$source]:-} ]] && continue
-  echo "FAIL: $source has no test: add tests/unit/<part>/test_$name.cpp (or .py), or a line in $map naming the" \
-    "test that covers it and why" >&2
+  mirror=tests/unit/${source%/*}/test_$name
+  [[ -f $mirror.cpp || -f $mirror.c || -f $mirror.py || -n ${mapped[$source]:-} ]] && continue
+  echo "FAIL: $source has no test: add $mirror.cpp (or .py), or a line in $map naming the test that covers it" \
+    "and why" >&2
   failures=$((failures + 1))
 done < <(find client aggregator contract ps_backend -type f \( -name '*.cpp' -o -name '*.cu' -o -name '*.c' \) |
   cat - <(find contract -type f -name '*.h') | sort)

@@ -235,8 +235,8 @@ BLOCKPS_EXPORT blockps_result blockps_status_page(blockps_cluster* cluster, size
                                                   size_t json_capacity, size_t* json_bytes);
 
 /* (API version 5) What one shard's sessions (its three LUs) have done and recovered from since the cluster
- * opened. Each kind of recovery is also logged on stderr ("blockps: shard 'S' grad LU (URL): ..."), once per
- * batch that needed it. */
+ * opened. Each kind of recovery is also logged (blockps_set_log; stderr by default) ("blockps: shard 'S' grad LU (URL):
+ * ..."), once per batch that needed it. */
 typedef struct blockps_shard_counters {
   uint64_t commands;                  /* SCSI commands issued */
   uint64_t reconnects;                /* sessions lost and logged in again ([client] reconnect_s) */

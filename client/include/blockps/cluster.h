@@ -219,7 +219,7 @@ class Cluster {
   Result<std::vector<LuQueueCounters>> grad_queue_counters();
   // Every shard's counters summed over its three LUs since the cluster opened, in cluster-file order: commands,
   // sessions logged in again, pushes given up unanswered, commands sent again after UNIT ATTENTION (each kind
-  // is also logged on stderr, once per batch that needed it).
+  // is also logged (set_log_sink; stderr by default), once per batch that needed it).
   Result<std::vector<LuQueueCounters>> recovery_counters();
   // The trace BLOCKPS_TRACE switched on (a file of spans: docs/OPTIONS.md, BLOCKPS_TRACE), or null.
   Trace* trace() const { return trace_.get(); }

@@ -17,7 +17,6 @@ A multi-host torchrun with a c10d rendezvous and no run id has no name every hos
 restarts (c10d picks a new MASTER_PORT per attempt): no default, and the reason the library refuses with.
 torchrun spells its flags with underscores in torch 1.13 (Debian's); later ones accept them too.
 """
-import json
 import os
 import socket
 
@@ -45,15 +44,3 @@ def launcher_job_name():
     if int(env.get("WORLD_SIZE", "1")) > 1 and env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
         return f"dist:{env['MASTER_ADDR']}:{env['MASTER_PORT']}", None
     return f"process:{host}:{os.getpid()}", None
-
-
-def options_of(text):
-    """A checkpoint header's options text ("k=v;k=v") as {key: value} (a running shard gives the same as an object:
-    shard_options). The keys and their values are the shard's to check (docs/OPTIONS.md); this only splits them."""
-    return dict(kv.split("=", 1) for kv in text.split(";") if "=" in kv)
-
-
-def shard_options(cluster):
-    """Each shard's settings as {key: value} (its status page's shard.settings: the shard's own reading of its
-    bsopts, values as bsopts spell them), in cluster-file order."""
-    return [(shard, json.loads(page)["shard"]["settings"]) for shard, page in cluster.status_pages()]

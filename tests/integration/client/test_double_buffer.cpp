@@ -1,4 +1,4 @@
-// DoubleBuffer (client/double_buffer.h) against a real 2-shard cluster (one tgtd each, opt=sum so every
+// DoubleBuffer (client/include/blockps/double_buffer.h) against a real 2-shard cluster (one tgtd each, opt=sum so every
 // expected weight is exact): the swap never hands compute a half-pulled buffer, the bubble of adaptive pull
 // converges to what the plan says under a controlled compute time, and the C API drives the same pipeline.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// Workers that reconnect (client/libiscsi_transport.cpp) against real shards: a shard killed with kill -9 and
+// Workers that reconnect (client/transport/libiscsi_transport.cpp) against real shards: a shard killed with kill -9 and
 // restarted by its supervisor (here the test) costs the training loop nothing but the updates since the shard's
 // last checkpoint; a session the target drops is logged in again and no push is applied twice; a shard that
 // stays away fails the step after [client] reconnect_s with an error that names it (C++ code, C result, Python

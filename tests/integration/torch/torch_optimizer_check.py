@@ -32,7 +32,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import blockps
-import blockps.jobs
+import blockps.shard_settings
 import blockps.torch
 
 
@@ -330,7 +330,7 @@ def checkpoint_export(args):
     opt.param_groups[0]["lr"] = 0.02
     train_step(model, opt, 5)
     opt.step()
-    lrs = [o["lr"] for _, o in blockps.jobs.shard_options(opt.cluster)]
+    lrs = [o["lr"] for _, o in blockps.shard_settings.shard_options(opt.cluster)]
     check(all(float(lr) == 0.02 for lr in lrs), f"after the lr change the shards run lr {lrs}")
     print("checkpoint-export: the exported file continues as the PS does")
 

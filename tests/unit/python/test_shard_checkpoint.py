@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from blockps import _shard_checkpoint
-from blockps.jobs import options_of
+from blockps.shard_settings import options_of
 
 OPTIONS = "size=40;dtype=f32;block=16;opt=adam;lr=0.01"
 

@@ -25,7 +25,7 @@ import torch
 
 from .. import _shard_checkpoint
 from .._blockps import cluster_layout
-from ..jobs import options_of
+from ..shard_settings import options_of
 from .layout import ModelLayout
 from .optimizer import shard_optimizer_for
 from .wire import wire_element_bytes

@@ -50,7 +50,7 @@ import traceback
 import torch
 import torch.distributed as dist
 
-from ..jobs import shard_options
+from ..shard_settings import shard_options
 from .wire import element_size, integer_view
 
 _ENV_KEY = "BLOCKPS_HOST"

@@ -71,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from ..jobs import shard_options
+from ..shard_settings import shard_options
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, bytes_of, wire_buffer, wire_element_bytes
 from .worker import exchanger, open_for_job, open_worker, torchrun_identity

@@ -14,6 +14,7 @@
 
 #include "blockps/layout.h"
 #include "client/cli/status_reports.h"
+#include "tests/unit/client/shard_files.h"
 
 namespace blockps::cli {
 namespace {
@@ -23,24 +24,9 @@ constexpr std::uint64_t kModel = 10 * 1024;  // 3 blocks, the last one short
 
 class StatusReportsTest : public ::testing::Test {
  protected:
-  StatusReportsTest() {
-    char folder[] = "/tmp/blockps-status-reports-XXXXXX";
-    folder_ = ::mkdtemp(folder);
-  }
-  ~StatusReportsTest() override { std::filesystem::remove_all(folder_); }
-
-  std::string path(const std::string& shard, const std::string& role) const {
-    return folder_ + "/" + shard + "." + role;
-  }
-  // Shard `name`'s three LUs: grad and weights of `bytes`, a status LU whose page says `page` (NUL-padded).
+  std::string path(const std::string& shard, const std::string& role) const { return files_.path(shard, role); }
   void make_shard(const std::string& name, std::uint64_t bytes, const std::string& page) const {
-    for (const char* role : {"grad", "weights"}) {
-      std::ofstream(path(name, role)).close();
-      std::filesystem::resize_file(path(name, role), bytes);
-    }
-    std::string padded = page;
-    padded.resize(4096, '\0');
-    std::ofstream(path(name, "status"), std::ios::binary) << padded;
+    files_.make(name, bytes, page);
   }
   static std::string page(std::uint64_t size, const std::string& dtype = "f32") {
     return R"({"shard":{"size":)" + std::to_string(size) + R"(,"dtype":")" + dtype + R"(","block":4096},)" +
@@ -49,29 +35,18 @@ class StatusReportsTest : public ::testing::Test {
   ClusterConfig config(const std::string& layout, std::initializer_list<std::string> shards) const {
     std::string text = "[model]\nsize = \"10K\"\ndtype = \"f32\"\nblock = \"4K\"\n[layout]\nkind = \"" + layout +
                        "\"\n[client]\nengine = \"psync\"\n";
-    for (const std::string& name : shards) {
-      text += "[[shard]]\nname = \"" + name + "\"\n";
-      for (const char* role : {"grad", "weights", "status"})
-        text += std::string(role) + " = \"" + path(name, role) + "\"\n";
-    }
+    for (const std::string& name : shards) text += files_.shard_table(name);
     auto parsed = parse_cluster_text(text, "cluster.toml");
     EXPECT_TRUE(parsed.ok()) << parsed.message();
     return parsed.ok() ? parsed.value() : ClusterConfig{};
   }
-  // Whether this file system takes O_DIRECT (the posix transport's), which tmpfs of older kernels does not.
-  bool direct_io_works() const {
-    make_shard("probe", 512, "{}");
-    const int fd = ::open(path("probe", "grad").c_str(), O_RDWR | O_DIRECT);
-    if (fd < 0) return false;
-    ::close(fd);
-    return true;
-  }
+  bool direct_io_works() const { return files_.direct_io_works(); }
 
-  std::string folder_;
+  ShardFiles files_;
 };
 
 #define SKIP_WITHOUT_DIRECT_IO() \
-  if (!direct_io_works()) GTEST_SKIP() << folder_ << ": this file system refuses O_DIRECT"
+  if (!direct_io_works()) GTEST_SKIP() << files_.folder() << ": this file system refuses O_DIRECT"
 
 TEST_F(StatusReportsTest, EveryShardsPageInTheFilesOrderWhenTheClusterOpens) {
   SKIP_WITHOUT_DIRECT_IO();

@@ -35,7 +35,15 @@ TEST(LuFailure, OursIsIoAndALostSessionIsUnreachableNeitherWithAnAnswer) {
   EXPECT_EQ(lost.scsi_status, kNoScsiStatus);
 }
 
-TEST(LuFailure, ARefusedJobLineIsAConflictInTheWordsGivenWhateverTheAnswer) {
+TEST(LuFailure, OnlyAFailureTheTargetAnsweredWasAnswered) {
+  EXPECT_TRUE(LuFailure::answered(0, scsi::kCheckCondition, scsi::kIllegalRequest, "x").answered());
+  EXPECT_TRUE(LuFailure::answered(0, scsi::kReservationConflict, 0, "x").answered());
+  // libiscsi's "not connected", a timeout, an errno: nothing was refused (a join= write lost this way stays io).
+  EXPECT_FALSE(LuFailure::io(0, "transport error: not connected").answered());
+  EXPECT_FALSE(LuFailure::unreachable(0, "not logged in again").answered());
+}
+
+TEST(LuFailure, ARefusedJobLineIsAConflictInTheWordsGivenKeepingTheAnswer) {
   const LuFailure f = LuFailure::answered(0, scsi::kCheckCondition, scsi::kIllegalRequest, "ILLEGAL REQUEST")
                           .refusing_job([](const std::string& why) { return "the shard refused job=a: " + why; });
   EXPECT_TRUE(f.job_refused);
