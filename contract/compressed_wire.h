@@ -39,6 +39,7 @@
 #include <span>
 #include <string_view>
 
+#include "contract/limits.h"
 #include "contract/result.h"
 
 namespace blockps {
@@ -66,7 +67,7 @@ constexpr std::optional<CompressedFormat> parse_compressed_format(std::string_vi
 /// Elements per chunk: each chunk has one f32 scale.
 inline constexpr std::size_t kCompressedChunkElements = 256;
 /// A compressed block is zero-padded to a whole multiple of this (the LU's sector).
-inline constexpr std::size_t kCompressedBlockAlignBytes = 512;
+inline constexpr std::size_t kCompressedBlockAlignBytes = kSectorBytes;
 /// The largest int8 scale: the largest f32 s for which 127 * s is finite (FLT_MAX / 127 rounds up past it). A chunk
 /// whose max|v| / 127 exceeds it is compressed with this scale (its largest values then clamp to +-127).
 inline constexpr float kInt8MaxScale = 0x1.020406p+121f;

@@ -10,13 +10,13 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#include "contract/limits.h"
 #include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
 
-// Pushes cover a block in units of 512 bytes: every LU block size tgt allows is a multiple of it, and so are
-// `size` and `block` (lu_options checks them against the LU block size).
-constexpr std::uint32_t kSectorBytes = 512;
+// Pushes cover a block in units of kSectorBytes (contract/limits.h): every LU block size tgt allows is a multiple of
+// it, and so are `size` and `block` (lu_options checks them against the LU block size).
 
 /// The part of a WRITE that falls in one block.
 struct BlockSpan {

@@ -36,6 +36,7 @@
 
 #include "blockps/layout.h"
 #include "blockps/lu_address.h"
+#include "contract/limits.h"
 #include "contract/lu_role.h"
 #include "contract/result.h"
 #include "contract/wire_dtype.h"
@@ -94,7 +95,7 @@ struct ClusterConfig {
 };
 
 // Limits the loader enforces (and the messages quote).
-inline constexpr std::uint64_t kLuBlockBytes = 512;             // sizes are multiples of the LU block size
+inline constexpr std::uint64_t kLuBlockBytes = kSectorBytes;    // sizes are multiples of the LU block size
 inline constexpr std::uint64_t kMaxRequestBytes = 16ull << 20;  // one SCSI command
 inline constexpr int kMaxQueueDepth = 1024;
 inline constexpr double kMaxReconnectSeconds = 86400;
