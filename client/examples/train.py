@@ -5,6 +5,7 @@
     torchrun --nproc_per_node 2 train.py --ddp        2 workers, DistributedDataParallel over gloo
     torchrun --nproc_per_node 2 train.py --ps C.toml  2 workers through the shards of cluster file C.toml
     torchrun --nproc_per_node 2 train.py --ddp-blockps C.toml   DDP, its gradients averaged by the shards of C.toml
+    torchrun --nproc_per_node 2 train.py --ddp --ddp-hook fp16   DDP with one of its own communication hooks
     common: [--model mlp|resnet18] [--epochs N] [--batch B] [--evals-per-epoch K] [--out RUN.json] [--name NAME]
 
 (Debian bookworm's torchrun needs `--redirects 1 --tee 1`: its default crashes on Python 3.11; docs/OPTIONS.md.)
@@ -34,6 +35,80 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fashion_mnist  # noqa: E402  (the data, the models and their recipes: one definition for every run)
 
 
+class DdpHook:
+    """--ddp-hook: which of DDP's own communication hooks, and PowerSGD's matrix rank and first compressed step."""
+
+    def __init__(self, name, rank=None, start=None):
+        self.name, self.rank, self.start = name, rank, start
+
+    def run_name(self):
+        return "ddp" if self.name == "none" else f"ddp-{self.name}{self.rank or ''}"
+
+
+def ddp_hook_spec(text):
+    """--ddp-hook's parser: none, fp16, bf16 or powersgd:RANK[:START]; refuses what torch 1.13 cannot run."""
+    allowed = "none, fp16, bf16 or powersgd:RANK[:START]"
+    name, _, rest = text.partition(":")
+    if name == "bf16" and not rest and (torch.version.cuda is None or not torch.distributed.is_nccl_available()):
+        # DDP's register_comm_hook refuses bf16_compress_hook itself unless torch has CUDA 11+ and NCCL 2.10+.
+        raise argparse.ArgumentTypeError(f"'bf16': DDP runs bf16_compress_hook only on a torch with CUDA 11+ and "
+                                         f"NCCL 2.10+; this torch {torch.__version__} has "
+                                         f"{'no CUDA' if torch.version.cuda is None else 'no NCCL'}: use fp16")
+    if name in ("none", "fp16", "bf16") and not rest:
+        return DdpHook(name)
+    if name == "batched-powersgd":
+        # Measured (bench/RESULTS.md, issue 50): torch 1.13's batched_powerSGD_hook keeps P and Q as 2-D matrices
+        # and hands them to _orthogonalize, which asserts 3-D: every run fails at its first compressed step.
+        raise argparse.ArgumentTypeError(f"'{text}': torch {torch.__version__}'s batched_powerSGD_hook fails its "
+                                         f"first compressed step (AssertionError in _orthogonalize); use {allowed}")
+    if name != "powersgd" or not rest:
+        raise argparse.ArgumentTypeError(f"'{text}': must be {allowed}")
+    fields = rest.split(":")
+    if len(fields) > 2 or not all(f.isdigit() for f in fields):
+        raise argparse.ArgumentTypeError(f"'{text}': RANK and START must be whole numbers (powersgd:RANK[:START])")
+    rank, start = int(fields[0]), int(fields[1]) if len(fields) == 2 else None
+    if rank < 1:
+        raise argparse.ArgumentTypeError(f"'{text}': RANK {rank}: must be >= 1")
+    if start is not None and start < 2:
+        # PowerSGDState's own rule: error feedback and warm start need DDP's first two steps uncompressed.
+        raise argparse.ArgumentTypeError(f"'{text}': START {start}: must be >= 2 (PowerSGD's error feedback and "
+                                         "warm start need DDP's first two steps uncompressed)")
+    return DdpHook(name, rank, start)
+
+
+def ddp_with_hook(model, hook, total_steps, rank):
+    """The model in DistributedDataParallel with --ddp-hook's communication hook (or none)."""
+    import torch.distributed as dist
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+    if hook.name != "powersgd":
+        net = torch.nn.parallel.DistributedDataParallel(model)
+        if hook.name != "none":
+            try:
+                net.register_comm_hook(None, {"fp16": default_hooks.fp16_compress_hook,
+                                              "bf16": default_hooks.bf16_compress_hook}[hook.name])
+            except TypeError as e:  # DDP's own refusal (bf16: a CUDA or NCCL older than it needs)
+                sys.exit(f"train.py rank {rank}: --ddp-hook {hook.name}: {e}")
+        return net
+    # powerSGD_hook starts its second and third all-reduce (the Ps, the Qs) inside the previous one's then()
+    # callback, which gloo runs on its own worker thread (or in place, when that all-reduce has finished), while
+    # DDP's autograd thread starts the next bucket's all-reduce: with two buckets or more the ranks start their
+    # collectives in different orders and gloo pairs unlike messages (torch 1.13: "op.preamble.length <=
+    # op.nbytes" abort at the first compressed step; bench/RESULTS.md, issue 50). One bucket keeps one order:
+    # DDP waits for the bucket's future before anything else reaches the process group. Its price: no overlap of
+    # the all-reduce with the backward pass.
+    one_bucket = sum(p.numel() * p.element_size() for p in model.parameters()) + (1 << 20)
+    dist._DEFAULT_FIRST_BUCKET_BYTES = one_bucket  # the first bucket's own cap, that DDP's bucket rebuild applies
+    net = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=one_bucket / 2**20)
+    start = hook.start if hook.start is not None else max(2, total_steps // 10)  # its docs: 10% of the steps
+    state = powerSGD_hook.PowerSGDState(process_group=None, matrix_approximation_rank=hook.rank,
+                                        start_powerSGD_iter=start)
+    net.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    if rank == 0:
+        print(f"powerSGD_hook: matrix rank {hook.rank}, compressed from step {start} (all-reduce before), the model "
+              f"in one bucket of {one_bucket / 2**20:.1f} MiB", flush=True)
+    return net
+
+
 def parse_args():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     how = p.add_mutually_exclusive_group()
@@ -41,6 +116,10 @@ def parse_args():
     how.add_argument("--ddp", action="store_true", help="DistributedDataParallel over gloo")
     how.add_argument("--ddp-blockps", metavar="CLUSTER",
                      help="DistributedDataParallel, gradients averaged by the opt=average shards of this cluster file")
+    p.add_argument("--ddp-hook", type=ddp_hook_spec, default=DdpHook("none"), metavar="HOOK",
+                   help="with --ddp: DDP's own communication hook: none (default), fp16, bf16 or powersgd:RANK[:START] "
+                        "(powerSGD_hook of matrix rank RANK, PowerSGD from step START, default 10%% of the steps, "
+                        "at least 2; the model in one DDP bucket, docs/OPTIONS.md says why)")
     p.add_argument("--model", choices=sorted(fashion_mnist.MODELS), default="mlp")
     p.add_argument("--epochs", type=float, default=4, help="epochs (a fraction allowed), > 0")
     p.add_argument("--batch", type=int, default=128, help="samples per worker per step")
@@ -63,13 +142,19 @@ def parse_args():
                         "be on storage every rank reads")
     p.add_argument("--stop-file", metavar="PATH",
                    help="end the run at the first evaluation at which PATH exists on any rank (all ranks agree)")
+    p.add_argument("--check-args", action="store_true",
+                   help="check the options (refusing as a run would) and exit 0 without training (bench/cluster's check)")
     a = p.parse_args()
     if not a.epochs > 0:
         p.error(f"--epochs {a.epochs}: must be > 0")
     if a.batch < 1 or a.evals_per_epoch < 1 or (a.threads is not None and a.threads < 1):
         p.error("--batch, --evals-per-epoch and --threads must be >= 1")
+    if a.ddp_hook.name != "none" and not a.ddp:
+        p.error(f"--ddp-hook {a.ddp_hook.name}: needs --ddp (--ddp-blockps has the blockps hook, --ps no DDP)")
     if a.early_forward and not a.ps:
         p.error("--early-forward is DistributedOptimizer's: it needs --ps CLUSTER")
+    if a.check_args:
+        sys.exit(0)
     return a
 
 
@@ -138,7 +223,7 @@ def main():
         sys.exit(f"train.py: WORLD_SIZE={world} without --ps, --ddp or --ddp-blockps: the workers would train apart")
     if a.threads:
         torch.set_num_threads(a.threads)
-    name = a.name or ("ps" if a.ps else "ddp-blockps" if a.ddp_blockps else "ddp" if a.ddp else "local")
+    name = a.name or ("ps" if a.ps else "ddp-blockps" if a.ddp_blockps else a.ddp_hook.run_name() if a.ddp else "local")
     recipe = fashion_mnist.MODELS[a.model]
     train_x, train_y = fashion_mnist.load_split(True, recipe.image_shape)
     test_x, test_y = fashion_mnist.load_split(False, recipe.image_shape)
@@ -149,7 +234,10 @@ def main():
         import torch.distributed as dist
         # The evaluations meet here; a rank that died makes the others fail after this, not hang.
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
-    net = torch.nn.parallel.DistributedDataParallel(model) if ddp else model
+    batch = a.batch
+    steps_per_epoch = len(fashion_mnist.epoch_batches(0, rank, world, len(train_y), batch))
+    total_steps = max(1, round(a.epochs * steps_per_epoch))
+    net = ddp_with_hook(model, a.ddp_hook, total_steps, rank) if ddp else model
     if a.ddp_blockps:
         import blockps
         import blockps.torch
@@ -168,9 +256,6 @@ def main():
             sys.exit(f"train.py rank {rank}: {e}")
     # After the wrapper: the scheduler's lr changes reach the shards through it.
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=recipe.lr_decay)
-    batch = a.batch
-    steps_per_epoch = len(fashion_mnist.epoch_batches(0, rank, world, len(train_y), batch))
-    total_steps = max(1, round(a.epochs * steps_per_epoch))
     eval_every = max(1, steps_per_epoch // a.evals_per_epoch)
 
     def evaluate(images):

@@ -51,6 +51,7 @@ refused "--workers '0': must be a whole number in 1..64" --workers 0
 refused "unknown argument '--fast'" --fast
 refused "--workload 'bert': must be pushpull or train" --workload bert
 refused "--runs: unknown run 'horovod'" --workload train --runs ddp,horovod
+refused "--runs: unknown run 'ddp-powersgd0'" --workload train --runs ddp,ddp-powersgd0
 refused "--epochs '0': must be a number > 0" --workload train --epochs 0
 refused "--mode 'async,ssp': each mode must be async or sync" --mode async,ssp
 refused "--mode 'sync,sync': a mode is named twice" --mode sync,sync
@@ -67,6 +68,12 @@ refused "--block auto: only with --workload train" --block auto
 command -v iperf3 >/dev/null || skip "iperf3 is not installed (scripts/setup.sh installs it)"
 /usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || skip "/usr/bin/python3 has no torch (python3-torch)"
 command -v tgtd >/dev/null || [ -x /usr/sbin/tgtd ] || skip "tgtd is not installed (tgt)"
+
+step "a DDP hook this torch cannot run: refused before anything starts, in train.py's words"
+if /usr/bin/python3 -c 'import sys, torch; sys.exit(torch.version.cuda is not None)'; then
+  refused "--runs ddp-bf16: argument --ddp-hook: 'bf16': DDP runs bf16_compress_hook only on a torch with CUDA" \
+    --workload train --runs ddp,ddp-bf16
+fi
 
 step "a namespace of the prefix already there: refused, and left alone"
 ip netns add "$prefix-sw"
