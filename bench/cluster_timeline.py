@@ -136,7 +136,9 @@ class Measurement:
                 break
             workers += 1
             events = [e for p in paths for e in load_trace(p) if e.get("ph") == "X"]
-            # The exchange (or push, pull) span of each shard lane, in order, numbers the steps of this worker.
+            # The exchange (or push, pull) span of each shard lane, in order, numbers the steps of this worker. A shard's
+            # stream that took the next step's exchange into a batch still running (READs parked at a sync shard)
+            # traces one span for both: the two count as one step here (the report's "N timed steps" says so).
             spans = {}
             for e in events:
                 if e.get("cat") == "blockps" and 0 < e["tid"] < COMMAND_LANES:
