@@ -51,6 +51,28 @@ Status check_averaging(const ShardConfig& c) {
                 "rounds; under async or ssp a READ would return whichever push came last");
 }
 
+// Compressed rounds are rounds: under async or ssp:K a push is applied alone, with no round boundary for the warm-up
+// to end at that every worker and the shard agree on.
+Status check_compression(const ShardConfig& c) {
+  if (!c.rounds.compress) return Status::Ok();
+  // A block whose compressed form is as long as its wire-dtype form: a push's length could not say which it is.
+  const ShardGeometry& g = c.geometry;
+  for (const std::uint64_t block : {std::uint64_t{0}, g.blocks() == 0 ? 0 : g.blocks() - 1}) {
+    const std::uint64_t wire = g.elements_in_block(block) * wire_size(g.dtype);
+    if (wire != 0 && compressed_block_bytes(*c.rounds.compress, g.elements_in_block(block)) >= wire)
+      return refuse(std::string("compress=") + std::string(to_string(*c.rounds.compress)) + " saves nothing on " +
+                    (block == 0 ? "blocks" : "the last block") + " of " + format_byte_size(wire) + " of " +
+                    std::string(to_string(g.dtype)) +
+                    " (the compressed block, padded to 512 bytes, is as long): use a larger block=, or a size= "
+                    "whose last block is larger");
+  }
+  if (c.rounds.mode == RoundPolicy::Mode::sync) return Status::Ok();
+  return refuse(std::string("compress=") + std::string(to_string(*c.rounds.compress)) +
+                " needs mode=sync (mode=" + to_string(c.rounds) +
+                "): compressed pushes are decoded into a round's sum, and the warm-up ends at a round every worker "
+                "and the shard count alike");
+}
+
 // A float key: parsed, range-checked, formatted. `in_range` says what is allowed.
 struct FloatKey {
   float OptimizerParams::*field;
@@ -318,6 +340,38 @@ const std::vector<KeyDef>& key_table() {
                 "fewest; its push of one more block waits (unanswered) until rounds close, so that every "
                 "worker's flow into the shard moves at one pace (0: no limit)",
                 &RoundPolicy::push_lead, 0, 1000000),
+      {{"compress", "none",
+        "mode=sync: the grad LU's compressed wire after the warm-up: none, sign1 (1 bit and one f32 scale per 256 "
+        "elements, 28x fewer bytes than f32) or int8 (a byte and a scale per 256, 3.9x). A compressed round's push "
+        "of a block is one WRITE of the compressed block at the start of the block's byte range; on an averaging "
+        "shard its READ returns the round's average compressed the same way (the shard keeps the error feedback). "
+        "See Compressed blocks"},
+       true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         if (v == "none") {
+           o.config.rounds.compress.reset();
+           return Status::Ok();
+         }
+         const std::optional<CompressedFormat> f = parse_compressed_format(v);
+         if (!f) return bad(key, v, "must be none, sign1 or int8");
+         o.config.rounds.compress = f;
+         return Status::Ok();
+       },
+       [](const ShardConfig& c) {
+         return std::string(c.rounds.compress ? to_string(*c.rounds.compress) : std::string_view("none"));
+       }},
+      {{"compress_after", "0",
+        "compress= only: rounds of each block pushed in full precision (the wire dtype) before the compressed ones "
+        "(the warm-up; rounds counted since the shard opened or reset-rounds)"},
+       true,
+       false,
+       [](std::string_view key, std::string_view v, LuOptions& o) -> Status {
+         if (!parse_uint(v, o.config.rounds.compress_after) || o.config.rounds.compress_after > 1000000000)
+           return bad(key, v, "must be a whole number of rounds from 0 to 1000000000");
+         return Status::Ok();
+       },
+       [](const ShardConfig& c) { return std::to_string(c.rounds.compress_after); }},
       {{"device", "cpu",
         "where the weights live and the optimizer runs: cpu; gpu:N (CUDA GPU N: weights and "
         "state in GPU memory, READs from a pinned host mirror; refused when there is no such GPU "
@@ -443,6 +497,7 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
     return refuse("min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
                   std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)");
   if (Status s = check_averaging(o.config); !s.ok()) return s;
+  if (Status s = check_compression(o.config); !s.ok()) return s;
   return o;
 }
 
@@ -463,6 +518,7 @@ Result<ShardConfig> merge_onto(const LuOptions& opts, const ShardConfig& existin
     return Status::Error(StatusCode::mismatch, key + "=" + mine + " differs from " + key + "=" + theirs);
   }
   if (Status s = check_averaging(out); !s.ok()) return s;
+  if (Status s = check_compression(out); !s.ok()) return s;
   return out;
 }
 

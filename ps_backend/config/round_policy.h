@@ -3,8 +3,11 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+
+#include "contract/compressed_wire.h"
 
 namespace blockps {
 
@@ -22,6 +25,14 @@ struct RoundPolicy {
   // worker across blocks and is safe in any order of pushes because the member with the fewest is never held and a
   // worker's WRITEs go out whatever its parked READs wait for (the library's stream, issue 48).
   std::uint32_t push_lead = 2;
+  // compress= and compress_after= (issue 50; docs/OPTIONS.md, "Compressed blocks"): from round compress_after of a
+  // block on (its rounds counted since the shard opened or its rounds were reset), each worker pushes the block as
+  // one compressed block (contract/compressed_wire.h) at the start of the block's byte range on the grad LU; the
+  // rounds before are the full-precision warm-up. nullopt: every round is full precision.
+  std::optional<CompressedFormat> compress;
+  std::uint64_t compress_after = 0;
+  /// Whether round `round` of a block carries compressed pushes.
+  bool compressed_round(std::uint64_t round) const { return compress.has_value() && round >= compress_after; }
   bool operator==(const RoundPolicy&) const = default;
 };
 std::string_view to_string(RoundPolicy::Mode m);

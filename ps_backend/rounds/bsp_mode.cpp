@@ -29,12 +29,24 @@ Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
     opens_a_round = opens_a_round || (!rest_of_dropped_push && b.open.empty());
   }
   if (opens_a_round && leads_too_far(worker.itn)) return Admission::park;
+  // A compressed round takes each block whole, as one compressed block at the start of the block's range; a
+  // full-precision round (the warm-up) takes the whole block in the wire dtype. A push of the other form is admitted
+  // only to be refused when its data comes, with nothing claimed (its data must be taken off the wire first).
+  for (const BlockSpan& s : spans) {
+    const Block& b = blocks_[s.block];
+    const auto mine = b.open.find(worker.itn);
+    const std::uint64_t round = mine != b.open.end() ? mine->second->round : b.open_round();
+    if (std::string wrong = wrong_form(s, round); !wrong.empty()) {
+      ticket.push_back({nullptr, s, std::move(wrong), false});
+      return Admission::run;
+    }
+  }
   for (const BlockSpan& s : spans) {
     Block& b = blocks_[s.block];
     if (const auto t = b.tombstones.find(worker.itn); t != b.tombstones.end()) {
       if (!t->second->claims_any(s)) {  // the rest of the dropped push
         t->second->claim(s);
-        ticket.push_back({t->second, s});
+        ticket.push_back({t->second, s, {}, false});
         if (t->second->fully_claimed()) b.tombstones.erase(t);
         continue;
       }
@@ -49,13 +61,15 @@ Admission BspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
           open_blocks_.push_back(s.block);
         }
       }
-      c = std::make_shared<Contribution>(ctx_.geometry, s.block, b.open_round(), worker, true);
+      const std::uint64_t round = b.open_round();
+      c = std::make_shared<Contribution>(ctx_.geometry, s.block, round, worker, true,
+                                         ctx_.policy.compressed_round(round) ? ctx_.policy.compress : std::nullopt);
       OpenPushes& mine = open_pushes_[worker.itn];
       if (mine.count++ == 0) mine.since = now;
     }
     c->claim(s);
     b.last_pushed[worker.itn] = c->round;
-    ticket.push_back({c, s});
+    ticket.push_back({c, s, {}, false});
   }
   return Admission::run;
 }
@@ -69,16 +83,67 @@ Admission BspMode::admit_pull(std::uint64_t itn, std::uint64_t first_block, std:
   return Admission::run;
 }
 
-Status BspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+std::string BspMode::wrong_form(const BlockSpan& s, std::uint64_t round) const {
+  const bool compressed = ctx_.policy.compressed_round(round);
+  if (!ctx_.policy.compress) return {};
+  const std::uint64_t full = ctx_.geometry.elements_in_block(s.block) * wire_size(ctx_.geometry.dtype) / kSectorBytes;
+  const std::uint32_t packed = compressed_sectors(ctx_.geometry, s.block, *ctx_.policy.compress);
+  // Both forms take the block whole: the lengths tell them apart (lu_options refuses a geometry where they are equal).
+  if (s.first_sector == 0 && s.sectors == (compressed ? packed : full)) return {};
+  const std::string format(to_string(*ctx_.policy.compress));
+  const std::string expected =
+      compressed ? "one WRITE of its " + format + " block (" + std::to_string(packed * kSectorBytes) +
+                       " bytes) at the start of the block, since rounds from compress_after=" +
+                       std::to_string(ctx_.policy.compress_after) + " on are compressed"
+                 : "the whole block in " + std::string(to_string(ctx_.geometry.dtype)) + " (" +
+                       std::to_string(full * kSectorBytes) +
+                       " bytes), since rounds before compress_after=" + std::to_string(ctx_.policy.compress_after) +
+                       " are the full-precision warm-up";
+  return "compress=" + format + ": a push of " + std::to_string(s.sectors * kSectorBytes) + " bytes at byte " +
+         std::to_string(s.first_sector * kSectorBytes) + " of block " + std::to_string(s.block) + " in its round " +
+         std::to_string(round) + " is refused, nothing applied: that round takes " + expected +
+         " (a worker whose warm-up count disagrees with the shard's, or a /dev writer of the other form)";
+}
+
+Status BspMode::land(Ticket& ticket, std::span<const std::byte> data) {
   // A contribution dropped meanwhile (straggler close, worker dropped, reset) stays alive through the ticket and
   // is freed with it; one a round closed without is not decoded.
-  for (const TicketPiece& p : ticket)
-    if (!p.contribution->discarded) p.contribution->decode(ctx_.geometry.dtype, p.span, data);
-  return Status::Ok();
+  Status first_refusal = Status::Ok();
+  for (TicketPiece& p : ticket) {
+    if (p.contribution->discarded) continue;
+    if (Status decoded = p.contribution->decode(ctx_.geometry.dtype, p.span, data); !decoded.ok()) {
+      p.rejected = true;
+      if (first_refusal.ok())
+        first_refusal = Status::Error(StatusCode::invalid_argument,
+                                      "compress=" + std::string(to_string(*p.contribution->compressed)) +
+                                          ": the push of block " + std::to_string(p.contribution->block) +
+                                          " in its round " + std::to_string(p.contribution->round) +
+                                          " is refused, nothing applied: " + decoded.message());
+    }
+  }
+  return first_refusal;
 }
 
 void BspMode::landed(const Ticket& ticket) {
-  for (const TicketPiece& p : ticket) p.contribution->landed_n += static_cast<std::uint32_t>(p.span.sectors);
+  for (const TicketPiece& p : ticket) {
+    Contribution& c = *p.contribution;
+    if (!p.rejected) {
+      c.landed_n += static_cast<std::uint32_t>(p.span.sectors);
+      continue;
+    }
+    // The worker did not push this block in this round after all: it may push it again.
+    c.unclaim(p.span);
+    Block& b = blocks_[c.block];
+    const auto open = b.open.find(c.itn);
+    if (c.claimed_n == 0 && open != b.open.end() && open->second.get() == &c) {
+      b.open.erase(open);
+      left_open_round(c.itn);
+      if (c.round == 0)
+        b.last_pushed.erase(c.itn);
+      else
+        b.last_pushed[c.itn] = c.round - 1;
+    }
+  }
 }
 
 Status BspMode::after_landing(const Ticket& ticket) {
@@ -184,7 +249,15 @@ Status BspMode::apply(std::uint64_t block, std::uint64_t round, std::vector<std:
   for (const auto& c : complete) grads.push_back(c->grad.data());
   std::vector<float>& average = complete.front()->grad;  // the closed round's: summed in place
   average_gradients(grads, average);
-  Status applied = ctx_.model.apply_gradient_f32(block * ctx_.geometry.block_bytes, average);
+  Status applied = Status::Ok();
+  if (CompressedAverages* compressed = ctx_.compressed_averages.get()) {
+    // An averaging shard keeps, and its weights LU shows, what the workers decode from their READs.
+    if (complete.front()->compressed)
+      applied = compressed->publish(block, average);
+    else
+      compressed->forget(block);
+  }
+  if (applied.ok()) applied = ctx_.model.apply_gradient_f32(block * ctx_.geometry.block_bytes, average);
   if (!applied.ok()) {
     const std::string why = "sync: round " + std::to_string(round) + " of block " + std::to_string(block) +
                             " not applied: " + applied.message();

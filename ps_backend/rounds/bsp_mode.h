@@ -27,7 +27,7 @@ class BspMode final : public RoundMode {
   RoundProgress progress() const override;
   std::uint64_t rounds_pushed(std::uint64_t itn) const override;
 
-  Status land(const Ticket& ticket, std::span<const std::byte> data) override;
+  Status land(Ticket& ticket, std::span<const std::byte> data) override;
   Status after_landing(const Ticket& ticket) override;
   void tick() override;
 
@@ -46,6 +46,10 @@ class BspMode final : public RoundMode {
     std::uint64_t open_round() const { return applied + (closing ? 1 : 0); }
   };
 
+  // Under the lock: why span `s` of a push cannot join round `round` of its block ("" when it can): with compress=,
+  // a compressed round takes the whole compressed block at the block's start, a warm-up round the whole block in the
+  // wire dtype.
+  std::string wrong_form(const BlockSpan& s, std::uint64_t round) const;
   // Under the lock: whether block `b`'s open round may close at `now`, and whether without some members.
   bool closable(const Block& b, Clock::time_point now, bool& by_straggler) const;
   // Without the lock: close and apply the rounds of `candidates` that may close, then wake the parked commands.

@@ -13,11 +13,12 @@
 
 #include "aggregator/model_shard.h"
 #include "ps_backend/base/latency_window.h"
+#include "ps_backend/config/round_policy.h"
 #include "ps_backend/rounds/admission.h"
+#include "ps_backend/rounds/compressed_averages.h"
 #include "ps_backend/rounds/contribution.h"
 #include "ps_backend/rounds/membership.h"
 #include "ps_backend/rounds/parking.h"
-#include "ps_backend/config/round_policy.h"
 #include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
@@ -31,7 +32,10 @@ struct RoundContext {
         policy(rounds),
         on_applied(std::move(applied)),
         members(rounds),
-        parking(rounds.worker_timeout_ms) {}
+        parking(rounds.worker_timeout_ms),
+        compressed_averages(rounds.compress && shard.params().kind == OptimizerKind::average
+                                ? std::make_unique<CompressedAverages>(geometry, *rounds.compress)
+                                : nullptr) {}
 
   ModelShard& model;
   const ShardGeometry geometry;
@@ -49,6 +53,10 @@ struct RoundContext {
   // return weights without that update, and later rounds would build on them.
   std::string apply_failure;
   std::uint64_t apply_failures = 0;
+
+  // An averaging shard with compress=: its compressed rounds' averages as READs return them, and its residuals.
+  // Null otherwise (an optimizer shard's READs return weights, compressed rounds or not).
+  const std::unique_ptr<CompressedAverages> compressed_averages;
 
   /// Without the lock: an update was not applied (`why` names the block); logged, and the shard fails commands.
   void failed_to_apply(const std::string& why);
@@ -85,7 +93,9 @@ class RoundMode {
   // Without the context's lock (they take it where they need it).
   /// The data of an admitted push, on an I/O thread: the ticket's sectors are this push's alone. An error: an
   /// update this push made due was not applied (RoundContext::failed_to_apply was called).
-  virtual Status land(const Ticket& ticket, std::span<const std::byte> data) = 0;
+  /// A piece whose data was refused (a compressed block that does not decode) is marked `rejected`: landed() gives
+  /// its claim back, and the error names it.
+  virtual Status land(Ticket& ticket, std::span<const std::byte> data) = 0;
   /// After landed(): apply what is due and wake the parked commands that may go on. An error as for land().
   virtual Status after_landing(const Ticket& ticket) = 0;
   /// The keeper's tick: rounds due by the straggler deadline close (a failed apply is recorded, as above).

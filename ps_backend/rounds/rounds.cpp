@@ -85,6 +85,10 @@ Status Rounds::land_push(const void* handle, std::span<const std::byte> data) {
     tickets_.erase(it);
   }
   if (ticket.empty()) return Status::Ok();
+  if (!ticket.front().contribution) {  // admitted to be refused now that its data is off the wire (BspMode)
+    log_line("rounds: " + ticket.front().refusal);
+    return Status::Error(StatusCode::invalid_argument, ticket.front().refusal);
+  }
   // The claimed sectors belong to this push alone, so the data needs no lock.
   Status landed = mode_->land(ticket, data);
   {
@@ -92,6 +96,7 @@ Status Rounds::land_push(const void* handle, std::span<const std::byte> data) {
     mode_->landed(ticket);
     ctx_.members.landed_push(ticket.front().contribution->itn, Clock::now());
   }
+  if (!landed.ok() && landed.code() == StatusCode::invalid_argument) log_line("rounds: " + landed.message());
   Status applied = mode_->after_landing(ticket);
   return landed.ok() ? applied : landed;
 }
@@ -147,6 +152,7 @@ void Rounds::reset() {
   {
     std::lock_guard lock(ctx_.lock);
     mode_->reset();
+    if (ctx_.compressed_averages) ctx_.compressed_averages->reset();
     ctx_.members.reform();
     if (!ctx_.apply_failure.empty())
       log_line("rounds: reset clears the failed update (" + ctx_.apply_failure + "): commands are served again");
@@ -163,6 +169,7 @@ void Rounds::restart(const std::string& why) {
     for (const auto& [itn, m] : ctx_.members.members()) members.push_back(itn);
     for (std::uint64_t itn : members) drop_member_locked(itn, why);
     mode_->reset();
+    if (ctx_.compressed_averages) ctx_.compressed_averages->reset();
     ctx_.members.reform();
     ctx_.apply_failure.clear();
     log_line("rounds: restarted (" + why + "): members and open rounds dropped, counters at 0");

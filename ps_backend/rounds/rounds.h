@@ -22,10 +22,10 @@
 #include <vector>
 
 #include "aggregator/model_shard.h"
+#include "ps_backend/config/round_policy.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/parking.h"
 #include "ps_backend/rounds/round_mode.h"
-#include "ps_backend/config/round_policy.h"
 #include "ps_backend/rounds/worker_ref.h"
 
 namespace blockps {
@@ -67,9 +67,10 @@ class Rounds {
   /// gone, so a restarted job's new sessions replace its dead ones at once.
   Admission admit_push(const void* handle, const WorkerRef& worker, std::uint64_t offset, std::uint64_t len,
                        const std::function<bool(int tid, std::uint64_t itn)>& alive = {});
-  /// The data of an admitted push (I/O thread). An error when `handle` was not admitted (nothing is changed),
-  /// or when an update this push made due (its own in ssp, its round's in sync) was not applied: from then on
-  /// every grad-LU command fails (Admission::failed) until reset().
+  /// The data of an admitted push (I/O thread). invalid_argument, with nothing of it applied, for a compressed
+  /// round's push of the wrong form or one that does not decode (compress=). An error when `handle` was not admitted
+  /// (nothing is changed), or when an update this push made due (its own in ssp, its round's in sync) was not applied:
+  /// from then on every grad-LU command fails (Admission::failed) until reset().
   Status land_push(const void* handle, std::span<const std::byte> data);
   /// A grad-LU READ: park while `itn` pushed one of the blocks in a round not applied yet (sync); not_ready
   /// instead of parking when live workers are below min_workers.
@@ -106,6 +107,9 @@ class Rounds {
   /// The members now (workers that pushed and were not dropped).
   std::size_t live_workers() const;
   const RoundPolicy& policy() const { return ctx_.policy; }
+  /// An averaging shard's compressed rounds (compress=): what its grad LU's READs return; null otherwise.
+  const CompressedAverages* compressed_averages() const { return ctx_.compressed_averages.get(); }
+  CompressedAverages* compressed_averages() { return ctx_.compressed_averages.get(); }
   RoundsStatus status() const;
 
  private:

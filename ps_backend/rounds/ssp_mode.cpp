@@ -37,14 +37,14 @@ Admission SspMode::admit_push(const WorkerRef& worker, std::span<const BlockSpan
     auto& c = b.open[worker.itn];
     if (!c) c = std::make_shared<Contribution>(ctx_.geometry, s.block, b.clock[worker.itn], worker, false);
     c->claim(s);
-    ticket.push_back({c, s});
+    ticket.push_back({c, s, {}, false});
   }
   return Admission::run;
 }
 
 Admission SspMode::admit_pull(std::uint64_t, std::uint64_t, std::uint64_t) { return Admission::run; }
 
-Status SspMode::land(const Ticket& ticket, std::span<const std::byte> data) {
+Status SspMode::land(Ticket& ticket, std::span<const std::byte> data) {
   if (ticket.empty()) return Status::Ok();
   // One optimizer step over the whole contiguous request: the engine runs its blocks in parallel.
   const std::size_t esize = wire_size(ctx_.geometry.dtype);

@@ -25,7 +25,7 @@ class SspMode final : public RoundMode {
   RoundProgress progress() const override;
   std::uint64_t rounds_pushed(std::uint64_t itn) const override;
 
-  Status land(const Ticket& ticket, std::span<const std::byte> data) override;
+  Status land(Ticket& ticket, std::span<const std::byte> data) override;
   Status after_landing(const Ticket& ticket) override;
   void tick() override {}  // nothing closes by a deadline: every push is applied as it lands
 

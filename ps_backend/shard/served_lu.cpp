@@ -149,7 +149,7 @@ LuOutcome ServedLu::read(std::uint64_t offset, std::span<std::byte> out) {
   }
   const std::size_t esize = wire_size(shard_->model().geometry().dtype);
   if (offset % esize || out.size() % esize) return check_condition(kIllegalRequest, kAscInvalidFieldInCdb);
-  return shard_->pull(offset, out);
+  return shard_->pull(offset, out, role_);
 }
 
 LuOutcome ServedLu::write(std::uint64_t offset, std::span<const std::byte> data, bool fua, const void* handle,

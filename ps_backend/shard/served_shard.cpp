@@ -108,7 +108,10 @@ LuOutcome ServedShard::push(std::uint64_t offset, std::span<const std::byte> dat
   if (rounds_) {
     // mode=sync or ssp:K: the gradient joins its blocks' rounds, which apply it (and note the aggregation).
     if (Status landed = rounds_->land_push(handle, data); !landed.ok()) {
-      counters_.io_errors.fetch_add(1, std::memory_order_relaxed);  // logged where it happened (rounds/)
+      // Logged where it happened (rounds/). A push the rounds refused is the writer's error, not the target's.
+      if (landed.code() == StatusCode::invalid_argument)
+        return check_condition(scsi::kIllegalRequest, scsi::kAscInvalidFieldInParameterList);
+      counters_.io_errors.fetch_add(1, std::memory_order_relaxed);
       return target_failure();
     }
   } else {
@@ -128,8 +131,22 @@ LuOutcome ServedShard::push(std::uint64_t offset, std::span<const std::byte> dat
   return durable ? made_durable() : good();
 }
 
-LuOutcome ServedShard::pull(std::uint64_t offset, std::span<std::byte> out) {
-  model_->read_weights(offset, out);
+LuOutcome ServedShard::pull(std::uint64_t offset, std::span<std::byte> out, LuRole lu) {
+  const CompressedAverages* compressed = lu == LuRole::grad && rounds_ ? rounds_->compressed_averages() : nullptr;
+  if (!compressed) {
+    model_->read_weights(offset, out);
+  } else {
+    // Block by block: each block's compressed image, or its weights where its last round was full precision.
+    const ShardGeometry& g = model_->geometry();
+    for (std::size_t done = 0; done < out.size();) {
+      const std::uint64_t at = offset + done, block = at / g.block_bytes, in_block = at % g.block_bytes;
+      const std::uint64_t block_len = g.elements_in_block(block) * wire_size(g.dtype);
+      const std::size_t n = static_cast<std::size_t>(std::min<std::uint64_t>(out.size() - done, block_len - in_block));
+      const std::span<std::byte> piece = out.subspan(done, n);
+      if (!compressed->read(block, in_block, piece)) model_->read_weights(at, piece);
+      done += n;
+    }
+  }
   counters_.pulls.fetch_add(1, std::memory_order_relaxed);
   counters_.pull_bytes.fetch_add(out.size(), std::memory_order_relaxed);
   return good();

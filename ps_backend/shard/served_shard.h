@@ -76,11 +76,15 @@ class ServedShard {
   // A push and a pull. Offsets and lengths are the LU's bytes, already checked against its capacity and the
   // wire dtype (ServedLu). `durable` (FUA): the change is in the checkpoint file before the command completes.
   /// A grad-LU WRITE's gradient (an I/O thread): applied now (async), or landed into its rounds (sync, ssp:K),
-  /// which `handle` was admitted to. GOOD; target_failure() when the update was not applied; MEDIUM ERROR, WRITE
+  /// which `handle` was admitted to. GOOD; ILLEGAL REQUEST, INVALID FIELD IN PARAMETER LIST for a compressed round's
+  /// push of the wrong form or one that does not decode (nothing applied); target_failure() when the update was
+  /// not applied; MEDIUM ERROR, WRITE
   /// ERROR when it was but its durable checkpoint failed.
   LuOutcome push(std::uint64_t offset, std::span<const std::byte> data, const void* handle, bool durable = false);
-  /// A READ of the grad or weights LU (an I/O thread): the weights in the wire dtype.
-  LuOutcome pull(std::uint64_t offset, std::span<std::byte> out);
+  /// A READ of the grad or weights LU (`lu`; an I/O thread): the weights in the wire dtype; on an averaging shard with
+  /// compress=, a grad-LU READ of a block whose last round was compressed returns that round's compressed average
+  /// (the compressed block from the block's first byte, zeros after it).
+  LuOutcome pull(std::uint64_t offset, std::span<std::byte> out, LuRole lu = LuRole::grad);
   /// A weights-LU WRITE (an I/O thread): the weights replaced; optimizer state and steps stay. Answers as push().
   LuOutcome assign(std::uint64_t offset, std::span<const std::byte> data, bool durable = false);
 

@@ -281,6 +281,36 @@ TEST(LuOptions, AnAveragingShardNeedsSyncAlsoWhenItsCheckpointIsOpenedWithAnothe
   EXPECT_NE(refused.find("opt=average needs mode=sync (mode=async)"), std::string::npos) << refused;
 }
 
+TEST(LuOptions, CompressNamesAFormatNeedsSyncAndABlockItShortens) {
+  const LuOptions o = parse_ok("role=grad;size=1M;block=64K;mode=sync;compress=sign1;compress_after=50");
+  ASSERT_TRUE(o.config.rounds.compress.has_value());
+  EXPECT_EQ(*o.config.rounds.compress, CompressedFormat::sign1);
+  EXPECT_EQ(o.config.rounds.compress_after, 50u);
+  EXPECT_FALSE(o.config.rounds.compressed_round(49));
+  EXPECT_TRUE(o.config.rounds.compressed_round(50));
+  EXPECT_FALSE(parse_ok("role=grad;mode=sync").config.rounds.compress.has_value()) << "none by default";
+  EXPECT_FALSE(parse_ok("role=grad;mode=sync;compress=none").config.rounds.compressed_round(7));
+  const LuOptions back = parse_ok("role=grad;" + format_shard_options(o.config));
+  EXPECT_EQ(back.config.rounds, o.config.rounds) << "a checkpoint's options text keeps compress and compress_after";
+  EXPECT_NE(parse_error("role=grad;mode=sync;compress=zip").find("compress=zip: must be none, sign1 or int8"),
+            std::string::npos);
+  EXPECT_NE(parse_error("role=grad;compress=int8").find("compress=int8 needs mode=sync (mode=async)"),
+            std::string::npos);
+  EXPECT_NE(parse_error("role=grad;mode=sync;compress=int8;compress_after=-1").find("compress_after=-1: must be"),
+            std::string::npos);
+  // int8 of 512 bf16 elements is 4 + 512 bytes, padded to 1K: as long as the block, so a push's length could not say
+  // which form it is.
+  EXPECT_NE(parse_error("role=grad;size=4K;dtype=bf16;block=1K;mode=sync;compress=int8")
+                .find("compress=int8 saves nothing on blocks of 1K of bf16"),
+            std::string::npos);
+  EXPECT_NE(parse_error("role=grad;size=66048;block=64K;mode=sync;compress=sign1")
+                .find("saves nothing on the last block of 512 of f32"),
+            std::string::npos);
+  const ShardConfig saved = o.config;
+  const std::string refused = error_text(merge_onto(parse_ok("role=grad;mode=async"), saved, true));
+  EXPECT_NE(refused.find("compress=sign1 needs mode=sync (mode=async)"), std::string::npos) << refused;
+}
+
 // docs/OPTIONS.md is the one page users read: every key must be there.
 TEST(LuOptions, EveryKeyIsDocumented) {
   std::ifstream in(BLOCKPS_OPTIONS_DOC);

@@ -114,7 +114,7 @@ struct ModeBench {
     ctx.members.admitted_push(w, now);
     return mode.admit_push(w, spans, now, ticket);
   }
-  void land(RoundMode& mode, const Ticket& ticket, const std::vector<std::byte>& g) {
+  void land(RoundMode& mode, Ticket& ticket, const std::vector<std::byte>& g) {
     EXPECT_TRUE(mode.land(ticket, g).ok());
     {
       std::lock_guard lock(ctx.lock);

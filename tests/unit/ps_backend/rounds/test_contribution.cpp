@@ -81,7 +81,7 @@ TEST(Contribution, ASpansDataIsDecodedIntoItsPlaceInTheBlock) {
   const auto data = gradient(kBlockBytes, 3);  // a WRITE of block 0 and 1's first half, from byte 512
   const auto spans = split_into_blocks(kF32, 512, kBlockBytes);
   ASSERT_EQ(spans.size(), 2u);
-  c.decode(WireDtype::f32, spans[0], data);
+  ASSERT_TRUE(c.decode(WireDtype::f32, spans[0], data).ok());
   ASSERT_EQ(c.grad.size(), 256u);
   EXPECT_EQ(c.grad[0], 0.0f) << "the first sector was not in the WRITE";
   for (std::size_t i = 0; i < 128; ++i) EXPECT_EQ(c.grad[128 + i], f32_at(data, i));
