@@ -42,6 +42,7 @@ struct blockps_double_buffer {
 
 namespace {
 
+using blockps::CompressedFormat;
 using blockps::Status;
 using blockps::StatusCode;
 
@@ -500,6 +501,103 @@ blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t 
                       [&](blockps::Cluster& c, blockps::CompletionCallback done) {
                         return c.exchange_blocks_async(first_block, block_count, in(grads, bytes), out(weights, bytes),
                                                        std::move(done));
+                      });
+}
+
+namespace {
+std::optional<CompressedFormat> format_of(blockps_compressed_format format) {
+  switch (format) {
+    case BLOCKPS_COMPRESSED_SIGN1:
+      return CompressedFormat::sign1;
+    case BLOCKPS_COMPRESSED_INT8:
+      return CompressedFormat::int8;
+  }
+  return std::nullopt;
+}
+
+blockps_result unknown_format(const char* what, blockps_compressed_format format) {
+  return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "unknown compressed format ",
+              std::to_string(static_cast<int>(format)) + " (BLOCKPS_COMPRESSED_SIGN1 or BLOCKPS_COMPRESSED_INT8)");
+}
+
+blockps::Cluster::CompressedPull pull_of(blockps_compressed_pull pull) {
+  return pull == BLOCKPS_PULL_WEIGHTS ? blockps::Cluster::CompressedPull::weights
+                                      : blockps::Cluster::CompressedPull::average;
+}
+
+// The compressed exchange's checks before the C++ call (which checks the sizes itself).
+blockps_result check_compressed(const char* what, blockps_compressed_format format, blockps_compressed_pull pull,
+                                const void* packed, size_t packed_bytes) {
+  if (!format_of(format)) return unknown_format(what, format);
+  if (pull != BLOCKPS_PULL_COMPRESSED_AVERAGE && pull != BLOCKPS_PULL_WEIGHTS)
+    return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "unknown pull ",
+                std::to_string(static_cast<int>(pull)) + " (BLOCKPS_PULL_COMPRESSED_AVERAGE or BLOCKPS_PULL_WEIGHTS)");
+  return check_exchange_grads(what, packed, packed_bytes);
+}
+}  // namespace
+
+size_t blockps_compressed_block_bytes(blockps_compressed_format format, uint64_t elements) {
+  const std::optional<CompressedFormat> f = format_of(format);
+  return f ? compressed_block_bytes(*f, static_cast<std::size_t>(elements)) : 0;
+}
+
+blockps_result blockps_compress(blockps_compressed_format format, const float* x, float* residual, size_t elements,
+                                void* out_block, size_t out_bytes) {
+  constexpr const char* what = "blockps_compress";
+  return guarded(what, [&] {
+    const std::optional<CompressedFormat> f = format_of(format);
+    if (!f) return unknown_format(what, format);
+    if (x == nullptr && elements != 0) return null_argument(what, "x");
+    if (out_block == nullptr && out_bytes != 0) return null_argument(what, "out");
+    const std::span<float> feedback = residual ? std::span<float>(residual, elements) : std::span<float>();
+    return finish(compress(*f, {x, elements}, feedback, out(out_block, out_bytes)));
+  });
+}
+
+blockps_result blockps_decompress(blockps_compressed_format format, const void* in_block, size_t in_bytes,
+                                  float* out_values, size_t elements) {
+  constexpr const char* what = "blockps_decompress";
+  return guarded(what, [&] {
+    const std::optional<CompressedFormat> f = format_of(format);
+    if (!f) return unknown_format(what, format);
+    if (in_block == nullptr && in_bytes != 0) return null_argument(what, "in");
+    if (out_values == nullptr && elements != 0) return null_argument(what, "out");
+    return finish(decompress(*f, in(in_block, in_bytes), {out_values, elements}));
+  });
+}
+
+uint64_t blockps_packed_bytes(const blockps_cluster* cluster, blockps_compressed_format format, uint64_t first_block,
+                              uint64_t block_count) {
+  const std::optional<CompressedFormat> f = format_of(format);
+  if (cluster == nullptr || !f) return 0;
+  return cluster->cluster->packed_bytes(*f, first_block, block_count);
+}
+
+blockps_result blockps_exchange_compressed_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
+                                                  blockps_compressed_format format, blockps_compressed_pull pull,
+                                                  const void* packed_grads, size_t packed_bytes, void* pulled,
+                                                  size_t pulled_bytes) {
+  constexpr const char* what = "blockps_exchange_compressed_blocks";
+  if (blockps_result r = check_compressed(what, format, pull, packed_grads, packed_bytes); r != BLOCKPS_OK) return r;
+  return blocking(what, cluster, pulled, pulled_bytes, [&](blockps::Cluster& c) {
+    return c.exchange_compressed_blocks(first_block, block_count, *format_of(format), pull_of(pull),
+                                        in(packed_grads, packed_bytes), out(pulled, pulled_bytes));
+  });
+}
+
+blockps_result blockps_exchange_compressed_blocks_async(blockps_cluster* cluster, uint64_t first_block,
+                                                        uint64_t block_count, blockps_compressed_format format,
+                                                        blockps_compressed_pull pull, const void* packed_grads,
+                                                        size_t packed_bytes, void* pulled, size_t pulled_bytes,
+                                                        blockps_op** out_op) {
+  constexpr const char* what = "blockps_exchange_compressed_blocks_async";
+  if (out_op != nullptr) *out_op = nullptr;
+  if (blockps_result r = check_compressed(what, format, pull, packed_grads, packed_bytes); r != BLOCKPS_OK) return r;
+  return asynchronous(what, cluster, pulled, pulled_bytes, out_op,
+                      [&](blockps::Cluster& c, blockps::CompletionCallback done) {
+                        return c.exchange_compressed_blocks_async(first_block, block_count, *format_of(format),
+                                                                  pull_of(pull), in(packed_grads, packed_bytes),
+                                                                  out(pulled, pulled_bytes), std::move(done));
                       });
 }
 

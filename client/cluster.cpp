@@ -288,6 +288,43 @@ Operation Cluster::exchange_blocks_async(std::uint64_t first_block, std::uint64_
                 {as_mutable(grads), grads.size(), weights.data(), weights.size()}, std::move(on_done));
 }
 
+namespace {
+detail::CompressedExchange compressed_exchange(const ClusterConfig& config, CompressedFormat format,
+                                               Cluster::CompressedPull pull) {
+  return {format, wire_size(config.model.dtype), pull == Cluster::CompressedPull::average};
+}
+}  // namespace
+
+std::uint64_t Cluster::packed_bytes(CompressedFormat format, std::uint64_t first_block,
+                                    std::uint64_t block_count) const {
+  if (first_block > layout_->block_count() || block_count > layout_->block_count() - first_block) return 0;
+  return detail::packed_bytes(*layout_, compressed_exchange(config_, format, CompressedPull::average), first_block,
+                              block_count);
+}
+
+Status Cluster::exchange_compressed_blocks(std::uint64_t first_block, std::uint64_t block_count,
+                                           CompressedFormat format, CompressedPull pull,
+                                           std::span<const std::byte> packed_grads, std::span<std::byte> pulled) {
+  return exchange_compressed_blocks_async(first_block, block_count, format, pull, packed_grads, pulled).wait();
+}
+
+Operation Cluster::exchange_compressed_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                                    CompressedFormat format, CompressedPull pull,
+                                                    std::span<const std::byte> packed_grads,
+                                                    std::span<std::byte> pulled, CompletionCallback on_done) {
+  const detail::CompressedExchange how = compressed_exchange(config_, format, pull);
+  const Buffers buffers{as_mutable(packed_grads), packed_grads.size(), pulled.data(), pulled.size()};
+  try {
+    if (Status s = detail::check_compressed_exchange(*layout_, how, first_block, block_count, buffers); !s.ok())
+      return finished(s, on_done);
+    if (block_count == 0) return finished(Status::Ok(), on_done);
+    return post(Transfer::exchange, detail::plan_compressed_exchange(*layout_, how, first_block, block_count, buffers),
+                on_done);
+  } catch (const std::exception& e) {  // bad_alloc while building the requests: an error value, never an escape
+    return finished(Status::Error(std::string("request not started: ") + e.what()), on_done);
+  }
+}
+
 Status Cluster::write_weights(std::span<const std::byte> weights) {
   return write_weights_blocks(0, layout_->block_count(), weights);
 }

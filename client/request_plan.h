@@ -9,6 +9,7 @@
 
 #include "blockps/layout.h"
 #include "client/transport/lu_command.h"
+#include "contract/compressed_wire.h"
 #include "contract/result.h"
 
 namespace blockps::detail {
@@ -61,5 +62,30 @@ Status check_request(const Layout& layout, Transfer transfer, std::uint64_t firs
 // no block of it.
 std::vector<ShardCommands> plan_request(const Layout& layout, RequestCaps caps, Transfer transfer,
                                         std::uint64_t first_block, std::uint64_t block_count, const Buffers& buffers);
+
+// A compressed exchange (a shard's compress=, docs/OPTIONS.md "Compressed blocks"): each block goes out as one WRITE
+// of its compressed block at the block's first byte on its shard, and one READ at the same place follows it: of the
+// compressed block (`pull_compressed`: an averaging shard's compressed average) or of the whole block in the wire
+// dtype (an optimizer shard's weights). Compressed buffers hold the blocks' images back to back (packed).
+struct CompressedExchange {
+  CompressedFormat format = CompressedFormat::sign1;
+  std::size_t element_bytes = 4;  // of the wire dtype: a block's elements are its bytes over this
+  bool pull_compressed = true;
+};
+
+// Bytes blocks [first_block, first_block + block_count) take compressed, packed (each block's image, padding
+// included); block first_block + k's image starts at packed_offset(..., k).
+std::uint64_t packed_bytes(const Layout& layout, const CompressedExchange& how, std::uint64_t first_block,
+                           std::uint64_t block_count);
+
+// Ok, or invalid_argument naming the call: blocks outside the model, or a buffer that is not their size (packed, or
+// their wire bytes for an uncompressed pull).
+Status check_compressed_exchange(const Layout& layout, const CompressedExchange& how, std::uint64_t first_block,
+                                 std::uint64_t block_count, const Buffers& buffers);
+
+// Each shard's commands: a WRITE per block, then the READ of each after its own WRITE (as plan_request's exchange).
+std::vector<ShardCommands> plan_compressed_exchange(const Layout& layout, const CompressedExchange& how,
+                                                    std::uint64_t first_block, std::uint64_t block_count,
+                                                    const Buffers& buffers);
 
 }  // namespace blockps::detail

@@ -19,6 +19,7 @@
 
 namespace py = pybind11;
 using blockps::Cluster;
+using blockps::CompressedFormat;
 using blockps::DoubleBuffer;
 using blockps::LuQueueCounters;
 using blockps::Result;
@@ -162,6 +163,12 @@ std::span<std::byte> model_span(const Cluster& c, const py::buffer& b, bool writ
     throw py::value_error(std::string(what) + ": the buffer has " + std::to_string(bytes.size()) +
                           " bytes, the model has " + std::to_string(c.model_bytes()));
   return bytes;
+}
+
+// A compressed format from its Python name.
+CompressedFormat compressed_format(const std::string& name) {
+  if (const std::optional<CompressedFormat> f = blockps::parse_compressed_format(name)) return *f;
+  throw py::value_error("format = '" + name + "': must be 'sign1' or 'int8'");
 }
 
 // The kind of shard a worker needs, from its Python name.
@@ -423,6 +430,42 @@ void bind_cluster_transfers(ClusterClass& cluster) {
           "returns at once in it. The I/O thread waits for it: keep it short, and do not wait for (or drop the "
           "last reference to) another unfinished operation of this cluster in it. What it raises goes to "
           "sys.unraisablehook.")
+      .def(
+          "packed_bytes",
+          [](const Cluster& c, const std::string& format, std::uint64_t first, std::uint64_t count) {
+            return c.packed_bytes(compressed_format(format), first, count);
+          },
+          py::arg("format"), py::arg("first_block"), py::arg("block_count"),
+          "Bytes blocks [first_block, first_block + block_count) take compressed in `format` ('sign1', 'int8'), "
+          "back to back (0 for blocks outside the model).")
+      .def(
+          "exchange_compressed_blocks_async",
+          [](Cluster& c, std::uint64_t first, std::uint64_t count, const std::string& format, const std::string& pull,
+             const py::buffer& packed, const py::buffer& pulled, const std::optional<py::function>& on_done) {
+            const CompressedFormat f = compressed_format(format);
+            if (pull != "average" && pull != "weights")
+              throw py::value_error("pull = '" + pull + "': must be 'average' or 'weights'");
+            const std::span<const std::byte> g = contiguous_span(packed, false, "exchange_compressed_blocks_async");
+            const std::span<std::byte> w = contiguous_span(pulled, true, "exchange_compressed_blocks_async (pulled)");
+            blockps::CompletionCallback done;
+            if (on_done) done = PyCompletion(*on_done);
+            blockps::Operation op;
+            {
+              py::gil_scoped_release release;
+              op = c.exchange_compressed_blocks_async(
+                  first, count, f,
+                  pull == "average" ? Cluster::CompressedPull::average : Cluster::CompressedPull::weights, g, w,
+                  std::move(done));
+            }
+            return std::make_unique<PyOperation>(std::move(op), packed, pulled);
+          },
+          py::arg("first_block"), py::arg("block_count"), py::arg("format"), py::arg("pull"), py::arg("packed"),
+          py::arg("pulled"), py::arg("on_done") = py::none(),
+          "The compressed exchange (shards with compress= past their warm-up): each block of [first_block, "
+          "first_block + block_count) goes out as one WRITE of its compressed block (`packed`: the blocks' images back "
+          "to back, packed_bytes(format, ...) bytes; blockps.compress_blocks makes them) and its READ follows. pull: "
+          "'average' (an averaging shard's compressed average, packed like the push, into `pulled`) or 'weights' (an "
+          "optimizer shard's weights in the wire dtype). Otherwise as exchange_blocks_async.")
       .def("write_weights_blocks", block_transfer<&Cluster::write_weights_blocks>("write_weights_blocks"),
            py::arg("first_block"), py::arg("block_count"), py::arg("weights"),
            "Assign the weights of blocks [first_block, first_block + block_count) (weights LUs; no optimizer).")
@@ -480,6 +523,82 @@ void bind_cluster_control(ClusterClass& cluster) {
           },
           "Per shard (cluster-file order), since the cluster opened: {'shard', 'commands', 'reconnects', "
           "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged: stderr by default).");
+}
+
+// The compressed formats (contract/compressed_wire.h), over numpy arrays: what the torch paths compress their pushes
+// and decode their pulls with, a run of blocks at a time with the GIL released.
+void bind_compressed_blocks(py::module_& m) {
+  // f32 elements of a C-contiguous float32 array (writable when asked).
+  const auto floats = [](const py::buffer& b, bool writable, const char* what) {
+    py::buffer_info info = b.request(writable);
+    if (info.itemsize != 4 || info.format != py::format_descriptor<float>::format())
+      throw py::value_error(std::string(what) + ": must be float32");
+    const std::span<std::byte> bytes = contiguous_span(b, writable, what);
+    return std::span<float>(reinterpret_cast<float*>(bytes.data()), bytes.size() / 4);
+  };
+  m.def(
+      "compressed_block_bytes",
+      [](const std::string& format, std::uint64_t elements) {
+        return compressed_block_bytes(compressed_format(format), static_cast<std::size_t>(elements));
+      },
+      py::arg("format"), py::arg("elements"),
+      "Bytes a block of `elements` f32 elements takes in `format` ('sign1', 'int8'), padding to 512 included.");
+  m.def(
+      "compress_blocks",
+      [floats](const std::string& format, const py::buffer& x, const py::buffer& residual, const py::buffer& out,
+               std::uint64_t block_elements) {
+        const CompressedFormat f = compressed_format(format);
+        const std::span<float> values = floats(x, false, "compress_blocks (x)");
+        const std::span<float> feedback = floats(residual, true, "compress_blocks (residual)");
+        const std::span<std::byte> packed = contiguous_span(out, true, "compress_blocks (out)");
+        if (feedback.size() != values.size() || block_elements == 0)
+          throw py::value_error("compress_blocks: residual has " + std::to_string(feedback.size()) + " elements, x " +
+                                std::to_string(values.size()) + "; block_elements " + std::to_string(block_elements) +
+                                " (must be > 0)");
+        py::gil_scoped_release release;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < values.size(); i += block_elements) {
+          const std::size_t n = std::min<std::size_t>(block_elements, values.size() - i);
+          const std::size_t bytes = compressed_block_bytes(f, n);
+          if (at + bytes > packed.size()) {
+            py::gil_scoped_acquire held;
+            throw py::value_error("compress_blocks: out holds " + std::to_string(packed.size()) +
+                                  " bytes, fewer than the blocks need");
+          }
+          check(compress(f, values.subspan(i, n), feedback.subspan(i, n), packed.subspan(at, bytes)));
+          at += bytes;
+        }
+        return at;
+      },
+      py::arg("format"), py::arg("x"), py::arg("residual"), py::arg("out"), py::arg("block_elements"),
+      "Compress float32 `x` block by block (`block_elements` each, the last may be shorter) into `out` (their "
+      "images back to back), each with error feedback: `residual` (float32, x's size) is added first and becomes "
+      "what the block left out. Returns the bytes written. blockps.InvalidArgumentError (nothing of that block "
+      "written) for a NaN, an Inf or an overflowing sum, naming the element.");
+  m.def(
+      "decompress_blocks",
+      [floats](const std::string& format, const py::buffer& packed, const py::buffer& out,
+               std::uint64_t block_elements) {
+        const CompressedFormat f = compressed_format(format);
+        const std::span<std::byte> in = contiguous_span(packed, false, "decompress_blocks (packed)");
+        const std::span<float> values = floats(out, true, "decompress_blocks (out)");
+        if (block_elements == 0) throw py::value_error("decompress_blocks: block_elements must be > 0");
+        py::gil_scoped_release release;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < values.size(); i += block_elements) {
+          const std::size_t n = std::min<std::size_t>(block_elements, values.size() - i);
+          const std::size_t bytes = compressed_block_bytes(f, n);
+          if (at + bytes > in.size()) {
+            py::gil_scoped_acquire held;
+            throw py::value_error("decompress_blocks: packed holds " + std::to_string(in.size()) +
+                                  " bytes, fewer than the blocks need");
+          }
+          check(decompress(f, in.subspan(at, bytes), values.subspan(i, n)));
+          at += bytes;
+        }
+      },
+      py::arg("format"), py::arg("packed"), py::arg("out"), py::arg("block_elements"),
+      "Decode blocks' images back to back (as compress_blocks writes them) into float32 `out`.");
 }
 
 // blockps.Operation, what exchange_blocks_async returns.
@@ -596,6 +715,7 @@ PYBIND11_MODULE(_blockps, m) {
   bind_cluster_transfers(cluster);
   bind_cluster_control(cluster);
   bind_operation(m);
+  bind_compressed_blocks(m);
   bind_cluster_file(m);
   bind_double_buffer(m);
 }

@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 7
+#define BLOCKPS_API_VERSION 8
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -273,6 +273,56 @@ BLOCKPS_EXPORT blockps_result blockps_exchange_async(blockps_cluster* cluster, c
 BLOCKPS_EXPORT blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t first_block,
                                                             uint64_t block_count, const void* grads, void* weights,
                                                             size_t bytes, blockps_op** out);
+
+/* (API version 8) Compressed blocks, for shards with compress= past their warm-up (docs/OPTIONS.md, "Compressed
+ * blocks": each format's layout, ratio and accuracy cost). A block of n f32 elements compressed takes
+ * blockps_compressed_block_bytes(format, n) bytes (a multiple of 512: its byte range on the LU starts with it). */
+typedef enum blockps_compressed_format {
+  BLOCKPS_COMPRESSED_SIGN1 = 0, /* 1 bit per element and an f32 scale per 256 elements */
+  BLOCKPS_COMPRESSED_INT8 = 1   /* a byte per element and an f32 scale per 256 elements */
+} blockps_compressed_format;
+
+/* Bytes of a compressed block of `elements` f32 elements; 0 for 0 elements or an unknown format. */
+BLOCKPS_EXPORT size_t blockps_compressed_block_bytes(blockps_compressed_format format, uint64_t elements);
+
+/* Compresses `elements` f32 values of `x` plus `residual` (error feedback: `elements` floats, updated to what this
+ * block left out, for the next step; NULL: none) into `out` (out_bytes = blockps_compressed_block_bytes). Errors
+ * (nothing written): INVALID_ARGUMENT (NULL x or out, a wrong out_bytes, an unknown format, a NaN, an Inf or an
+ * overflowing sum: the element named). */
+BLOCKPS_EXPORT blockps_result blockps_compress(blockps_compressed_format format, const float* x, float* residual,
+                                               size_t elements, void* out, size_t out_bytes);
+/* Decodes a compressed block of `elements` elements (in_bytes = blockps_compressed_block_bytes) into `out`.
+ * Errors (nothing written): INVALID_ARGUMENT (NULL buffers, a wrong in_bytes, a block that is not the format's:
+ * a bad scale, a bit or padding byte that must be zero). */
+BLOCKPS_EXPORT blockps_result blockps_decompress(blockps_compressed_format format, const void* in, size_t in_bytes,
+                                                 float* out, size_t elements);
+
+/* What a compressed exchange's READs bring back: an averaging shard's compressed average of the round (packed as
+ * the push), or an optimizer shard's weights of the blocks in the wire dtype. */
+typedef enum blockps_compressed_pull {
+  BLOCKPS_PULL_COMPRESSED_AVERAGE = 0,
+  BLOCKPS_PULL_WEIGHTS = 1
+} blockps_compressed_pull;
+
+/* Bytes blocks [first_block, first_block + block_count) take compressed, back to back (packed); 0 for a NULL
+ * cluster, blocks outside the model or an unknown format. */
+BLOCKPS_EXPORT uint64_t blockps_packed_bytes(const blockps_cluster* cluster, blockps_compressed_format format,
+                                             uint64_t first_block, uint64_t block_count);
+
+/* The compressed exchange: each block goes out as one WRITE of its compressed block (`packed_grads`, packed_bytes
+ * long: the blocks' images back to back, compressed by the caller) and its READ follows (pipelined as
+ * blockps_exchange_blocks), into `pulled` (pulled_bytes: packed_bytes for BLOCKPS_PULL_COMPRESSED_AVERAGE, the
+ * blocks' wire bytes for BLOCKPS_PULL_WEIGHTS). Errors: as blockps_exchange_blocks; a shard whose round takes the
+ * block in the other form (its warm-up) refuses it: BLOCKPS_ERR_IO naming ILLEGAL_REQUEST, nothing applied. */
+BLOCKPS_EXPORT blockps_result blockps_exchange_compressed_blocks(blockps_cluster* cluster, uint64_t first_block,
+                                                                 uint64_t block_count, blockps_compressed_format format,
+                                                                 blockps_compressed_pull pull, const void* packed_grads,
+                                                                 size_t packed_bytes, void* pulled,
+                                                                 size_t pulled_bytes);
+BLOCKPS_EXPORT blockps_result blockps_exchange_compressed_blocks_async(
+    blockps_cluster* cluster, uint64_t first_block, uint64_t block_count, blockps_compressed_format format,
+    blockps_compressed_pull pull, const void* packed_grads, size_t packed_bytes, void* pulled, size_t pulled_bytes,
+    blockps_op** out);
 
 /* Blocks until the operation has finished on every shard; its outcome (the first failure, or BLOCKPS_OK),
  * with the message in blockps_last_error. May be called again (same outcome) and from several threads.

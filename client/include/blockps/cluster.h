@@ -31,6 +31,7 @@
 #include "blockps/cluster_file.h"
 #include "blockps/layout.h"
 #include "blockps/queue_counters.h"
+#include "contract/compressed_wire.h"
 #include "contract/result.h"
 
 namespace blockps {
@@ -199,6 +200,25 @@ class Cluster {
   Operation exchange_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
                                   std::span<const std::byte> grads, std::span<std::byte> weights,
                                   CompletionCallback on_done = {});
+
+  // Compressed exchanges, for shards with compress= past their warm-up (docs/OPTIONS.md, "Compressed blocks"): each
+  // block of [first_block, first_block + block_count) goes out as one WRITE of its compressed block (the caller
+  // compressed it: contract/compressed_wire.h, with the caller's error feedback) and the block's READ follows it,
+  // pipelined as exchange_blocks. `packed_grads` holds the blocks' compressed images back to back
+  // (packed_bytes(format, first_block, block_count) bytes). `pull`: what the READs bring into `pulled`:
+  // CompressedPull::average, an averaging shard's compressed average of the round, packed like the push (decode it
+  // with decompress); CompressedPull::weights, an optimizer shard's weights of the blocks in the wire dtype, as
+  // exchange_blocks reads them. A buffer of the wrong size, or blocks outside the model: invalid_argument before any
+  // I/O; a shard that takes the block in another form refuses it (ILLEGAL REQUEST, its reason in the shard's log).
+  enum class CompressedPull { average, weights };
+  std::uint64_t packed_bytes(CompressedFormat format, std::uint64_t first_block, std::uint64_t block_count) const;
+  Status exchange_compressed_blocks(std::uint64_t first_block, std::uint64_t block_count, CompressedFormat format,
+                                    CompressedPull pull, std::span<const std::byte> packed_grads,
+                                    std::span<std::byte> pulled);
+  Operation exchange_compressed_blocks_async(std::uint64_t first_block, std::uint64_t block_count,
+                                             CompressedFormat format, CompressedPull pull,
+                                             std::span<const std::byte> packed_grads, std::span<std::byte> pulled,
+                                             CompletionCallback on_done = {});
 
   // The weights LUs as a disk: assign the whole model's weights (initialise, restore) or read them
   // (snapshot). No optimizer runs.

@@ -15,6 +15,9 @@ caller's expect= says (sizes, place, kind), found before anything was written to
 (a blockps.Error and a ValueError) for an argument refused before anything was sent (a job name, no job where one
 is needed).
 
+compress_blocks / decompress_blocks / compressed_block_bytes: the compressed formats ('sign1', 'int8') of shards with
+compress= (docs/OPTIONS.md, "Compressed blocks"), for Cluster.exchange_compressed_blocks_async.
+
 blockps.torch (the subpackage blockps/torch/) trains a PyTorch model through the shards: DistributedOptimizer,
 the DDP hook, torch-format checkpoints. blockps/jobs.py names a worker's job for any framework.
 """
@@ -26,6 +29,9 @@ from ._blockps import (  # noqa: F401
     MismatchError,
     ShardUnreachableError,
     cluster_layout,
+    compress_blocks,
+    compressed_block_bytes,
+    decompress_blocks,
     worker_initiator,
 )
 
@@ -37,5 +43,8 @@ __all__ = [
     "MismatchError",
     "ShardUnreachableError",
     "cluster_layout",
+    "compress_blocks",
+    "compressed_block_bytes",
+    "decompress_blocks",
     "worker_initiator",
 ]

@@ -6,6 +6,10 @@ mode prints "every check passed" (per rank) and exits 0, or prints the first fai
         the same training with DDP over gloo and with DDP + the hook; parameters and BatchNorm buffers compared
     ddp_hook_check.py bf16 CLUSTER      a torchrun rank, bf16 cluster: the hook's gradients are the f32 average of
         the ranks' bf16-rounded gradients, rounded to bf16, bit for bit
+    ddp_hook_check.py compressed CLUSTER  2 torchrun ranks, shards with compress=sign1;compress_after=1: the warm-up
+        step's gradients are the exact f32 average, the next step's are the shards' compressed average of the ranks'
+        compressed gradients, bit for bit (recomputed here from the gathered local gradients); a format the shards
+        do not run is refused
     ddp_hook_check.py shard-down CLUSTER TGTD_PID   1 rank: a dead shard fails the step, naming it and parameters
     ddp_hook_check.py bad-input CLUSTER             a model larger than the cluster's: a ValueError that sizes it
 
@@ -211,6 +215,68 @@ def bf16(args):
     finish(f"rank {rank} attempt 0")
 
 
+def flat_gradient(layout, model):
+    """The model's gradients as the shards' flat model lays them out (blockps.torch.ModelLayout), f32 on the CPU."""
+    flat = torch.zeros(layout.parameter_blocks * layout.block_elements, dtype=torch.float32)
+    for slot in layout.parameters:
+        flat[slot.offset:slot.end] = slot.tensor.grad.detach().reshape(-1).float().cpu()
+    return flat
+
+
+def sign1_round_trip(flat, block_elements):
+    """decompress(compress(flat)) block by block, with no residual (the first compressed round's)."""
+    packed = torch.zeros(blockps.compressed_block_bytes("sign1", block_elements) * (flat.numel() // block_elements),
+                         dtype=torch.uint8)
+    blockps.compress_blocks("sign1", flat.numpy(), torch.zeros_like(flat).numpy(), packed.numpy(), block_elements)
+    out = torch.zeros_like(flat)
+    blockps.decompress_blocks("sign1", packed.numpy(), out.numpy(), block_elements)
+    return out
+
+
+def compressed(args):
+    """Two backward passes from the same weights (no optimizer step). The first is the shards' warm-up round: the
+    hook's gradients are the f32 average. The second is compressed: each rank compresses its gradient (its residual
+    zero: the warm-up left none), the shards average the decoded pushes (ranks 0, 1: their IQN order) and compress the
+    average (their residual zero too); every rank's gradients must be that, decoded, bit for bit."""
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    check(world == 2, "compressed runs on 2 ranks")
+    cluster = blockps.Cluster(args.cluster, worker=f"rank{rank}")
+    try:
+        blockps.torch.AveragingState(nn.Linear(2, 2), cluster, compression="int8")
+        check(False, "compression='int8' was accepted by shards that run sign1")
+    except ValueError as e:
+        check("runs compress=sign1" in str(e), f"the refusal does not name what the shards run: {e}")
+    local = model_with_batchnorm()
+    model = model_with_batchnorm()
+    ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=0.004)
+    state = blockps.torch.AveragingState(ddp, cluster)
+    ddp.register_comm_hook(state, blockps.torch.averaging_hook)
+    layout = blockps.torch.ModelLayout(local, state.layout.block_elements)
+    for step in range(2):
+        x, y = batch(step, rank)
+        local.zero_grad(set_to_none=True)
+        model.zero_grad(set_to_none=True)
+        F.cross_entropy(local(x), y).backward()
+        F.cross_entropy(ddp(x), y).backward()
+        mine = flat_gradient(layout, local)
+        parts = [torch.empty_like(mine) for _ in range(world)]
+        dist.all_gather(parts, mine)
+        if step == 0:
+            want = (parts[0] + parts[1]) * 0.5
+        else:
+            decoded = [sign1_round_trip(p, layout.block_elements) for p in parts]
+            want = sign1_round_trip((decoded[0] + decoded[1]) * 0.5, layout.block_elements)
+        # The parameters' elements (the last block's rest is padding: zeros pushed, +-scale decoded, never used).
+        n = layout.parameter_elements
+        have, want = flat_gradient(state.layout, model)[:n], want[:n]
+        be = layout.block_elements
+        what = "the warm-up round's f32 average" if step == 0 else "the shards' compressed average"
+        check(torch.equal(have, want), f"step {step}: the hook's gradients are not {what}: worst difference "
+              f"{(have - want).abs().max().item():.3g}")
+    finish(f"rank {rank} attempt 0")
+
+
 def single_rank():
     """A process group of one, rendezvous through a file: no fixed port for tests running side by side."""
     store = tempfile.NamedTemporaryFile(prefix="ddp_hook_check.", delete=False).name
@@ -282,13 +348,14 @@ def main():
     c.add_argument("--optimizers", help="comma-separated (default: every one; on CUDA also adamw-groups" + SCALED + ")")
     c.add_argument("--die-in-attempt-0", type=int)
     sub.add_parser("bf16").add_argument("cluster")
+    sub.add_parser("compressed").add_argument("cluster")
     s = sub.add_parser("shard-down")
     s.add_argument("cluster")
     s.add_argument("tgtd_pid", type=int)
     sub.add_parser("bad-input").add_argument("cluster")
     args = p.parse_args()
     use_device(args.device)
-    {"compare": compare, "bf16": bf16, "shard-down": shard_down, "bad-input": bad_input}[args.mode](args)
+    {"compare": compare, "bf16": bf16, "compressed": compressed, "shard-down": shard_down, "bad-input": bad_input}[args.mode](args)
 
 
 if __name__ == "__main__":

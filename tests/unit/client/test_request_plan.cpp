@@ -111,6 +111,55 @@ TEST(PlanRequest, AnExchangeOfFewBlocksIsAtLeastABlockACommand) {
   }
 }
 
+// A compressed exchange: a WRITE of each block's compressed image at the block's first byte, its READ after it, of
+// the image (an averaging shard) or of the whole block (weights); packed buffers hold the images back to back.
+TEST(PlanCompressedExchange, EachBlockIsOneWriteOfItsImageAndOneReadAfterIt) {
+  // 5 blocks of 1024 f32 and a last one of 256 (5 x 4096 + 1024 bytes), striped over 2 shards.
+  const auto layout = make_layout(LayoutKind::stripe, 5 * kBlock + 1024, kBlock, 2);
+  const CompressedExchange averaged{CompressedFormat::sign1, 4, true}, weights{CompressedFormat::sign1, 4, false};
+  // sign1 of 1024 elements: 16 B of scales and 128 B of bits, padded to 512; of 256: 4 + 32, padded to 512.
+  EXPECT_EQ(packed_bytes(*layout, averaged, 0, 6), 6 * 512u);
+  EXPECT_EQ(packed_bytes(*layout, CompressedExchange{CompressedFormat::int8, 4, true}, 4, 2), 1536u + 512u);
+  std::vector<std::byte> packed(packed_bytes(*layout, averaged, 2, 4)), pulled(packed.size()),
+      block_weights(4 * kBlock);
+  const Buffers buffers{packed.data(), packed.size(), pulled.data(), pulled.size()};
+  ASSERT_TRUE(check_compressed_exchange(*layout, averaged, 2, 4, buffers).ok());
+  const auto parts = plan_compressed_exchange(*layout, averaged, 2, 4, buffers);
+  for (std::size_t s = 0; s < 2; ++s) {
+    const ShardCommands& part = parts[s];
+    ASSERT_EQ(part.commands.size(), 4u) << "two blocks of each shard: two WRITEs, then their READs";
+    for (std::size_t w = 0; w < 2; ++w) {
+      const std::uint64_t block = 2 + s + 2 * w;  // stripe: shard s holds the blocks b with b % 2 == s
+      const LuCommand& write = part.commands[w];
+      const LuCommand& read = part.commands[2 + w];
+      EXPECT_EQ(write.direction, IoDirection::write);
+      EXPECT_EQ(write.offset, layout->place(block).shard_offset);
+      EXPECT_EQ(write.bytes(), 512u);
+      EXPECT_EQ(write.segments[0].data - packed.data(), static_cast<std::ptrdiff_t>((block - 2) * 512));
+      EXPECT_EQ(read.direction, IoDirection::read);
+      EXPECT_EQ(read.after, w);
+      EXPECT_EQ(read.offset, write.offset);
+      EXPECT_EQ(read.segments[0].data - pulled.data(), write.segments[0].data - packed.data());
+      EXPECT_EQ(read.bytes(), 512u);
+    }
+  }
+  // Weights back: each READ takes the whole block into the wire-dtype buffer.
+  const Buffers for_weights{packed.data(), packed.size(), block_weights.data(), block_weights.size() - 3072};
+  ASSERT_TRUE(check_compressed_exchange(*layout, weights, 2, 4, for_weights).ok())
+      << check_compressed_exchange(*layout, weights, 2, 4, for_weights).message();
+  const auto weight_parts = plan_compressed_exchange(*layout, weights, 2, 4, for_weights);
+  const LuCommand& last_read = weight_parts[1].commands[3];  // block 5, the short one
+  EXPECT_EQ(last_read.bytes(), 1024u);
+  EXPECT_EQ(last_read.segments[0].data - block_weights.data(), static_cast<std::ptrdiff_t>(3 * kBlock));
+  // Refusals name the buffer and the sizes.
+  const Buffers short_push{packed.data(), 100, pulled.data(), pulled.size()};
+  EXPECT_EQ(
+      check_compressed_exchange(*layout, averaged, 2, 4, short_push).message(),
+      "exchange_compressed: the compressed gradient buffer (sign1) holds 100 bytes, blocks [2, 6) are 2048 bytes");
+  EXPECT_EQ(check_compressed_exchange(*layout, averaged, 5, 2, buffers).message(),
+            "exchange_compressed: blocks [5, 7) are outside the model's 6 blocks");
+}
+
 TEST(Transfers, NamesAndLus) {
   EXPECT_STREQ(name_of(Transfer::assign_weights), "write_weights");
   EXPECT_TRUE(writes(Transfer::exchange));

@@ -32,6 +32,7 @@ import threading
 
 import torch
 
+from .compression import shards_compression
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, wire_buffer, wire_element_bytes
 from .worker import exchanger, open_for_job, open_worker, torchrun_identity
@@ -55,9 +56,11 @@ class AveragingState:
     the shards serve one job at a time and refuse another's. takeover: claim the shards even though another job
     holds them (that job's next command is refused). The shards must average (opt=average): checked here, before
     any push. host_aggregation: combine the gradients of a host's ranks before the host's leader pushes (see the
-    module's doc)."""
+    module's doc). compression: None (default) follows the shards' compress= (blockps/torch/compression.py: after
+    their compress_after full-precision rounds each block goes compressed both ways, with this worker's error
+    feedback); 'none', 'sign1' or 'int8' must be what they run (ValueError otherwise)."""
 
-    def __init__(self, model, cluster, *, job=None, takeover=False, host_aggregation=True):
+    def __init__(self, model, cluster, *, job=None, takeover=False, host_aggregation=True, compression=None):
         rank, _, _ = torchrun_identity()
 
         def open_checked():
@@ -88,7 +91,15 @@ class AveragingState:
             for b in layout.blocks_of(s):
                 self.parameters_per_block[b] += 1
         self.lock = threading.Lock()
-        self.exchange = exchanger(self.cluster, self.host, elements, layout.block_elements, wire)
+        compressed = None
+        if self.cluster is not None:  # this rank exchanges with the shards: it compresses as they say
+            fmt, after = shards_compression(self.cluster, compression, user="blockps.torch.averaging_hook")
+            if fmt is not None and shape.dtype != "f32":
+                raise ValueError(f"blockps: blockps.torch.averaging_hook: the shards run compress={fmt} over dtype="
+                                 f"{shape.dtype}; the hook compresses f32 gradients: give the shards dtype=f32")
+            if fmt is not None:
+                compressed = (fmt, after, "average", f"averaging hook, rank {rank}")
+        self.exchange = exchanger(self.cluster, self.host, elements, layout.block_elements, wire, compressed)
         self._new_step()
         self._start_rounds(rank)
 

@@ -5,6 +5,7 @@ import os
 
 from .._blockps import Cluster, MismatchError
 from ..jobs import launcher_job_name
+from .compression import CompressedExchange
 from .host import HostExchange, host_of_this_rank, leader_opens
 from .wire import bytes_of
 
@@ -61,10 +62,17 @@ class ClusterExchange:
         return self.cluster.exchange_blocks_async(first, count, bytes_of(grads), bytes_of(pulled), on_done)
 
 
-def exchanger(cluster, host, elements, block_elements, wire_dtype):
+def exchanger(cluster, host, elements, block_elements, wire_dtype, compressed=None):
     """The exchange of a worker path: the cluster's own (host None), or through the ranks of `host`, where the
-    cluster is the leader's (None on the other local ranks)."""
+    cluster is the leader's (None on the other local ranks). `compressed`: (format, compress_after, pull, worker) of
+    shards with compress= (blockps/torch/compression.py): the cluster's part compresses (on a host: the leader's,
+    after the host's sum)."""
+    def shards_part():
+        if compressed is None:
+            return ClusterExchange(cluster)
+        fmt, after, pull, worker = compressed
+        return CompressedExchange(cluster, fmt, after, elements, block_elements, pull, worker)
     if host is None:
-        return ClusterExchange(cluster)
-    leader_part = ClusterExchange(cluster).exchange_async if host.is_leader else None
+        return shards_part()
+    leader_part = shards_part().exchange_async if host.is_leader else None
     return HostExchange(host, elements, block_elements, wire_dtype, leader_part)
