@@ -30,9 +30,16 @@ Result<CheckpointHeader> shard_header(const CheckpointFileHeader& file, const st
 
 }  // namespace
 
+namespace {
+// Whether the shard's checkpoints keep its residuals, after the optimizer's slots.
+bool keeps_residuals(const ShardConfig& config) {
+  return config.optimizer.kind == OptimizerKind::average && config.rounds.compress.has_value();
+}
+}  // namespace
+
 CheckpointGeometry checkpoint_geometry(const ShardConfig& config) {
   return {config.geometry.elements(), config.geometry.block_elements(),
-          static_cast<std::uint32_t>(state_slots(config.optimizer.kind))};
+          static_cast<std::uint32_t>(state_slots(config.optimizer.kind) + (keeps_residuals(config) ? 1 : 0))};
 }
 
 Result<CheckpointHeader> read_checkpoint_header(const std::string& path) {
@@ -58,8 +65,24 @@ Status load_checkpoint(const std::string& path, ModelShard& shard) {
   });
 }
 
+Status load_checkpoint_residuals(const std::string& path, CompressedAverages& averages) {
+  bool has_residuals = false;
+  std::uint32_t slot = 0;  // the residuals' state slot, after the optimizer's
+  const auto body_geometry = [&](const CheckpointFileHeader& file) -> Result<CheckpointGeometry> {
+    const Result<CheckpointHeader> header = shard_header(file, path);
+    if (!header.ok()) return header.status();
+    has_residuals = keeps_residuals(header->config);
+    slot = static_cast<std::uint32_t>(state_slots(header->config.optimizer.kind));
+    return checkpoint_geometry(header->config);
+  };
+  return read_checkpoint_file(path, body_geometry, [&](const CheckpointBlockRecord& r) -> Status {
+    if (!has_residuals || averages.restore_residual(r.index, r.state[slot])) return Status::Ok();
+    return Status::Error(path + ": block " + std::to_string(r.index) + "'s residuals do not fit the shard");
+  });
+}
+
 Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
-                                           const ShardTenancy& tenancy) {
+                                           const ShardTenancy& tenancy, const CompressedAverages* residuals) {
   const CheckpointGeometry geometry = checkpoint_geometry(config);
   CheckpointWritten written;
   // Each block is copied out under its lock and written after the lock is released: a push to a block never
@@ -69,9 +92,14 @@ Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelS
     const bool visited = shard.visit_block(b, [&](const BlockView& v) {
       r.step = v.step;
       staged.assign(v.weights.begin(), v.weights.end());
-      for (std::uint32_t s = 0; s < geometry.state_slots; ++s)
+      for (int s = 0; s < state_slots(config.optimizer.kind); ++s)
         staged.insert(staged.end(), v.state[s].begin(), v.state[s].end());
     });
+    if (keeps_residuals(config)) {
+      const std::size_t n = shard.geometry().elements_in_block(b);
+      const std::vector<float> residual = residuals ? residuals->residual(b) : std::vector<float>(n, 0.0f);
+      staged.insert(staged.end(), residual.begin(), residual.end());
+    }
     // A GPU engine that failed stops the visit: that must not pass for a whole checkpoint.
     if (!visited)
       return Status::Error(path + ": checkpoint not written: block " + std::to_string(b) +

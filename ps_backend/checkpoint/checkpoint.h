@@ -11,6 +11,7 @@
 #include "contract/checkpoint_file.h"
 #include "contract/result.h"
 #include "ps_backend/config/shard_config.h"
+#include "ps_backend/rounds/compressed_averages.h"
 
 namespace blockps {
 
@@ -20,7 +21,9 @@ struct CheckpointHeader {
   ShardTenancy tenancy;  // a format 1 file: unclaimed, no place
 };
 
-/// The body's geometry of a shard with this config: its f32 elements, its block's and its optimizer's state slots.
+/// The body's geometry of a shard with this config: its f32 elements, its block's, and its state slots: the
+/// optimizer's, and for an averaging shard with compress= one more, its residuals (CompressedAverages: the error
+/// feedback of its compressed averages).
 CheckpointGeometry checkpoint_geometry(const ShardConfig& config);
 
 /// Read and check only the header (to compare configs before allocating a shard): the file's fields, its options
@@ -31,15 +34,19 @@ Result<CheckpointHeader> read_checkpoint_header(const std::string& path);
 /// or the reason (truncated, CRC mismatch: invalid_argument; I/O error: io; another shape: mismatch). On error the
 /// shard's contents are unspecified: load into a shard that is not yet serving.
 Status load_checkpoint(const std::string& path, ModelShard& shard);
+/// An averaging shard's residuals from the checkpoint at `path` into `averages`. Ok, restoring nothing, when the
+/// file holds none (written without compress=); errors as load_checkpoint.
+Status load_checkpoint_residuals(const std::string& path, CompressedAverages& averages);
 
 /// What a checkpoint written holds, as the status page reports it.
 struct CheckpointWritten {
   std::uint64_t block_steps = 0;  // the blocks' step counts in the file, summed (each taken under its block's lock)
 };
 
-/// Write `shard` with `config` and `tenancy` in its header; what it wrote, or the reason. The old file stays
-/// intact on any failure.
+/// Write `shard` with `config` and `tenancy` in its header, and `residuals` where the config keeps them (an averaging
+/// shard with compress=; zeros when null); what it wrote, or the reason. The old file stays intact on any failure.
 Result<CheckpointWritten> write_checkpoint(const std::string& path, const ModelShard& shard, const ShardConfig& config,
-                                           const ShardTenancy& tenancy = {});
+                                           const ShardTenancy& tenancy = {},
+                                           const CompressedAverages* residuals = nullptr);
 
 }  // namespace blockps

@@ -34,7 +34,7 @@ struct RoundContext {
         members(rounds),
         parking(rounds.worker_timeout_ms),
         compressed_averages(rounds.compress && shard.params().kind == OptimizerKind::average
-                                ? std::make_unique<CompressedAverages>(geometry, *rounds.compress)
+                                ? std::make_shared<CompressedAverages>(geometry, *rounds.compress)
                                 : nullptr) {}
 
   ModelShard& model;
@@ -56,7 +56,8 @@ struct RoundContext {
 
   // An averaging shard with compress=: its compressed rounds' averages as READs return them, and its residuals.
   // Null otherwise (an optimizer shard's READs return weights, compressed rounds or not).
-  const std::unique_ptr<CompressedAverages> compressed_averages;
+  // Shared with the shard, whose checkpoints keep the residuals (also the last one, written after the rounds ended).
+  const std::shared_ptr<CompressedAverages> compressed_averages;
 
   /// Without the lock: an update was not applied (`why` names the block); logged, and the shard fails commands.
   void failed_to_apply(const std::string& why);

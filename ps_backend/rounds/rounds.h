@@ -110,6 +110,7 @@ class Rounds {
   /// An averaging shard's compressed rounds (compress=): what its grad LU's READs return; null otherwise.
   const CompressedAverages* compressed_averages() const { return ctx_.compressed_averages.get(); }
   CompressedAverages* compressed_averages() { return ctx_.compressed_averages.get(); }
+  std::shared_ptr<CompressedAverages> shared_compressed_averages() const { return ctx_.compressed_averages; }
   RoundsStatus status() const;
 
  private:

@@ -18,7 +18,11 @@ ServedShard::ServedShard(std::string path, const ShardConfig& config, std::uniqu
       claim_(config.claim_idle_s),
       refusals_(status_page::kRecentRefusals),
       checkpoints_({.path = path_,
-                    .write = [this] { return write_checkpoint(path_, *model_, this->config(), tenancy()); },
+                    .write =
+                        [this] {
+                          return write_checkpoint(path_, *model_, this->config(), tenancy(),
+                                                  compressed_averages_.get());
+                        },
                     .copy_to = [this] { return this->config().checkpoint_copy; },
                     .written = &counters_.checkpoints,
                     .failed = &counters_.checkpoint_errors}) {}
@@ -42,6 +46,7 @@ Result<std::shared_ptr<ServedShard>> ServedShard::create(const std::string& path
     if (Status loaded = opening->from_checkpoint ? shard->load(*opening) : shard->initialise(); !loaded.ok())
       return loaded;
     shard->start_rounds();
+    if (Status residuals = shard->restore_residuals(opening->from_checkpoint); !residuals.ok()) return residuals;
     shard->serving_ = true;
     if (opening->config.checkpoint_s > 0) shard->checkpoints_.start_periodic(opening->config.checkpoint_s);
     return shard;
@@ -78,6 +83,20 @@ void ServedShard::start_rounds() {
     counters_.note_aggregation(ns);
     note_mutation();
   });
+  compressed_averages_ = rounds_->shared_compressed_averages();
+}
+
+Status ServedShard::restore_residuals(bool from_checkpoint) {
+  if (!compressed_averages_) return Status::Ok();
+  if (from_checkpoint) {
+    if (Status loaded = load_checkpoint_residuals(path_, *compressed_averages_); !loaded.ok()) return loaded;
+    log_line(path_ + ": compress=" + std::string(to_string(compressed_averages_->format())) +
+             ": the averages' residuals (error feedback) restored from the checkpoint (zero where it kept none)");
+  } else {
+    log_line(path_ + ": compress=" + std::string(to_string(compressed_averages_->format())) +
+             ": the averages' residuals (error feedback) start at zero");
+  }
+  return Status::Ok();
 }
 
 ServedShard::~ServedShard() {

@@ -142,6 +142,9 @@ class ServedShard {
   Status load(const ShardOpening& opening);
   Status initialise();
   void start_rounds();
+  /// After start_rounds(): an averaging shard with compress= takes its residuals from its checkpoint (or zeros), and
+  /// says which.
+  Status restore_residuals(bool from_checkpoint);
   /// The checkpoint a FUA write asks for: GOOD, or MEDIUM ERROR, WRITE ERROR.
   LuOutcome made_durable();
   /// A grad-LU command the rounds refused, in one sentence: what, why, the workers counted, what to change.
@@ -152,6 +155,9 @@ class ServedShard {
   ShardConfig config_;
   std::unique_ptr<ModelShard> model_;  // never null
   std::unique_ptr<Rounds> rounds_;     // after model_: it applies rounds to it
+  // An averaging shard's compressed averages with their residuals (compress=), shared with its rounds: checkpoints
+  // keep the residuals, the last one after the rounds have ended. Null otherwise.
+  std::shared_ptr<CompressedAverages> compressed_averages_;
   ShardCounters counters_;
   const std::uint64_t started_unix_;
   JobClaim claim_;

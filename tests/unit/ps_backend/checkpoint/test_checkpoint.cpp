@@ -3,6 +3,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -62,6 +63,49 @@ TEST(Checkpoint, RoundTripKeepsWeightsStateAndSteps) {
 
 // The job that holds the shard and its place survive a restart from the checkpoint: the job's new sessions join
 // at once, other jobs are refused, and the shard still knows its place.
+// An averaging shard with compress= keeps its residuals (the error feedback of its compressed averages) as one more
+// state slot: a shard started from the file goes on with them; a file written without compress= gives zeros.
+TEST(Checkpoint, AnAveragingShardWithCompressKeepsItsResiduals) {
+  TempDir dir;
+  const std::string path = dir.file("avg.ckpt");
+  auto a = make_shard(path, "role=grad;size=8K;block=4K;opt=average;mode=sync;workers=2;compress=sign1");
+  ASSERT_TRUE(a && a->rounds() && a->rounds()->compressed_averages());
+  // Two workers' compressed blocks: their average is no longer one magnitude a chunk, so compressing it leaves a
+  // residual (one worker's decoded block would compress back exactly).
+  for (std::uint64_t w = 0; w < 2; ++w) {
+    std::vector<float> g(1024);
+    for (std::size_t i = 0; i < g.size(); ++i) g[i] = static_cast<float>((i + w * 3) % 7) - 2.5f * (1.0f + w);
+    std::vector<std::byte> packed(compressed_block_bytes(CompressedFormat::sign1, g.size()));
+    ASSERT_TRUE(compress(CompressedFormat::sign1, g, {}, packed).ok());
+    const WorkerRef worker{1, 7 + w, "iqn.2026-11.io.blockps:w" + std::to_string(w)};
+    ASSERT_EQ(a->rounds()->admit_push(&packed, worker, 4096, packed.size()), Admission::run);
+    ASSERT_EQ(a->push(4096, packed, &packed).status, scsi::kGood);
+  }
+  const std::vector<float> residual = a->rounds()->compressed_averages()->residual(1);
+  ASSERT_TRUE(std::any_of(residual.begin(), residual.end(), [](float r) { return r != 0.0f; }));
+  ASSERT_EQ(error_text(a->checkpoint()), "");
+  const Result<CheckpointFileHeader> header = read_checkpoint_file_header(path);
+  ASSERT_TRUE(header.ok() && header->geometry) << header.message();
+  EXPECT_EQ(header->geometry->state_slots, 1u) << "opt=average keeps no optimizer state: the slot is the residuals'";
+
+  std::filesystem::copy_file(path, dir.file("copy.ckpt"));
+  auto b = make_shard(dir.file("copy.ckpt"), "role=grad");
+  ASSERT_TRUE(b && b->rounds() && b->rounds()->compressed_averages());
+  EXPECT_EQ(b->rounds()->compressed_averages()->residual(1), residual);
+  EXPECT_EQ(b->rounds()->compressed_averages()->residual(0), std::vector<float>(1024, 0.0f));
+
+  // The same shard's file without compress=, opened with it: no residuals kept, so they start at zero.
+  const std::string plain = dir.file("plain.ckpt");
+  auto c = make_shard(plain, "role=grad;size=8K;block=4K;opt=average;mode=sync;workers=1");
+  ASSERT_TRUE(c);
+  c->note_mutation();
+  ASSERT_EQ(error_text(c->checkpoint()), "");
+  std::filesystem::copy_file(plain, dir.file("plain-copy.ckpt"));
+  auto d = make_shard(dir.file("plain-copy.ckpt"), "role=grad;mode=sync;compress=sign1");
+  ASSERT_TRUE(d && d->rounds() && d->rounds()->compressed_averages());
+  EXPECT_EQ(d->rounds()->compressed_averages()->residual(1), std::vector<float>(1024, 0.0f));
+}
+
 TEST(Checkpoint, HolderAndPlaceRoundTrip) {
   TempDir dir;
   const std::string path = dir.file("m.ckpt");
