@@ -90,6 +90,13 @@ TEST_F(TorchOptimizerTest, Bf16WireRoundsAsTheWireDoes) {
   run_check({"exact", local_.cluster_file(), "--wire", "bf16"});
 }
 
+// compress=sign1 after one warm-up round (issue 50): the warm-up step adds the f32 gradient, the later ones what the
+// shards decode from the worker's compressed push with its error feedback, bit for bit; the direct and staging paths.
+TEST_F(TorchOptimizerTest, CompressedPushesAddWhatTheShardsDecodeAfterTheWarmUp) {
+  ASSERT_NO_FATAL_FAILURE(start("opt=sum;mode=sync;workers=1;compress=sign1;compress_after=1"));
+  run_check({"compressed", local_.cluster_file()});
+}
+
 TEST_F(TorchOptimizerTest, OneWorkerMatchesTorchOptimSgd) {
   ASSERT_NO_FATAL_FAILURE(start("opt=sgd;lr=0.1;weight_decay=0.01"));
   run_check({"match", local_.cluster_file(), "sgd"});

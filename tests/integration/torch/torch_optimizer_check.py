@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -105,6 +106,40 @@ def exact(args):
         check(torch.equal(p.detach(), want), f"{name}: weights after one step are not w0 + g exactly "
                                              f"(max diff {(p.detach() - want).abs().max().item()})")
     print(f"exact ({'staging' if args.staging else 'direct'}, {args.wire}): {sent} blocks sent during backward")
+
+
+def compressed(args):
+    """opt=sum shards in mode=sync (one worker) with compress=sign1;compress_after=1: the warm-up step adds the
+    gradient exactly; each later step adds what the shards decode from this worker's compressed push: its gradient
+    plus its residual (error feedback), compressed block by block in the flat layout, recomputed here."""
+    model = small_cnn()
+    opt = blockps.torch.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0), model, args.cluster,
+                                             bucket_bytes=1, staging=args.staging, check_optimizer=False)
+    layout = opt.layout
+    n = layout.parameter_blocks * layout.block_elements
+    residual = np.zeros(n, np.float32)
+    for step in range(3):
+        before = {name: p.detach().clone() for name, p in model.named_parameters()}
+        train_step(model, opt, step)
+        flat = np.zeros(n, np.float32)
+        for slot in layout.parameters:
+            flat[slot.offset:slot.end] = slot.tensor.grad.detach().reshape(-1).cpu().numpy()
+        if step == 0:
+            sent = flat
+        else:
+            packed = np.zeros(blockps.compressed_block_bytes("sign1", layout.block_elements) * layout.parameter_blocks,
+                              np.uint8)
+            blockps.compress_blocks("sign1", flat, residual, packed, layout.block_elements)
+            sent = np.zeros(n, np.float32)
+            blockps.decompress_blocks("sign1", packed, sent, layout.block_elements)
+        opt.step()
+        for slot in layout.parameters:
+            want = before[slot.name] + torch.from_numpy(sent[slot.offset:slot.end]).view_as(before[slot.name]).to(DEVICE)
+            have = slot.tensor.detach()
+            check(torch.equal(have, want), f"step {step}: {slot.name} is not w + the {'decoded' if step else 'f32'} "
+                  f"push (max diff {(have - want).abs().max().item():.3g})")
+    check(np.any(residual), "the compressed steps left no residual")
+    print(f"compressed ({'staging' if args.staging else 'direct'}): a warm-up step and 2 sign1 steps exact")
 
 
 def parameters_and_buffers(model):
@@ -552,6 +587,9 @@ def main():
     r = sub.add_parser("checkpoint-resume")
     r.add_argument("cluster")
     r.add_argument("out")
+    z = sub.add_parser("compressed")
+    z.add_argument("cluster")
+    z.add_argument("--staging", action="store_true")
     n = sub.add_parser("cannot")
     n.add_argument("cluster")
     n.add_argument("--staging", action="store_true")
@@ -559,7 +597,7 @@ def main():
     use_device(args.device)
     {"exact": exact, "match": match, "early-forward": early_forward, "worker": worker, "compare": compare,
      "shard-down": shard_down, "checkpoint-export": checkpoint_export, "checkpoint-import": checkpoint_import,
-     "checkpoint-resume": checkpoint_resume, "bad-input": bad_input, "cannot": cannot}[args.mode](args)
+     "checkpoint-resume": checkpoint_resume, "bad-input": bad_input, "cannot": cannot, "compressed": compressed}[args.mode](args)
     print("every check passed", flush=True)
 
 

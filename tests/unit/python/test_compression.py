@@ -20,7 +20,8 @@ class Shards:
         self.settings, self.block_elements, self.calls = settings, block_elements, []
 
     def status_pages(self):
-        return [(f"shard{i}", json.dumps({"shard": {"settings": s}})) for i, s in enumerate(self.settings)]
+        return [(f"shard{i}", json.dumps({"shard": {"settings": s}, "rounds": {"rounds_min": 3 + i}}))
+                for i, s in enumerate(self.settings)]
 
     def packed_bytes(self, fmt, first, count):
         return count * blockps.compressed_block_bytes(fmt, self.block_elements)
@@ -41,9 +42,10 @@ def sign1(after=0):
 
 
 def test_the_shards_say_the_format_and_the_warm_up_and_a_worker_that_asks_for_another_is_refused():
-    assert shards_compression(Shards([sign1(5), sign1(5)])) == ("sign1", 5)
-    assert shards_compression(Shards([{"compress": "none", "compress_after": "0"}])) == (None, 0)
-    assert shards_compression(Shards([sign1(5)]), asked="sign1") == ("sign1", 5)
+    # The rounds: the fewest any shard's blocks had (shard0 3, shard1 4): where each block's count starts.
+    assert shards_compression(Shards([sign1(5), sign1(5)])) == ("sign1", 5, 3)
+    assert shards_compression(Shards([{"compress": "none", "compress_after": "0"}])) == (None, 0, 3)
+    assert shards_compression(Shards([sign1(5)]), asked="sign1") == ("sign1", 5, 3)
     with pytest.raises(ValueError, match="shard shard1 runs compress=sign1;compress_after=6, shard shard0"):
         shards_compression(Shards([sign1(5), sign1(6)]))
     with pytest.raises(ValueError, match="compression='int8', but shard shard0 runs compress=sign1"):
@@ -55,7 +57,8 @@ def test_the_shards_say_the_format_and_the_warm_up_and_a_worker_that_asks_for_an
 def test_blocks_go_plain_through_the_warm_up_then_compressed_with_the_workers_error_feedback(capsys):
     shards = Shards([sign1(1)])
     exchange = CompressedExchange(shards, "sign1", 1, 3 * 1024, 1024, "average", "test worker")
-    assert "test worker: compress=sign1 after 1 full-precision rounds" in capsys.readouterr().err
+    assert "test worker: compress=sign1 after 1 full-precision rounds of each block (from round 0)" in \
+        capsys.readouterr().err
     x = torch.tensor(np.random.default_rng(1).standard_normal(3 * 1024), dtype=torch.float32)
     out = torch.zeros_like(x)
     done = []

@@ -7,22 +7,30 @@ feedback: its residual (what compressing a block left out, per element, in f32) 
 gradient. A worker that starts (or restarts) starts its residual at zero, and says so. With host aggregation the
 host's leader compresses once, after the host's sum (it alone keeps a residual).
 """
+import json
 import sys
 import threading
 
 import numpy as np
 
 from .._blockps import compress_blocks, compressed_block_bytes, decompress_blocks
-from ..shard_settings import shard_options
 
 FORMATS = ("sign1", "int8")
 
 
 def shards_compression(cluster, asked=None, user="blockps.torch"):
-    """(format, compress_after) every shard of `cluster` runs (format None: no compress=). `asked` (None: follow the
-    shards; "none", "sign1" or "int8") must be what they run: ValueError otherwise, naming the shard."""
-    runs = [(shard, opts.get("compress", "none"), int(opts.get("compress_after", "0")))
-            for shard, opts in shard_options(cluster)]
+    """(format, compress_after, rounds) every shard of `cluster` runs (format None: no compress=), and the fewest
+    rounds any block has had on them (each block's round count starts there: the warm-up is counted from the shards'
+    rounds, which a job's start or reset-rounds sets to 0, and a shard started from a checkpoint to its steps).
+    `asked` (None: follow the shards; "none", "sign1" or "int8") must be what they run: ValueError otherwise, naming
+    the shard."""
+    runs, rounds = [], None
+    for shard, page in cluster.status_pages():
+        parsed = json.loads(page)
+        opts = parsed["shard"]["settings"]
+        runs.append((shard, opts.get("compress", "none"), int(opts.get("compress_after", "0"))))
+        shard_rounds = parsed.get("rounds", {}).get("rounds_min", 0)
+        rounds = shard_rounds if rounds is None else min(rounds, shard_rounds)
     if asked is not None and asked not in FORMATS + ("none",):
         raise ValueError(f"blockps: {user}: compression={asked!r}: must be None (as the shards run), 'none', "
                          f"'sign1' or 'int8'")
@@ -36,7 +44,7 @@ def shards_compression(cluster, asked=None, user="blockps.torch"):
         raise ValueError(f"blockps: {user}: compression={asked!r}, but shard {first_shard} runs compress={fmt}: the "
                          f"shards decide what their rounds take (set compress= in their bsopts, or pass "
                          f"compression=None to follow them)")
-    return (None if fmt == "none" else fmt), after
+    return (None if fmt == "none" else fmt), after, rounds or 0
 
 
 class _Exchanges:
@@ -83,18 +91,19 @@ class CompressedExchange:
     worker's error feedback, and what comes back is decoded into `pulled` (pull="average": an averaging shard's
     compressed average; "weights": an optimizer shard's weights, read as they are)."""
 
-    def __init__(self, cluster, fmt, after, elements, block_elements, pull="average", worker="this worker"):
+    def __init__(self, cluster, fmt, after, elements, block_elements, pull="average", worker="this worker",
+                 first_round=0):
         self.cluster, self.format, self.after, self.pull = cluster, fmt, after, pull
         self.block_elements = block_elements
         blocks = -(-elements // block_elements)
-        self.rounds = [0] * blocks  # per block: rounds this worker sent it in
+        self.rounds = [first_round] * blocks  # per block: the round its next exchange joins
         self.residual = np.zeros(elements, np.float32)
         self.block_bytes = compressed_block_bytes(fmt, block_elements)
         packed = cluster.packed_bytes(fmt, 0, blocks)
         self.packed_push = np.zeros(packed, np.uint8)
         self.packed_pull = np.zeros(packed, np.uint8)
-        print(f"blockps: {worker}: compress={fmt} after {after} full-precision rounds of each block; this worker's "
-              "residual (its error feedback) starts at zero", file=sys.stderr, flush=True)
+        print(f"blockps: {worker}: compress={fmt} after {after} full-precision rounds of each block (from round "
+              f"{first_round}); this worker's residual (its error feedback) starts at zero", file=sys.stderr, flush=True)
 
     def exchange_async(self, first, count, grads, pulled, on_done=None):
         runs = []  # (first, end, compressed) of consecutive blocks in the same form
@@ -136,11 +145,3 @@ class CompressedExchange:
             done(error)
         target = back if self.pull == "average" else pulled.numpy()
         return self.cluster.exchange_compressed_blocks_async(lo, hi - lo, self.format, self.pull, push, target, landed)
-
-
-def compressed_exchanger(cluster, fmt, after, elements, block_elements, pull, worker):
-    """The exchange over `cluster` for shards with compress=`fmt` (a CompressedExchange), or None for none."""
-    if fmt is None:
-        return None
-    return CompressedExchange(cluster, fmt, after, elements, block_elements, pull, worker)
-

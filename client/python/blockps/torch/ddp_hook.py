@@ -93,12 +93,13 @@ class AveragingState:
         self.lock = threading.Lock()
         compressed = None
         if self.cluster is not None:  # this rank exchanges with the shards: it compresses as they say
-            fmt, after = shards_compression(self.cluster, compression, user="blockps.torch.averaging_hook")
+            fmt, after, _ = shards_compression(self.cluster, compression, user="blockps.torch.averaging_hook")
             if fmt is not None and shape.dtype != "f32":
                 raise ValueError(f"blockps: blockps.torch.averaging_hook: the shards run compress={fmt} over dtype="
                                  f"{shape.dtype}; the hook compresses f32 gradients: give the shards dtype=f32")
             if fmt is not None:
-                compressed = (fmt, after, "average", f"averaging hook, rank {rank}")
+                # Rank 0's reset-rounds (below) starts every block's rounds at 0.
+                compressed = (fmt, after, "average", f"averaging hook, rank {rank}", 0)
         self.exchange = exchanger(self.cluster, self.host, elements, layout.block_elements, wire, compressed)
         self._new_step()
         self._start_rounds(rank)

@@ -74,6 +74,7 @@ import torch
 from ..shard_settings import shard_options
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, bytes_of, wire_buffer, wire_element_bytes
+from .compression import shards_compression
 from .worker import exchanger, open_for_job, open_worker, torchrun_identity
 
 _USE_THE_HOOK = ("use DistributedDataParallel with blockps.torch.averaging_hook over opt=average shards instead: the "
@@ -146,7 +147,10 @@ class DistributedOptimizer(torch.optim.Optimizer):
     staging: force copies through staging buffers even for f32 CPU parameters (the CUDA path's code, testable
     on a CPU). check_optimizer: compare the optimizer with the shards' bsopts. job, takeover: the job that claims
     the shards, and whether it takes them from another job (blockps/jobs.py; as AveragingState). host_aggregation:
-    combine the gradients of a host's ranks before its leader pushes (blockps/torch/host.py).
+    combine the gradients of a host's ranks before its leader pushes (blockps/torch/host.py). compression: None
+    (default) follows the shards' compress= (blockps/torch/compression.py: after their compress_after full-precision
+    rounds, each block's push goes compressed with this rank's error feedback; the pulled weights stay in the wire
+    dtype); 'none', 'sign1' or 'int8' must be what they run (ValueError otherwise).
 
     early_forward: step() returns once the step's sends are out, without waiting for the pulls, so the next
     forward can start while the last exchanges run. A forward pre-hook on each module that itself holds parameters
@@ -164,7 +168,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
                  backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False,
-                 host_aggregation=True, early_forward=False):
+                 host_aggregation=True, early_forward=False, compression=None):
         self.rank, self.world_size, restarts = torchrun_identity()
         if cluster is None:
             cluster = os.environ.get("BLOCKPS_CLUSTER")
@@ -214,7 +218,17 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._passes_per_step = backward_passes_per_step
         self._lock = threading.Lock()
         self._ops = []  # (first block, end block, blockps Operation) of this step
-        self._exchange_path = exchanger(self.cluster, self.host, self.elements, block_elements, wire)
+        compressed = None
+        if self.cluster is not None:  # this rank exchanges with the shards: it compresses its pushes as they say
+            fmt, after, first_round = shards_compression(self.cluster, compression,
+                                                         user="blockps.torch.DistributedOptimizer")
+            if fmt is not None and wire != torch.float32:
+                raise ValueError(f"blockps: blockps.torch.DistributedOptimizer: the shards run compress={fmt} over "
+                                 f"dtype={shape.dtype}; compressed pushes are made from f32 gradients: give the shards "
+                                 "dtype=f32")
+            if fmt is not None:
+                compressed = (fmt, after, "weights", f"DistributedOptimizer, rank {self.rank}", first_round)
+        self._exchange_path = exchanger(self.cluster, self.host, self.elements, block_elements, wire, compressed)
         self._submitter = None
         if cuda:
             self._queue = queue.Queue()

@@ -64,14 +64,14 @@ class ClusterExchange:
 
 def exchanger(cluster, host, elements, block_elements, wire_dtype, compressed=None):
     """The exchange of a worker path: the cluster's own (host None), or through the ranks of `host`, where the
-    cluster is the leader's (None on the other local ranks). `compressed`: (format, compress_after, pull, worker) of
-    shards with compress= (blockps/torch/compression.py): the cluster's part compresses (on a host: the leader's,
-    after the host's sum)."""
+    cluster is the leader's (None on the other local ranks). `compressed`: (format, compress_after, pull, worker,
+    first round) of shards with compress= (blockps/torch/compression.py): the cluster's part compresses (on a host:
+    the leader's, after the host's sum)."""
     def shards_part():
         if compressed is None:
             return ClusterExchange(cluster)
-        fmt, after, pull, worker = compressed
-        return CompressedExchange(cluster, fmt, after, elements, block_elements, pull, worker)
+        fmt, after, pull, worker, first_round = compressed
+        return CompressedExchange(cluster, fmt, after, elements, block_elements, pull, worker, first_round)
     if host is None:
         return shards_part()
     leader_part = shards_part().exchange_async if host.is_leader else None
