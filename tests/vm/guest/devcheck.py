@@ -12,6 +12,14 @@ buffers): what a worker of any framework does. Exit 0 when the check holds, 1 wi
       READ_DEV (the weights and grad LUs of that shard, over any transport).
   devcheck.py fsync GRAD_DEV CHECKPOINT_FILE
       fsync() of a grad device (SYNCHRONIZE CACHE) after a push writes the shard's checkpoint file.
+  devcheck.py compressed GRAD_DEV WEIGHTS_DEV [--block BYTES]
+      An averaging shard with compress=sign1;compress_after=1 and one worker (this check's session), block 0
+      (docs/OPTIONS.md, "Compressed blocks"): round 0, the warm-up, is a pwrite of the f32 block and its pread is
+      the average, the block itself; in round 1 a pwrite of the f32 block is refused (an I/O error: ILLEGAL
+      REQUEST), the block's sign1 image (made here with numpy from the documented layout) written at the block's
+      first byte is served, and the pread of the same bytes gives the shard's compressed average, which decodes to
+      what was pushed (one worker's average); the rest of the block reads as zeros, and the weights LU holds the
+      decoded average.
   devcheck.py fence STATUS_DEV MEMBER_GRAD_DEV OTHER_GRAD_DEV [--offset BYTES]
       A job claimed through STATUS_DEV (the control line job=NAME: it binds the kernel's session of that device)
       fences the shard: a push through MEMBER_GRAD_DEV (the same session) is served, one through OTHER_GRAD_DEV
@@ -121,6 +129,80 @@ def check_fsync(a):
           f"inode {before.st_ino} -> {after.st_ino}) in {took:.2f}s")
 
 
+CHUNK = 256  # elements per sign1 scale (contract/compressed_wire.h)
+
+
+def sign1_image(x):
+    """x (float32) as a sign1 block: a float32 scale per chunk (mean |v|), then the sign bits LSB first (1 =
+    negative), zero-padded to 512 bytes."""
+    chunks = -(-len(x) // CHUNK)
+    scales = np.array([np.abs(x[c * CHUNK:(c + 1) * CHUNK]).mean(dtype=np.float32) for c in range(chunks)],
+                      dtype=np.float32)
+    body = scales.tobytes() + np.packbits((x < 0).astype(np.uint8), bitorder="little").tobytes()
+    return body + bytes(-len(body) % 512)
+
+
+def sign1_values(image, n):
+    chunks = -(-n // CHUNK)
+    scales = np.frombuffer(image[:4 * chunks], dtype=np.float32)
+    bits = np.unpackbits(np.frombuffer(image[4 * chunks:4 * chunks + -(-n // 8)], dtype=np.uint8),
+                         bitorder="little")[:n]
+    magnitude = np.repeat(scales, CHUNK)[:n]
+    return np.where(bits == 1, -magnitude, magnitude).astype(np.float32)
+
+
+def raw_write(dev, off, data):
+    buf = mmap.mmap(-1, len(data))
+    buf.write(data)
+    got = os.pwritev(dev.fd, [buf], off)
+    if got != len(data):
+        fail(f"short write to {dev.path} at {off}: {got} of {len(data)} bytes")
+
+
+def raw_read(dev, off, n):
+    buf = mmap.mmap(-1, n)
+    if os.preadv(dev.fd, [buf], off) != n:
+        fail(f"short read from {dev.path} at {off}")
+    return bytes(buf)
+
+
+def check_compressed(a):
+    grad, weights = Dev(a.grad, True), Dev(a.weights, False)
+    n = a.block // 4
+    rng = np.random.default_rng(5)
+    g0 = rng.normal(0, 1e-2, n).astype(np.float32)
+    grad.write(0, g0)  # round 0, the warm-up: f32
+    got = grad.read(0, a.block)
+    if not np.array_equal(got, g0):
+        fail(f"warm-up round: the average read from {a.grad} is not the one worker's f32 block")
+    g1 = rng.normal(0, 1e-2, n).astype(np.float32)
+    try:  # round 1 is compressed: the f32 form is refused, nothing applied
+        grad.write(0, g1)
+        fail(f"a full-precision push in a compressed round was served by {a.grad}")
+    except OSError as e:
+        if e.errno not in (errno.EIO, errno.EREMOTEIO, errno.EINVAL):
+            fail(f"the refused push failed with {e!r}, not EIO/EREMOTEIO/EINVAL")
+        print(f"devcheck: compressed ok: an f32 push in a compressed round was refused ({e.strerror})")
+    image = sign1_image(g1)
+    raw_write(grad, 0, image)
+    pulled = raw_read(grad, 0, len(image))
+    average = sign1_values(pulled, n)
+    pushed = sign1_values(image, n)
+    # One worker: the average is its decoded push, compressed again by the shard (the same signs; a scale may differ
+    # by the rounding of its mean).
+    if not np.allclose(average, pushed, rtol=1e-6, atol=0):
+        fail(f"the compressed average read from {a.grad} does not decode to the pushed block "
+             f"(worst {np.abs(average - pushed).max():.3g})")
+    rest = raw_read(grad, 0, a.block)[len(image):]
+    if any(rest):
+        fail(f"the block's bytes after its compressed image are not zeros on {a.grad}")
+    held = weights.read(0, a.block)
+    if not np.array_equal(held, average):
+        fail(f"the weights LU {a.weights} does not hold the decoded average")
+    print(f"devcheck: compressed ok: a {len(image)}-byte sign1 block ({a.block // len(image)}x fewer bytes) pushed "
+          f"and its compressed average pulled through {a.grad}; the weights LU holds it decoded")
+
+
 def control(path, lines):
     """Control lines to a status device: one O_DIRECT WRITE of whole 512-byte sectors, NUL-padded."""
     data = ("\n".join(lines) + "\n").encode()
@@ -187,13 +269,18 @@ def main():
     f = sub.add_parser("fsync")
     f.add_argument("grad")
     f.add_argument("checkpoint")
+    z = sub.add_parser("compressed")
+    z.add_argument("grad")
+    z.add_argument("weights")
+    z.add_argument("--block", type=int, default=64 * 1024)
     c = sub.add_parser("fence")
     c.add_argument("status")
     c.add_argument("member")
     c.add_argument("other")
     c.add_argument("--offset", type=int, default=12 << 20)
     a = p.parse_args()
-    {"grad": check_grad, "weights": check_weights, "fsync": check_fsync, "fence": check_fence}[a.cmd](a)
+    {"grad": check_grad, "weights": check_weights, "fsync": check_fsync, "fence": check_fence,
+     "compressed": check_compressed}[a.cmd](a)
 
 
 if __name__ == "__main__":

@@ -254,6 +254,7 @@ run_hook() { # NAME WHAT
 }
 step_sync_train_2workers() { run_hook sync-train-2workers "the 2-worker sync-mode training program (C/C++ API)"; }
 step_numpy_worker() { run_hook numpy-worker "the plain file-I/O numpy worker (training issue)"; }
+step_compressed_dev() { run_hook compressed-dev "compressed blocks through /dev (issue 50)"; }
 
 step_detach() {
   "$repo/scripts/attach.sh" --transport iser --conf "${CONFS[0]}" --conf "${CONFS[1]}" --logout || die "logout iser"
@@ -299,7 +300,7 @@ exec > >(tee -a "$res/console.log") 2>&1
 steps=(
   "rdma 60 1" "ps-up 120 1" "attach-iser 240 1" "attach-tcp 120 1"
   "posix-weights 90 0" "posix-grad 90 0" "client-posix-libaio 180 0" "client-libiscsi-iser 180 0"
-  "fio 300 0" "job-fence 60 0" "fsync-checkpoint 60 0" "shard-restart 150 0" "sync-train-2workers 300 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
+  "fio 300 0" "job-fence 60 0" "fsync-checkpoint 60 0" "shard-restart 150 0" "sync-train-2workers 300 0" "compressed-dev 150 0" "numpy-worker $NUMPY_STEP_LIMIT_S 0"
   "detach 120 0" "ps-down 90 0"
 )
 say "guest test starts (kernel $(uname -r))"
