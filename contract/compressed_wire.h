@@ -1,8 +1,10 @@
 // The worker-PS contract: compressed blocks, the fixed-ratio formats a block of f32 elements may take on an LU where
 // links are slow (issue 50), with their codecs. Both sides run them (the worker compresses its push and decompresses
 // an averaged pull; a shard decompresses pushes into its f32 sum and compresses the average), so the format has one
-// definition here (compressed_wire.cpp, target blockps_compressed_wire). Shards and clients do not serve these
-// formats yet (a later slice of issue 50); docs/OPTIONS.md, "Compressed blocks (formats)".
+// definition here (compressed_wire.cpp, target blockps_compressed_wire). Shards serve them with compress=
+// (ps_backend/rounds/: contribution.cpp decodes pushes, compressed_averages.cpp compresses an averaging shard's
+// averages), clients through Cluster::exchange_compressed_blocks and the C and Python calls; docs/OPTIONS.md,
+// "Compressed blocks (formats)".
 //
 // Layout of one block of n f32 elements (little-endian), chunks = ceil(n / kCompressedChunkElements), chunk c the
 // elements [256c, min(256c + 256, n)) (the last chunk may be short):

@@ -52,7 +52,8 @@ flags=(-O2 -std=c++20 -shared -fPIC -fvisibility=hidden "${include_flags[@]}" -I
 rpath='-Wl,--disable-new-dtags,-rpath,$ORIGIN/../../lib'
 start=$(date +%s)
 "$cxx" "${flags[@]}" "$bundle/src/client/python/blockps_module.cpp" -o "$here/blockps/_blockps$suffix" \
-  "$here/static/libblockps.a" "$here/static/libblockps_iscsi.a" "${blockps_libs[@]}" "$rpath" &
+  "$here/static/libblockps.a" "$here/static/libblockps_iscsi.a" "$here/static/libblockps_compressed_wire.a" \
+  "${blockps_libs[@]}" "$rpath" &
 first=$!
 "$cxx" "${flags[@]}" "$bundle/src/client/python/shard_checkpoint_module.cpp" \
   -o "$here/blockps/_shard_checkpoint$suffix" "$here/static/libblockps_checkpoint_file.a" \

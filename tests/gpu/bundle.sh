@@ -206,9 +206,9 @@ while IFS= read -r rel; do
   record src "src/client/python/$rel" "$src/client/python/$rel"
 done < <(cd "$src/client/python" && find blockps -name '*.py' -not -path '*/__pycache__/*' | sort)
 
-# The static libraries the binding links (debug info stripped): the client library and the checkpoint file's (the
-# ground floor's: no shard code, no CUDA runtime).
-for a in client/libblockps.a client/libblockps_iscsi.a contract/libblockps_checkpoint_file.a; do
+# The static libraries the binding links (debug info stripped): the client library, the compressed blocks' codecs and
+# the checkpoint file's (the ground floor's: no shard code, no CUDA runtime).
+for a in client/libblockps.a client/libblockps_iscsi.a contract/libblockps_compressed_wire.a contract/libblockps_checkpoint_file.a; do
   [ -f "$build/$a" ] || die "$build/$a is missing: $missing_hint"
   cp "$build/$a" "$out/python/static/"
   strip --strip-debug "$out/python/static/$(basename "$a")" || die "strip --strip-debug failed on $build/$a"
