@@ -505,44 +505,45 @@ blockps_result blockps_exchange_blocks_async(blockps_cluster* cluster, uint64_t 
 }
 
 namespace {
-std::optional<CompressedFormat> format_of(blockps_compressed_format format) {
+// The format an int holds (the C calls take ints: a value outside a C enum's range is undefined in C++).
+std::optional<CompressedFormat> format_of(int format) {
   switch (format) {
     case BLOCKPS_COMPRESSED_SIGN1:
       return CompressedFormat::sign1;
     case BLOCKPS_COMPRESSED_INT8:
       return CompressedFormat::int8;
+    default:
+      return std::nullopt;
   }
-  return std::nullopt;
 }
 
-blockps_result unknown_format(const char* what, blockps_compressed_format format) {
+blockps_result unknown_format(const char* what, int format) {
   return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "unknown compressed format ",
-              std::to_string(static_cast<int>(format)) + " (BLOCKPS_COMPRESSED_SIGN1 or BLOCKPS_COMPRESSED_INT8)");
+              std::to_string(format) + " (BLOCKPS_COMPRESSED_SIGN1 or BLOCKPS_COMPRESSED_INT8)");
 }
 
-blockps::Cluster::CompressedPull pull_of(blockps_compressed_pull pull) {
+blockps::Cluster::CompressedPull pull_of(int pull) {
   return pull == BLOCKPS_PULL_WEIGHTS ? blockps::Cluster::CompressedPull::weights
                                       : blockps::Cluster::CompressedPull::average;
 }
 
 // The compressed exchange's checks before the C++ call (which checks the sizes itself).
-blockps_result check_compressed(const char* what, blockps_compressed_format format, blockps_compressed_pull pull,
-                                const void* packed, size_t packed_bytes) {
+blockps_result check_compressed(const char* what, int format, int pull, const void* packed, size_t packed_bytes) {
   if (!format_of(format)) return unknown_format(what, format);
   if (pull != BLOCKPS_PULL_COMPRESSED_AVERAGE && pull != BLOCKPS_PULL_WEIGHTS)
     return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what, "unknown pull ",
-                std::to_string(static_cast<int>(pull)) + " (BLOCKPS_PULL_COMPRESSED_AVERAGE or BLOCKPS_PULL_WEIGHTS)");
+                std::to_string(pull) + " (BLOCKPS_PULL_COMPRESSED_AVERAGE or BLOCKPS_PULL_WEIGHTS)");
   return check_exchange_grads(what, packed, packed_bytes);
 }
 }  // namespace
 
-size_t blockps_compressed_block_bytes(blockps_compressed_format format, uint64_t elements) {
+size_t blockps_compressed_block_bytes(int format, uint64_t elements) {
   const std::optional<CompressedFormat> f = format_of(format);
   return f ? compressed_block_bytes(*f, static_cast<std::size_t>(elements)) : 0;
 }
 
-blockps_result blockps_compress(blockps_compressed_format format, const float* x, float* residual, size_t elements,
-                                void* out_block, size_t out_bytes) {
+blockps_result blockps_compress(int format, const float* x, float* residual, size_t elements, void* out_block,
+                                size_t out_bytes) {
   constexpr const char* what = "blockps_compress";
   return guarded(what, [&] {
     const std::optional<CompressedFormat> f = format_of(format);
@@ -554,8 +555,8 @@ blockps_result blockps_compress(blockps_compressed_format format, const float* x
   });
 }
 
-blockps_result blockps_decompress(blockps_compressed_format format, const void* in_block, size_t in_bytes,
-                                  float* out_values, size_t elements) {
+blockps_result blockps_decompress(int format, const void* in_block, size_t in_bytes, float* out_values,
+                                  size_t elements) {
   constexpr const char* what = "blockps_decompress";
   return guarded(what, [&] {
     const std::optional<CompressedFormat> f = format_of(format);
@@ -566,17 +567,15 @@ blockps_result blockps_decompress(blockps_compressed_format format, const void* 
   });
 }
 
-uint64_t blockps_packed_bytes(const blockps_cluster* cluster, blockps_compressed_format format, uint64_t first_block,
-                              uint64_t block_count) {
+uint64_t blockps_packed_bytes(const blockps_cluster* cluster, int format, uint64_t first_block, uint64_t block_count) {
   const std::optional<CompressedFormat> f = format_of(format);
   if (cluster == nullptr || !f) return 0;
   return cluster->cluster->packed_bytes(*f, first_block, block_count);
 }
 
 blockps_result blockps_exchange_compressed_blocks(blockps_cluster* cluster, uint64_t first_block, uint64_t block_count,
-                                                  blockps_compressed_format format, blockps_compressed_pull pull,
-                                                  const void* packed_grads, size_t packed_bytes, void* pulled,
-                                                  size_t pulled_bytes) {
+                                                  int format, int pull, const void* packed_grads, size_t packed_bytes,
+                                                  void* pulled, size_t pulled_bytes) {
   constexpr const char* what = "blockps_exchange_compressed_blocks";
   if (blockps_result r = check_compressed(what, format, pull, packed_grads, packed_bytes); r != BLOCKPS_OK) return r;
   return blocking(what, cluster, pulled, pulled_bytes, [&](blockps::Cluster& c) {
@@ -586,10 +585,9 @@ blockps_result blockps_exchange_compressed_blocks(blockps_cluster* cluster, uint
 }
 
 blockps_result blockps_exchange_compressed_blocks_async(blockps_cluster* cluster, uint64_t first_block,
-                                                        uint64_t block_count, blockps_compressed_format format,
-                                                        blockps_compressed_pull pull, const void* packed_grads,
-                                                        size_t packed_bytes, void* pulled, size_t pulled_bytes,
-                                                        blockps_op** out_op) {
+                                                        uint64_t block_count, int format, int pull,
+                                                        const void* packed_grads, size_t packed_bytes, void* pulled,
+                                                        size_t pulled_bytes, blockps_op** out_op) {
   constexpr const char* what = "blockps_exchange_compressed_blocks_async";
   if (out_op != nullptr) *out_op = nullptr;
   if (blockps_result r = check_compressed(what, format, pull, packed_grads, packed_bytes); r != BLOCKPS_OK) return r;

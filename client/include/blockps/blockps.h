@@ -282,20 +282,23 @@ typedef enum blockps_compressed_format {
   BLOCKPS_COMPRESSED_INT8 = 1   /* a byte per element and an f32 scale per 256 elements */
 } blockps_compressed_format;
 
+/* The calls below take a format (and a pull) as an int holding one of these values, as blockps_open_options holds its
+ * shard kind: any other value is refused, not undefined. */
+
 /* Bytes of a compressed block of `elements` f32 elements; 0 for 0 elements or an unknown format. */
-BLOCKPS_EXPORT size_t blockps_compressed_block_bytes(blockps_compressed_format format, uint64_t elements);
+BLOCKPS_EXPORT size_t blockps_compressed_block_bytes(int format, uint64_t elements);
 
 /* Compresses `elements` f32 values of `x` plus `residual` (error feedback: `elements` floats, updated to what this
  * block left out, for the next step; NULL: none) into `out` (out_bytes = blockps_compressed_block_bytes). Errors
  * (nothing written): INVALID_ARGUMENT (NULL x or out, a wrong out_bytes, an unknown format, a NaN, an Inf or an
  * overflowing sum: the element named). */
-BLOCKPS_EXPORT blockps_result blockps_compress(blockps_compressed_format format, const float* x, float* residual,
-                                               size_t elements, void* out, size_t out_bytes);
+BLOCKPS_EXPORT blockps_result blockps_compress(int format, const float* x, float* residual, size_t elements, void* out,
+                                               size_t out_bytes);
 /* Decodes a compressed block of `elements` elements (in_bytes = blockps_compressed_block_bytes) into `out`.
  * Errors (nothing written): INVALID_ARGUMENT (NULL buffers, a wrong in_bytes, a block that is not the format's:
  * a bad scale, a bit or padding byte that must be zero). */
-BLOCKPS_EXPORT blockps_result blockps_decompress(blockps_compressed_format format, const void* in, size_t in_bytes,
-                                                 float* out, size_t elements);
+BLOCKPS_EXPORT blockps_result blockps_decompress(int format, const void* in, size_t in_bytes, float* out,
+                                                 size_t elements);
 
 /* What a compressed exchange's READs bring back: an averaging shard's compressed average of the round (packed as
  * the push), or an optimizer shard's weights of the blocks in the wire dtype. */
@@ -306,8 +309,8 @@ typedef enum blockps_compressed_pull {
 
 /* Bytes blocks [first_block, first_block + block_count) take compressed, back to back (packed); 0 for a NULL
  * cluster, blocks outside the model or an unknown format. */
-BLOCKPS_EXPORT uint64_t blockps_packed_bytes(const blockps_cluster* cluster, blockps_compressed_format format,
-                                             uint64_t first_block, uint64_t block_count);
+BLOCKPS_EXPORT uint64_t blockps_packed_bytes(const blockps_cluster* cluster, int format, uint64_t first_block,
+                                             uint64_t block_count);
 
 /* The compressed exchange: each block goes out as one WRITE of its compressed block (`packed_grads`, packed_bytes
  * long: the blocks' images back to back, compressed by the caller) and its READ follows (pipelined as
@@ -315,14 +318,14 @@ BLOCKPS_EXPORT uint64_t blockps_packed_bytes(const blockps_cluster* cluster, blo
  * blocks' wire bytes for BLOCKPS_PULL_WEIGHTS). Errors: as blockps_exchange_blocks; a shard whose round takes the
  * block in the other form (its warm-up) refuses it: BLOCKPS_ERR_IO naming ILLEGAL_REQUEST, nothing applied. */
 BLOCKPS_EXPORT blockps_result blockps_exchange_compressed_blocks(blockps_cluster* cluster, uint64_t first_block,
-                                                                 uint64_t block_count, blockps_compressed_format format,
-                                                                 blockps_compressed_pull pull, const void* packed_grads,
-                                                                 size_t packed_bytes, void* pulled,
-                                                                 size_t pulled_bytes);
-BLOCKPS_EXPORT blockps_result blockps_exchange_compressed_blocks_async(
-    blockps_cluster* cluster, uint64_t first_block, uint64_t block_count, blockps_compressed_format format,
-    blockps_compressed_pull pull, const void* packed_grads, size_t packed_bytes, void* pulled, size_t pulled_bytes,
-    blockps_op** out);
+                                                                 uint64_t block_count, int format, int pull,
+                                                                 const void* packed_grads, size_t packed_bytes,
+                                                                 void* pulled, size_t pulled_bytes);
+BLOCKPS_EXPORT blockps_result blockps_exchange_compressed_blocks_async(blockps_cluster* cluster, uint64_t first_block,
+                                                                       uint64_t block_count, int format, int pull,
+                                                                       const void* packed_grads, size_t packed_bytes,
+                                                                       void* pulled, size_t pulled_bytes,
+                                                                       blockps_op** out);
 
 /* Blocks until the operation has finished on every shard; its outcome (the first failure, or BLOCKPS_OK),
  * with the message in blockps_last_error. May be called again (same outcome) and from several threads.

@@ -183,8 +183,8 @@ TEST_F(CompressedRoundsTest, AfterAFullPrecisionWarmUpEveryWorkerPullsTheCompres
   EXPECT_EQ(std::string(blockps_last_error()),
             "exchange_compressed: the compressed gradient buffer (sign1) holds 512 bytes, blocks [0, 8) are " +
                 std::to_string(packed) + " bytes");
-  r = blockps_exchange_compressed_blocks(workers_[0], 0, 1, static_cast<blockps_compressed_format>(7),
-                                         BLOCKPS_PULL_WEIGHTS, small.data(), small.size(), into.data(), into.size());
+  r = blockps_exchange_compressed_blocks(workers_[0], 0, 1, 7, BLOCKPS_PULL_WEIGHTS, small.data(), small.size(),
+                                         into.data(), into.size());
   EXPECT_EQ(r, BLOCKPS_ERR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(blockps_last_error()).find("unknown compressed format 7"), std::string::npos);
   const std::vector<float> nan_block(kBlockElements, std::nanf(""));
