@@ -31,10 +31,12 @@ py=/usr/bin/python3
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/blockps-exporter-XXXXXX")
 export BLOCKPS_STATE_DIR=$tmp/run
-# Controls 31701-31702, portals 41261-41262, the exporter 41270 and Prometheus 41271: clear of TgtdInstance
-# (2000-29999 / 20000-32767) and of the other script tests (the demo's portals are 43261-43262).
-export BLOCKPS_CONTROL_OFFSET=31700 BLOCKPS_PORT_OFFSET=38000
-exporter_port=41270 prom_port=41271
+# Controls 31701-31702, portals 61261-61262, the exporter 61270 and Prometheus 61271: clear of TgtdInstance
+# (2000-29999 / 20000-32767), of the other script tests (the demo's portals are 43261-43262), and above Linux's
+# ephemeral range (32768-60999): a port there may be taken by another test's outgoing connection between the check
+# below and the bind (CI saw the exporter's --listen 127.0.0.1:41270 refused so, 2026-11-29).
+export BLOCKPS_CONTROL_OFFSET=31700 BLOCKPS_PORT_OFFSET=58000
+exporter_port=61270 prom_port=61271
 for port in "$exporter_port" "$prom_port"; do
   if ss -ltn | grep -q ":$port\b"; then fail "port $port is taken (ss -ltn): another program listens there"; fi
 done
