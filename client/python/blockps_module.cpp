@@ -525,6 +525,33 @@ void bind_cluster_control(ClusterClass& cluster) {
           "'unanswered_pushes_dropped', 'unit_attentions_resent'} (each recovery is also logged: stderr by default).");
 }
 
+// Calls fn(first element, elements, packed offset, packed bytes) for each block of `elements` elements cut into
+// blocks of `block_elements` (the last may be shorter), their compressed images back to back.
+template <class Fn>
+void for_each_block(CompressedFormat f, std::size_t elements, std::size_t block_elements, Fn&& fn) {
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < elements; i += block_elements) {
+    const std::size_t n = std::min(block_elements, elements - i);
+    const std::size_t bytes = compressed_block_bytes(f, n);
+    fn(i, n, at, bytes);
+    at += bytes;
+  }
+}
+
+// The packed bytes of `elements` elements in blocks of `block_elements`; ValueError (with the GIL: before the work)
+// when block_elements is 0 or `have` bytes of the packed buffer (`what`) are fewer.
+std::size_t packed_bytes_of(CompressedFormat f, std::size_t elements, std::size_t block_elements, std::size_t have,
+                            const char* what) {
+  if (block_elements == 0) throw py::value_error(std::string(what) + ": block_elements must be > 0");
+  std::size_t need = 0;
+  for_each_block(f, elements, block_elements,
+                 [&](std::size_t, std::size_t, std::size_t, std::size_t bytes) { need += bytes; });
+  if (have < need)
+    throw py::value_error(std::string(what) + " holds " + std::to_string(have) + " bytes, the blocks need " +
+                          std::to_string(need));
+  return need;
+}
+
 // The compressed formats (contract/compressed_wire.h), over numpy arrays: what the torch paths compress their pushes
 // and decode their pulls with, a run of blocks at a time with the GIL released.
 void bind_compressed_blocks(py::module_& m) {
@@ -551,24 +578,17 @@ void bind_compressed_blocks(py::module_& m) {
         const std::span<float> values = floats(x, false, "compress_blocks (x)");
         const std::span<float> feedback = floats(residual, true, "compress_blocks (residual)");
         const std::span<std::byte> packed = contiguous_span(out, true, "compress_blocks (out)");
-        if (feedback.size() != values.size() || block_elements == 0)
+        if (feedback.size() != values.size())
           throw py::value_error("compress_blocks: residual has " + std::to_string(feedback.size()) + " elements, x " +
-                                std::to_string(values.size()) + "; block_elements " + std::to_string(block_elements) +
-                                " (must be > 0)");
+                                std::to_string(values.size()));
+        const std::size_t need =
+            packed_bytes_of(f, values.size(), block_elements, packed.size(), "compress_blocks (out)");
         py::gil_scoped_release release;
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < values.size(); i += block_elements) {
-          const std::size_t n = std::min<std::size_t>(block_elements, values.size() - i);
-          const std::size_t bytes = compressed_block_bytes(f, n);
-          if (at + bytes > packed.size()) {
-            py::gil_scoped_acquire held;
-            throw py::value_error("compress_blocks: out holds " + std::to_string(packed.size()) +
-                                  " bytes, fewer than the blocks need");
-          }
-          check(compress(f, values.subspan(i, n), feedback.subspan(i, n), packed.subspan(at, bytes)));
-          at += bytes;
-        }
-        return at;
+        for_each_block(f, values.size(), block_elements,
+                       [&](std::size_t i, std::size_t n, std::size_t at, std::size_t bytes) {
+                         check(compress(f, values.subspan(i, n), feedback.subspan(i, n), packed.subspan(at, bytes)));
+                       });
+        return need;
       },
       py::arg("format"), py::arg("x"), py::arg("residual"), py::arg("out"), py::arg("block_elements"),
       "Compress float32 `x` block by block (`block_elements` each, the last may be shorter) into `out` (their "
@@ -582,20 +602,12 @@ void bind_compressed_blocks(py::module_& m) {
         const CompressedFormat f = compressed_format(format);
         const std::span<std::byte> in = contiguous_span(packed, false, "decompress_blocks (packed)");
         const std::span<float> values = floats(out, true, "decompress_blocks (out)");
-        if (block_elements == 0) throw py::value_error("decompress_blocks: block_elements must be > 0");
+        packed_bytes_of(f, values.size(), block_elements, in.size(), "decompress_blocks (packed)");
         py::gil_scoped_release release;
-        std::size_t at = 0;
-        for (std::size_t i = 0; i < values.size(); i += block_elements) {
-          const std::size_t n = std::min<std::size_t>(block_elements, values.size() - i);
-          const std::size_t bytes = compressed_block_bytes(f, n);
-          if (at + bytes > in.size()) {
-            py::gil_scoped_acquire held;
-            throw py::value_error("decompress_blocks: packed holds " + std::to_string(in.size()) +
-                                  " bytes, fewer than the blocks need");
-          }
-          check(decompress(f, in.subspan(at, bytes), values.subspan(i, n)));
-          at += bytes;
-        }
+        for_each_block(f, values.size(), block_elements,
+                       [&](std::size_t i, std::size_t n, std::size_t at, std::size_t bytes) {
+                         check(decompress(f, in.subspan(at, bytes), values.subspan(i, n)));
+                       });
       },
       py::arg("format"), py::arg("packed"), py::arg("out"), py::arg("block_elements"),
       "Decode blocks' images back to back (as compress_blocks writes them) into float32 `out`.");

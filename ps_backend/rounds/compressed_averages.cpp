@@ -12,14 +12,12 @@ Status CompressedAverages::publish(std::uint64_t block, std::span<float> average
   Block& b = blocks_[block];
   std::lock_guard lock(b.lock);
   if (b.residual.size() != average.size()) b.residual.assign(average.size(), 0.0f);
-  std::vector<std::byte> image(compressed_block_bytes(format_, average.size()));
-  std::vector<float> residual = b.residual;
-  if (Status s = compress(format_, average, residual, image); !s.ok()) return s;
-  if (Status s = decompress(format_, image, average); !s.ok()) return s;
-  b.image = std::move(image);
-  b.residual = std::move(residual);
+  b.image.resize(compressed_block_bytes(format_, average.size()));
+  // compress() writes nothing when it refuses, so the block keeps its image and residual; decompress() of the image
+  // it just wrote cannot refuse it.
+  if (Status s = compress(format_, average, b.residual, b.image); !s.ok()) return s;
   b.holds = true;
-  return Status::Ok();
+  return decompress(format_, b.image, average);
 }
 
 void CompressedAverages::forget(std::uint64_t block) {
