@@ -31,6 +31,12 @@ inline constexpr std::string_view kPlace = "place";
 /// deliberate re-layout: `blockps init`).
 inline constexpr std::string_view kReplacePlace = "replace-place";
 
+/// `init-weights`: the sending session asks to set the weights of a new job (an elastic job's hosts meet only at the
+/// shards: ps_backend/control/weights_init.h). Never refused; the status page's /init says who holds the grant.
+inline constexpr std::string_view kInitWeights = "init-weights";
+/// `init-done`: the grant holder wrote the weights; /init/state becomes "set". Refused from another session.
+inline constexpr std::string_view kInitDone = "init-done";
+
 /// The bytes of a control write of `lines_bytes` bytes of lines to an LU of `block_bytes` blocks: whole blocks, with
 /// at least one NUL after the lines (the shard reads the lines up to the first NUL; the rest is padding).
 inline constexpr std::size_t control_write_bytes(std::size_t lines_bytes, std::size_t block_bytes) {
@@ -39,7 +45,8 @@ inline constexpr std::size_t control_write_bytes(std::size_t lines_bytes, std::s
 
 /// What a refusal lists as known.
 inline constexpr std::string_view kKnown =
-    "lr=VALUE, checkpoint, reset-rounds, job=NAME, takeover, release, place=MODEL INDEX/COUNT LAYOUT, replace-place";
+    "lr=VALUE, checkpoint, reset-rounds, job=NAME, takeover, release, place=MODEL INDEX/COUNT LAYOUT, replace-place, "
+    "init-weights, init-done";
 
 /// The longest job or model name, in bytes.
 inline constexpr std::size_t kMaxNameBytes = 128;

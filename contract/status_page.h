@@ -60,6 +60,7 @@ inline constexpr char kCheckpointBlockSteps[] = "/checkpoint/block_steps";
 inline constexpr char kRounds[] = "/rounds";
 inline constexpr char kRoundsMode[] = "/rounds/mode";
 inline constexpr char kRoundsWorkers[] = "/rounds/workers";  // expected workers
+inline constexpr char kRoundsMaxWorkers[] = "/rounds/max_workers";  // the most live workers (max_workers, or workers)
 inline constexpr char kRoundsMinWorkers[] = "/rounds/min_workers";
 inline constexpr char kRoundsStragglerMs[] = "/rounds/straggler_ms";
 inline constexpr char kRoundsWorkerTimeoutMs[] = "/rounds/worker_timeout_ms";
@@ -98,6 +99,12 @@ inline constexpr char kPlaceIndex[] = "/place/index";
 inline constexpr char kPlaceCount[] = "/place/count";
 inline constexpr char kPlaceLayout[] = "/place/layout";  // stripe, range
 inline constexpr char kPlaceText[] = "/place/text";      // as `place=` writes it: "MODEL INDEX/COUNT LAYOUT"
+
+// Who sets the weights of a new job (control lines init-weights, init-done): "unset", "granted" (to /init/by) or
+// "set" (by /init/by; "" when an applied update, from training or a checkpoint, is what says so).
+inline constexpr char kInit[] = "/init";
+inline constexpr char kInitState[] = "/init/state";
+inline constexpr char kInitBy[] = "/init/by";
 
 // The latest refusals the shard answered for a reason of its own (a job's claim, a control line, too few
 // workers, a degraded shard, a command parked past its deadline): an array of refusal objects (below), oldest

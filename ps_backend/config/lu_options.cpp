@@ -320,9 +320,13 @@ const std::vector<KeyDef>& key_table() {
        },
        [](const ShardConfig& c) { return to_string(c.rounds); }},
       round_key("workers", "1",
-                "sync: workers expected in every round (a round closes as soon as all of them "
-                "pushed it)",
+                "sync: the workers the first rounds wait for (the job's starting size); afterwards a round "
+                "closes as soon as every worker that was live when it opened pushed it",
                 &RoundPolicy::workers, 1, 4096),
+      round_key("max_workers", "0",
+                "sync: the most live workers; a newcomer beyond them is refused (NOT READY). 0: as many as "
+                "workers=. Above workers=, worker hosts may join a running job (elastic membership)",
+                &RoundPolicy::max_workers, 0, 4096),
       round_key("min_workers", "1",
                 "sync: fewest live workers a round may close with; below it the grad LU "
                 "answers NOT READY (ASC 0x04/0x03) instead of waiting",
@@ -496,6 +500,9 @@ Result<LuOptions> parse_lu_options(std::string_view bsopts, std::uint32_t lu_blo
   if (o.config.rounds.min_workers > o.config.rounds.workers)
     return refuse("min_workers=" + std::to_string(o.config.rounds.min_workers) + " is more than workers=" +
                   std::to_string(o.config.rounds.workers) + " (min_workers must be <= workers)");
+  if (o.config.rounds.max_workers != 0 && o.config.rounds.max_workers < o.config.rounds.workers)
+    return refuse("max_workers=" + std::to_string(o.config.rounds.max_workers) + " is less than workers=" +
+                  std::to_string(o.config.rounds.workers) + " (max_workers must be 0 or >= workers)");
   if (Status s = check_averaging(o.config); !s.ok()) return s;
   if (Status s = check_compression(o.config); !s.ok()) return s;
   return o;

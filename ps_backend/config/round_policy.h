@@ -15,7 +15,10 @@ namespace blockps {
 struct RoundPolicy {
   enum class Mode { async, sync, ssp } mode = Mode::async;
   std::uint32_t staleness = 0;              // ssp:K: how many pushes a worker may run ahead of the slowest
-  std::uint32_t workers = 1;                // expected workers: a round closes early once all of them pushed
+  std::uint32_t workers = 1;                // the starting size: the first rounds wait for this many workers
+  // The most live workers (0: as many as workers=): a newcomer beyond it is refused. Above workers=, hosts may join a
+  // running job (elastic membership, issue 51): each round waits for the members it had when it opened.
+  std::uint32_t max_workers = 0;
   std::uint32_t min_workers = 1;            // fewer live workers: the grad LU fails commands instead of waiting
   std::uint32_t straggler_ms = 2000;        // a round closes without the missing workers after this long
   std::uint32_t worker_timeout_ms = 10000;  // no push for this long: dropped; also the longest a command parks
@@ -33,6 +36,8 @@ struct RoundPolicy {
   std::uint64_t compress_after = 0;
   /// Whether round `round` of a block carries compressed pushes.
   bool compressed_round(std::uint64_t round) const { return compress.has_value() && round >= compress_after; }
+  /// The most live workers a sync shard takes (max_workers=, or workers= when not given).
+  std::uint32_t most_workers() const { return max_workers != 0 ? max_workers : workers; }
   bool operator==(const RoundPolicy&) const = default;
 };
 std::string_view to_string(RoundPolicy::Mode m);

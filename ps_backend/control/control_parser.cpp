@@ -35,6 +35,10 @@ Result<ControlWrite> parse_control_lines(std::string_view text) {
       write.actions.push_back({ControlAction::Kind::checkpoint, 0, std::string(line)});
     } else if (key == control::kResetRounds && bare) {
       write.actions.push_back({ControlAction::Kind::reset_rounds, 0, std::string(line)});
+    } else if (key == control::kInitWeights && bare) {
+      write.actions.push_back({ControlAction::Kind::init_weights, 0, std::string(line)});
+    } else if (key == control::kInitDone && bare) {
+      write.actions.push_back({ControlAction::Kind::init_done, 0, std::string(line)});
     } else if (key == control::kJob && !bare) {
       if (write.job) return refuse("control " + std::string(line) + ": job= is given twice in one write");
       if (!control::is_name(value))

@@ -12,9 +12,10 @@
 
 namespace blockps {
 
-/// A line that acts on the shard once its job and place lines passed (lr=, checkpoint, reset-rounds).
+/// A line that acts on the shard once its job and place lines passed (lr=, checkpoint, reset-rounds, init-weights,
+/// init-done).
 struct ControlAction {
-  enum class Kind { set_lr, checkpoint, reset_rounds } kind;
+  enum class Kind { set_lr, checkpoint, reset_rounds, init_weights, init_done } kind;
   float lr = 0;      // set_lr
   std::string line;  // as written, for the log
 };

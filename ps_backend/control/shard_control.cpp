@@ -39,7 +39,7 @@ Status ShardControl::apply(std::string_view text, const WorkerRef* sender) {
   if (write.release) release(session);
   if (write.place) set_place(*write.place, session);
   for (const ControlAction& action : write.actions)
-    if (Status done = act(action); !done.ok()) return done;
+    if (Status done = act(action, sender); !done.ok()) return done;
   return Status::Ok();
 }
 
@@ -96,8 +96,10 @@ void ShardControl::joined_job(const JobClaim::Joined& joined, const std::string&
                                          : " (takeover by " + session + ")");
   log_line(path + ": " + why);
   shard_.note_mutation();
-  // The old job's rounds must not mix into the new job's: its members, open rounds and parked commands go.
+  // The old job's rounds must not mix into the new job's: its members, open rounds and parked commands go. The
+  // weights are the new job's to set.
   if (Rounds* rounds = shard_.rounds()) rounds->restart(why);
+  shard_.weights_init().restart();
 }
 
 void ShardControl::release(const std::string& session) {
@@ -115,7 +117,7 @@ void ShardControl::set_place(const Place& place, const std::string& session) {
   shard_.note_mutation();
 }
 
-Status ShardControl::act(const ControlAction& action) {
+Status ShardControl::act(const ControlAction& action, const WorkerRef* sender) {
   switch (action.kind) {
     case ControlAction::Kind::set_lr:
       shard_.set_lr(action.lr);  // the next checkpoint records the new lr
@@ -127,6 +129,12 @@ Status ShardControl::act(const ControlAction& action) {
       return Status::Ok();
     case ControlAction::Kind::reset_rounds:
       shard_.rounds()->reset();
+      return Status::Ok();
+    case ControlAction::Kind::init_weights:
+    case ControlAction::Kind::init_done:
+      if (!sender) return refuse("control " + action.line + ": the session that sent it is not known to the shard");
+      if (action.kind == ControlAction::Kind::init_done) return shard_.weights_init().done(*sender);
+      shard_.weights_init().ask(*sender);
       return Status::Ok();
   }
   return Status::Ok();

@@ -36,7 +36,7 @@ class ShardControl {
   /// What cannot be refused any more.
   void release(const std::string& session);
   void set_place(const Place& place, const std::string& session);
-  Status act(const ControlAction& action);
+  Status act(const ControlAction& action, const WorkerRef* sender);
 
   ServedShard& shard_;
   std::mutex mutex_;

@@ -30,6 +30,7 @@ nlohmann::json rounds_section(const RoundsStatus& s) {
   const auto set = [&j](const char* pointer, nlohmann::json value) { set_field(j, pointer, std::move(value)); };
   set(page::kRoundsMode, to_string(s.policy));
   set(page::kRoundsWorkers, s.policy.workers);
+  set(page::kRoundsMaxWorkers, s.policy.most_workers());
   set(page::kRoundsMinWorkers, s.policy.min_workers);
   set(page::kRoundsStragglerMs, s.policy.straggler_ms);
   set(page::kRoundsWorkerTimeoutMs, s.policy.worker_timeout_ms);
@@ -127,6 +128,10 @@ std::string render_status_page(const ServedShard& shard) {
   set(page::kJobLapsed, claim.lapsed);
   set(page::kJobRefused, claim.refused);
   set(page::kJobTakeovers, claim.takeovers);
+
+  const WeightsInit::View init = shard.weights_init_view();
+  set(page::kInitState, std::string(to_string(init.state)));
+  set(page::kInitBy, init.by);
 
   const std::optional<Place> place = shard.place();
   set(page::kPlaceModel, place ? place->model : "");

@@ -167,6 +167,12 @@ void BspMode::tick() {
   (void)close_ready(std::move(open_blocks));  // a failure is recorded in the context; nobody to answer here
 }
 
+bool BspMode::holds(const Membership::Member& m, const Block& b) {
+  // A member that joined the formed shard after the round opened contributes from the rounds it enters (its push of
+  // this one counts if it lands before the round closes); the members already there do not wait for it.
+  return !m.late || m.joined <= b.first_push;
+}
+
 bool BspMode::closable(const Block& b, Clock::time_point now, bool& by_straggler) const {
   if (b.closing || b.open.empty()) return false;
   std::size_t complete = 0;
@@ -177,6 +183,7 @@ bool BspMode::closable(const Block& b, Clock::time_point now, bool& by_straggler
   if (complete == 0) return false;
   bool all_members = true;
   for (const auto& [itn, m] : ctx_.members.members()) {
+    if (!holds(m, b)) continue;
     const auto it = b.open.find(itn);
     all_members = all_members && it != b.open.end() && it->second->complete();
   }
@@ -209,6 +216,7 @@ Status BspMode::close_ready(std::vector<std::uint64_t> candidates) {
         if (by_straggler) {
           ctx_.members.mark_formed();  // the round formed without the missing workers
           for (const auto& [itn, m] : ctx_.members.members()) {
+            if (!holds(m, block)) continue;
             const auto it = block.open.find(itn);
             if (it == block.open.end() || !it->second->complete()) ++ctx_.stragglers_dropped;
           }

@@ -50,6 +50,8 @@ class BspMode final : public RoundMode {
   // a compressed round takes the whole compressed block at the block's start, a warm-up round the whole block in the
   // wire dtype.
   std::string wrong_form(const BlockSpan& s, std::uint64_t round) const;
+  // Whether member `m` holds block `b`'s open round: it was a member when the round opened.
+  static bool holds(const Membership::Member& m, const Block& b);
   // Under the lock: whether block `b`'s open round may close at `now`, and whether without some members.
   bool closable(const Block& b, Clock::time_point now, bool& by_straggler) const;
   // Without the lock: close and apply the rounds of `candidates` that may close, then wake the parked commands.

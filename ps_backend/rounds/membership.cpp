@@ -11,6 +11,7 @@ constexpr std::size_t kDropLogLines = 8;
 
 Membership::Membership(const RoundPolicy& policy)
     : workers_(policy.workers),
+      max_workers_(policy.most_workers()),
       min_workers_(policy.min_workers),
       timeout_(std::chrono::milliseconds(policy.worker_timeout_ms)) {}
 
@@ -20,6 +21,7 @@ void Membership::admitted_push(const WorkerRef& worker, Clock::time_point now) {
   if (joined) {  // tid, session and IQN of a session never change
     m.ref = worker;
     m.joined = now;
+    m.late = formed_;
     log_line("rounds: worker " + worker.iqn + " (session " + std::to_string(worker.itn) + ") joined");
   }
   m.last_push = now;
@@ -64,10 +66,12 @@ std::string Membership::full_reason(const WorkerRef& worker) const {
   std::string names;
   for (const auto& [itn, m] : members_)
     names += (names.empty() ? "" : ", ") + m.ref.iqn + " (session " + std::to_string(itn) + ")";
-  return "membership full: workers=" + std::to_string(workers_) + " and " + std::to_string(members_.size()) +
-         " workers are live (" + names + "); " + worker.iqn + " (session " + std::to_string(worker.itn) +
-         ") would be one more: run the job with workers= ranks (or hosts), or give the shards workers= as many as "
-         "push to them";
+  const std::string bound =
+      max_workers_ == workers_ ? "workers=" + std::to_string(workers_) : "max_workers=" + std::to_string(max_workers_);
+  return "membership full: " + bound + " and " + std::to_string(members_.size()) + " workers are live (" + names +
+         "); " + worker.iqn + " (session " + std::to_string(worker.itn) +
+         ") would be one more: run the job with at most that many ranks (or hosts), or give the shards max_workers= "
+         "as many as may push to them";
 }
 
 std::string Membership::degraded_reason() const {

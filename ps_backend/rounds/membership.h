@@ -22,9 +22,12 @@ class Membership {
     WorkerRef ref;
     Clock::time_point joined, last_push;
     std::uint64_t pushes = 0;  // landed
+    // Joined a formed shard (a host added to a running job): the rounds already open when it joined do not wait
+    // for it. The members that formed the shard hold every round.
+    bool late = false;
   };
 
-  /// Reads workers, min_workers and worker_timeout_ms of `policy`.
+  /// Reads workers, max_workers, min_workers and worker_timeout_ms of `policy`.
   explicit Membership(const RoundPolicy& policy);
 
   /// A push of `worker` was admitted at `now`: its first makes it a member.
@@ -38,9 +41,9 @@ class Membership {
   std::vector<std::uint64_t> silent(Clock::time_point now) const;
 
   bool contains(std::uint64_t itn) const { return members_.count(itn) != 0; }
-  /// `worker` is not a member and `workers` are already: a push of it would make one more worker than the shard
-  /// averages over (a job with more ranks than workers=, or a second set of sessions).
-  bool full_without(const WorkerRef& worker) const { return !contains(worker.itn) && members_.size() >= workers_; }
+  /// `worker` is not a member and max_workers are already: a push of it would make one more worker than the shard
+  /// takes (a job with more ranks than max_workers=, or a second set of sessions).
+  bool full_without(const WorkerRef& worker) const { return !contains(worker.itn) && members_.size() >= max_workers_; }
   /// Why `worker` is refused when full_without(worker): the count and the members, in words.
   std::string full_reason(const WorkerRef& worker) const;
   std::size_t size() const { return members_.size(); }
@@ -66,7 +69,7 @@ class Membership {
   const std::vector<std::string>& recent_drops() const { return drop_log_; }
 
  private:
-  const std::size_t workers_, min_workers_;
+  const std::size_t workers_, max_workers_, min_workers_;
   const std::chrono::milliseconds timeout_;
   std::map<std::uint64_t, Member> members_;
   bool formed_ = false;

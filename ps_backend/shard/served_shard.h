@@ -32,6 +32,7 @@
 #include "ps_backend/control/job_claim.h"
 #include "ps_backend/control/refusal_log.h"
 #include "ps_backend/control/shard_control.h"
+#include "ps_backend/control/weights_init.h"
 #include "ps_backend/rounds/admission.h"
 #include "ps_backend/rounds/rounds.h"
 #include "ps_backend/shard/lu_outcome.h"
@@ -124,7 +125,14 @@ class ServedShard {
   JobClaim& claim() { return claim_; }
   /// On tgt's main thread, before a control write (whose job= line may find the claim lapsed): forget the claim's
   /// sessions that are gone.
-  void forget_gone_sessions(const SessionProbe& alive) { claim_.forget_gone_sessions(alive); }
+  void forget_gone_sessions(const SessionProbe& alive) {
+    claim_.forget_gone_sessions(alive);
+    weights_init_.forget_gone_session(alive);
+  }
+  /// Who sets the weights of a new job (init-weights, init-done; weights_init.h).
+  WeightsInit& weights_init() { return weights_init_; }
+  /// Where that stands: an update applied reads as set.
+  WeightsInit::View weights_init_view() const { return weights_init_.view(model_->total_block_steps() > 0); }
   /// Which part of which model the shard holds (none until a place= line or a checkpoint gave it one).
   std::optional<Place> place() const;
   /// Set the place (control line place=); returns the one it replaces.
@@ -161,6 +169,7 @@ class ServedShard {
   ShardCounters counters_;
   const std::uint64_t started_unix_;
   JobClaim claim_;
+  WeightsInit weights_init_;
   mutable std::mutex place_mutex_;
   std::optional<Place> place_;
   RefusalLog refusals_;

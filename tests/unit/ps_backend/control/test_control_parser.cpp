@@ -83,7 +83,7 @@ TEST(ControlLines, WrongLinesAreRefusedNamingThem) {
   EXPECT_NE(parse_error("bogus=1\n")
                 .find("control 'bogus=1': unknown (known: lr=VALUE, checkpoint, reset-rounds, "
                       "job=NAME, takeover, release, place=MODEL INDEX/COUNT LAYOUT, "
-                      "replace-place)"),
+                      "replace-place, init-weights, init-done)"),
             std::string::npos);
   EXPECT_NE(parse_error("").find("no key=value line"), std::string::npos);
   EXPECT_NE(parse_error("lr=-1\n").find("lr=-1"), std::string::npos);

@@ -88,6 +88,45 @@ TEST(Membership, OnceEveryMemberIsDroppedTheNextWorkersFormAnew) {
   EXPECT_EQ(m.quorum(), 2u) << "a new first worker must not close rounds alone";
 }
 
+// Elastic membership (issue 51): with max_workers above workers, a host joins the running job; the rounds open when
+// it joined close without it (the average divides by the contributions they got), the rounds opened after wait for
+// it, and a worker beyond max_workers is refused naming the bound.
+TEST(Membership, AHostJoiningAFormedShardIsInTheRoundsItEntersAndTheOpenOnesDoNotWaitForIt) {
+  RoundPolicy p = sync_policy(2, 1);
+  p.max_workers = 3;
+  Fixture f(p);
+  const auto whole = gradient(kShardBytes, 1);
+  ASSERT_EQ(f.push(kA, whole), Admission::run);
+  ASSERT_EQ(f.push(kB, whole), Admission::run);  // round 0 of every block closes: formed with A and B
+  ASSERT_EQ(f.model.block_step(0), 1u);
+  const auto a = gradient(kBlockBytes, 2), b = gradient(kBlockBytes, 3), c = gradient(kBlockBytes, 4);
+  ASSERT_EQ(f.push(kA, a, 0), Admission::run);  // opens block 0's round 1
+  ASSERT_EQ(f.push(kC, c, kBlockBytes), Admission::run) << "below max_workers: C joins (opening block 1's round)";
+  EXPECT_EQ(f.rounds.live_workers(), 3u);
+  const auto before = weights(f.model);
+  ASSERT_EQ(f.push(kB, b, 0), Admission::run);
+  EXPECT_EQ(f.model.block_step(0), 2u) << "block 0's round opened before C joined: it does not wait for C";
+  const auto after = weights(f.model);
+  for (std::size_t i = 0; i < kBlockBytes / 4; i += 37)  // sgd lr 1: minus the average of A's and B's
+    EXPECT_FLOAT_EQ(after[i], before[i] - (f32_at(a, i) + f32_at(b, i)) / 2) << "element " << i;
+  // Block 1's round, opened by C, waits for the members that formed the shard; block 2's, opened after C joined,
+  // waits for C too.
+  ASSERT_EQ(f.push(kA, a, kBlockBytes), Admission::run);
+  EXPECT_EQ(f.model.block_step(1), 1u) << "B has not pushed block 1";
+  ASSERT_EQ(f.push(kB, b, kBlockBytes), Admission::run);
+  EXPECT_EQ(f.model.block_step(1), 2u);
+  ASSERT_EQ(f.push(kA, a, 2 * kBlockBytes), Admission::run);
+  ASSERT_EQ(f.push(kB, b, 2 * kBlockBytes), Admission::run);
+  EXPECT_EQ(f.model.block_step(2), 1u) << "C was a member when block 2's round opened";
+  ASSERT_EQ(f.push(kC, c, 2 * kBlockBytes), Admission::run);
+  EXPECT_EQ(f.model.block_step(2), 2u);
+  // A fourth worker is one beyond max_workers=3.
+  const WorkerRef d{1, 14, "iqn.w:d"};
+  EXPECT_EQ(f.rounds.admit_push(&a, d, 0, a.size()), Admission::not_ready);
+  const std::string why = f.rounds.refusal_reason(d);
+  EXPECT_NE(why.find("membership full: max_workers=3 and 3 workers are live"), std::string::npos) << why;
+}
+
 TEST(Membership, SilentMembersAreThoseWithNoPushForWorkerTimeoutMs) {
   RoundPolicy p = sync_policy(2, 1);
   p.worker_timeout_ms = 1000;

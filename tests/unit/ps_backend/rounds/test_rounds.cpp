@@ -100,12 +100,13 @@ TEST(Rounds, TheStatusPageHasEveryFieldForEitherMode) {
     ASSERT_EQ(f.push(kA, gradient(kShardBytes, 1)), Admission::run);
     const auto s = f.status();
     for (const char* key :
-         {"mode", "workers", "min_workers", "straggler_ms", "worker_timeout_ms", "rounds_min", "rounds_max",
+         {"mode", "workers", "max_workers", "min_workers", "straggler_ms", "worker_timeout_ms", "rounds_min", "rounds_max",
           "rounds_closed", "open_rounds", "live_workers", "stragglers_dropped", "workers_dropped", "recent_drops",
           "parked_commands", "degraded", "degraded_reason", "apply_failures", "round_latency"})
       EXPECT_TRUE(s.contains(key)) << s["mode"] << " lacks " << key;
-    EXPECT_EQ(s.size(), 18u) << s.dump();
+    EXPECT_EQ(s.size(), 19u) << s.dump();
     EXPECT_EQ(s["workers"], 2);
+    EXPECT_EQ(s["max_workers"], 2) << "max_workers=0 reads as workers=";
     ASSERT_EQ(s["live_workers"].size(), 1u);
     const auto& a = s["live_workers"][0];
     EXPECT_EQ(a["iqn"], kA.iqn);
