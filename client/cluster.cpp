@@ -361,6 +361,55 @@ Result<std::vector<ShardStatusPage>> Cluster::status_pages() {
   return pages;
 }
 
+Result<bool> Cluster::set_or_take_weights(const std::function<Status()>& set_weights,
+                                          std::chrono::milliseconds patience) {
+  // One shard decides, so that two hosts asking at once cannot each win a shard: the first in the file.
+  const std::vector<std::size_t> first{0};
+  const std::string ask(control::kInitWeights), done(control::kInitDone);
+  const std::string& me = config_.client.initiator;
+  const auto deadline = std::chrono::steady_clock::now() + patience;
+  bool asked = false;
+  for (;;) {
+    nlohmann::json page;
+    Status read = detail::run_on_shards(shards_, first, [&](ShardIoThread& shard, std::size_t) -> Status {
+      if (!asked)
+        if (Status s = shard.control(ask); !s.ok()) return s;
+      Result<std::string> text = read_status_page(shard);
+      if (!text.ok()) return text.status();
+      page = nlohmann::json::parse(text.value(), nullptr, false, true);
+      return Status::Ok();
+    });
+    if (!read.ok()) return read;
+    asked = true;
+    const nlohmann::json::json_pointer state_at(status_page::kInitState), by_at(status_page::kInitBy);
+    if (page.is_discarded() || !page.contains(state_at) || !page[state_at].is_string())
+      return Status::Error(StatusCode::mismatch, "shard " + shards_[0]->spec().name +
+                                                     ": its status page has no /init/state: a shard older than this "
+                                                     "library (update blockps on the shard host)");
+    const std::string state = page[state_at].get<std::string>();
+    const std::string by = page.value(by_at, std::string());
+    if (state == "set") return false;
+    if (state == "granted" && by == me) {
+      if (Status written = set_weights(); !written.ok()) return written;
+      if (Status said = detail::run_on_shards(shards_, first,
+                                              [&](ShardIoThread& shard, std::size_t) { return shard.control(done); });
+          !said.ok())
+        return said;
+      return true;
+    }
+    if (state == "unset") asked = false;  // the grant lapsed (its holder's session is gone): ask again
+    if (std::chrono::steady_clock::now() >= deadline)
+      return Status::Error(StatusCode::unknown,
+                           "shard " + shards_[0]->spec().name + ": the weights of job " + job() +
+                               " are not set after " + std::to_string(patience.count()) + " ms: " +
+                               (state == "granted" ? by + " holds the init-weights grant and has not said init-done"
+                                                   : "nobody holds the grant") +
+                               " (is that host still starting? its session is dropped once gone, and the grant with "
+                               "it)");
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
 Result<std::vector<LuQueueCounters>> Cluster::recovery_counters() {
   std::vector<LuQueueCounters> counters(shards_.size());
   const Status s = on_every_shard([&](ShardIoThread& shard, std::size_t i) {

@@ -48,6 +48,7 @@ constexpr const char* kFields[] = {
     sp::kRounds,
     sp::kRoundsMode,
     sp::kRoundsWorkers,
+    sp::kRoundsMaxWorkers,
     sp::kRoundsMinWorkers,
     sp::kRoundsStragglerMs,
     sp::kRoundsWorkerTimeoutMs,
@@ -80,6 +81,9 @@ constexpr const char* kFields[] = {
     sp::kPlaceCount,
     sp::kPlaceLayout,
     sp::kPlaceText,
+    sp::kInit,
+    sp::kInitState,
+    sp::kInitBy,
     sp::kRefusalsRecent,
 };
 

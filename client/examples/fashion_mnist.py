@@ -79,9 +79,11 @@ def load_split(train, image_shape=(784,)):
     return torch.from_numpy(images).view(-1, *image_shape), torch.from_numpy(labels)
 
 
-def epoch_batches(epoch, rank, workers, n, batch):
-    """Worker `rank` of `workers` trains on samples rank, rank+workers, ... of the epoch's permutation."""
-    order = torch.from_numpy(np.random.default_rng(SEED + epoch).permutation(n))[rank::workers]
+def epoch_batches(epoch, rank, workers, n, batch, stream=None):
+    """Worker `rank` of `workers` trains on samples rank, rank+workers, ... of the epoch's permutation. `stream`: a host
+    of an elastic job draws from a permutation of its own (a number), since no host knows which others train."""
+    rng = np.random.default_rng(SEED + epoch if stream is None else [SEED + epoch, stream])
+    order = torch.from_numpy(rng.permutation(n))[rank::workers]
     return [order[i:i + batch] for i in range(0, len(order), batch)]
 
 

@@ -6,6 +6,7 @@
     torchrun --nproc_per_node 2 train.py --ps C.toml  2 workers through the shards of cluster file C.toml
     torchrun --nproc_per_node 2 train.py --ddp-blockps C.toml   DDP, its gradients averaged by the shards of C.toml
     torchrun --nproc_per_node 2 train.py --ddp --ddp-hook fp16   DDP with one of its own communication hooks
+    BLOCKPS_JOB=J python3 train.py --ps C.toml --elastic 4   one host of an elastic job of 4 hosts (each its own launcher)
     common: [--model mlp|resnet18] [--epochs N] [--batch B] [--evals-per-epoch K] [--out RUN.json] [--name NAME]
 
 (Debian bookworm's torchrun needs `--redirects 1 --tee 1`: its default crashes on Python 3.11; docs/OPTIONS.md.)
@@ -24,9 +25,12 @@ import argparse
 import datetime
 import json
 import os
+import signal
+import socket
 import sys
 import time
 import warnings
+import zlib
 
 import torch
 import torch.nn.functional as F
@@ -142,6 +146,13 @@ def parse_args():
                         "be on storage every rank reads")
     p.add_argument("--stop-file", metavar="PATH",
                    help="end the run at the first evaluation at which PATH exists on any rank (all ranks agree)")
+    p.add_argument("--elastic", type=int, metavar="HOSTS",
+                   help="with --ps: this process (or torchrun) is one host of an elastic job of nominally HOSTS hosts "
+                        "(an epoch is HOSTS hosts' batches), each started on its own: DistributedOptimizer(elastic=True), "
+                        "the job named by BLOCKPS_JOB or the cluster file. The job's step is the shards' round count "
+                        "(a host that joins goes on from there, with the schedule's learning rate), the host draws its "
+                        "own batches, evaluates alone (--out: its records), ends when the job's rounds reach --epochs, "
+                        "and on SIGTERM (a preemption notice) finishes its step, leaves the shards and exits 0")
     p.add_argument("--check-args", action="store_true",
                    help="check the options (refusing as a run would) and exit 0 without training (bench/cluster's check)")
     a = p.parse_args()
@@ -153,6 +164,13 @@ def parse_args():
         p.error(f"--ddp-hook {a.ddp_hook.name}: needs --ddp (--ddp-blockps has the blockps hook, --ps no DDP)")
     if a.early_forward and not a.ps:
         p.error("--early-forward is DistributedOptimizer's: it needs --ps CLUSTER")
+    if a.elastic is not None:
+        if not a.ps:
+            p.error("--elastic: needs --ps CLUSTER (the shards are where an elastic job's hosts meet)")
+        if a.elastic < 1:
+            p.error(f"--elastic {a.elastic}: HOSTS must be >= 1")
+        if a.resume:
+            p.error("--elastic with --resume: an elastic job's position is the shards' round count, not a file")
     if a.check_args:
         sys.exit(0)
     return a
@@ -187,6 +205,34 @@ class LoopTimeline:
         if self.file:
             self.file.write("]\n" if self.separator != "[\n" else "[]\n")
             self.file.close()
+
+
+class PreemptionNotice:
+    """--elastic: SIGTERM (a spot host's notice, torchrun passing on its own) asks this host to go after the step it is
+    in; the host's ranks agree on it after every step (one tiny all-reduce in their own group), so all leave at the
+    same step."""
+
+    def __init__(self, distributed):
+        self.distributed = distributed
+        self.noticed = False
+        signal.signal(signal.SIGTERM, self._notice)
+
+    def _notice(self, signum, frame):
+        self.noticed = True
+
+    def due(self):
+        flag = torch.tensor([1.0 if self.noticed else 0.0])
+        if self.distributed:
+            import torch.distributed as dist
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        return flag.item() > 0
+
+
+def elastic_host_name():
+    """The host an elastic job's process runs on, for its own stream of batches: BLOCKPS_HOST (bench/cluster and the
+    chaos run name their emulated hosts so), else the hostname and the launcher (torchrun's agent, or this process)."""
+    launcher = os.getppid() if "TORCHELASTIC_RUN_ID" in os.environ else os.getpid()
+    return os.environ.get("BLOCKPS_HOST") or f"{socket.gethostname()}:{launcher}"
 
 
 class ResumePoint:
@@ -228,6 +274,9 @@ def main():
     train_x, train_y = fashion_mnist.load_split(True, recipe.image_shape)
     test_x, test_y = fashion_mnist.load_split(False, recipe.image_shape)
     test_x, test_y = test_x[rank::world], test_y[rank::world]
+    elastic = a.elastic is not None
+    # An elastic host counts an epoch as HOSTS hosts' batches, and draws its own from a stream no other host uses.
+    hosts, stream = (a.elastic, zlib.crc32(elastic_host_name().encode())) if elastic else (1, None)
     model = recipe.build()
     distributed = world > 1
     if distributed:
@@ -235,7 +284,7 @@ def main():
         # The evaluations meet here; a rank that died makes the others fail after this, not hang.
         dist.init_process_group("gloo", timeout=datetime.timedelta(minutes=5))
     batch = a.batch
-    steps_per_epoch = len(fashion_mnist.epoch_batches(0, rank, world, len(train_y), batch))
+    steps_per_epoch = len(fashion_mnist.epoch_batches(0, rank, world * hosts, len(train_y), batch))
     total_steps = max(1, round(a.epochs * steps_per_epoch))
     net = ddp_with_hook(model, a.ddp_hook, total_steps, rank) if ddp else model
     if a.ddp_blockps:
@@ -251,7 +300,7 @@ def main():
         import blockps.torch
         try:
             optimizer = blockps.torch.DistributedOptimizer(optimizer, model, cluster=a.ps,  # the one line
-                                                           early_forward=a.early_forward)
+                                                           early_forward=a.early_forward, elastic=elastic)
         except (blockps.Error, ValueError) as e:
             sys.exit(f"train.py rank {rank}: {e}")
     # After the wrapper: the scheduler's lr changes reach the shards through it.
@@ -279,24 +328,37 @@ def main():
     timeline = LoopTimeline(a.timeline, rank, restart)
     resume_point = ResumePoint(a.resume, rank)
     resumed = resume_point.load()
-    if resumed:
-        step, train_s, images, records = resumed["step"], resumed["train_s"], resumed["images"], resumed["records"]
-        if not a.ps:
-            model.load_state_dict(resumed["model"])
-            optimizer.load_state_dict(resumed["optimizer"])
-        # The learning rate of the epoch it stopped in (with --ps it reaches the shards through the wrapper).
+
+    def schedule_from(step):
+        """The learning rate of the epoch `step` is in (with --ps it reaches the shards through the wrapper)."""
         for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
             group["lr"] = base_lr
         with warnings.catch_warnings():  # "scheduler.step() before optimizer.step()": replaying, on purpose
             warnings.simplefilter("ignore", UserWarning)
             for _ in range(step // steps_per_epoch):
                 scheduler.step()
+    if resumed:
+        step, train_s, images, records = resumed["step"], resumed["train_s"], resumed["images"], resumed["records"]
+        if not a.ps:
+            model.load_state_dict(resumed["model"])
+            optimizer.load_state_dict(resumed["optimizer"])
+        schedule_from(step)
         if rank == 0:
             print(f"{name}: resumed at step {step} ({a.resume})", flush=True)
+    preemption = None
+    if elastic:
+        preemption = PreemptionNotice(distributed)
+        step = optimizer.shard_rounds()  # where the job stands: a host joining a running job goes on from there
+        schedule_from(step)
+        if rank == 0:
+            print(f"{name}: elastic host {elastic_host_name()} at the job's step {step} (it "
+                  f"{'set' if optimizer.set_the_weights else 'took'} the weights)", flush=True)
+    local_steps = 0
     epoch = step // steps_per_epoch
     stopped = False
     while step < total_steps and not stopped:
-        for idx in fashion_mnist.epoch_batches(epoch, rank, world, len(train_y), batch)[step % steps_per_epoch:]:
+        batches = fashion_mnist.epoch_batches(epoch, rank, world * hosts, len(train_y), batch, stream)
+        for idx in batches[step % steps_per_epoch:]:
             t0 = time.monotonic()
             phase = timeline.now()
             optimizer.zero_grad()
@@ -313,9 +375,23 @@ def main():
                 sys.exit(f"train.py rank {rank}: step {step} failed: {e}")
             train_s += time.monotonic() - t0
             step += 1
+            local_steps += 1
             images += len(idx)
             loss_sum, loss_n = loss_sum + loss.item(), loss_n + 1
-            if step % eval_every == 0 or step == total_steps:
+            if preemption is not None and preemption.due():
+                optimizer.leave()  # the shards drop this host at once; the others go on
+                timeline.close()
+                if rank == 0:
+                    print(f"{name}: preempted: host {elastic_host_name()} left after the job's step {step}", flush=True)
+                    if a.out:
+                        with open(a.out, "w") as f:
+                            json.dump({"run": name, "model": a.model, "workers": world, "batch": batch, "threads":
+                                       torch.get_num_threads(), "records": records, "left": step}, f, indent=1)
+                sys.stdout.flush()
+                os._exit(0)  # the host's ranks all leave at this step; nothing waits for another
+            if elastic and local_steps % eval_every == 0:
+                step = max(step, optimizer.shard_rounds())  # other hosts' rounds count too
+            if (step % eval_every == 0 if not elastic else local_steps % eval_every == 0) or step >= total_steps:
                 phase = timeline.now()
                 acc, all_images, stopped = evaluate(images)
                 timeline.span("evaluation", phase, step)
@@ -330,7 +406,7 @@ def main():
                 if not a.ps:
                     point.update(model=model.state_dict(), optimizer=optimizer.state_dict())
                 resume_point.save(point)
-            if step == total_steps or stopped:
+            if step >= total_steps or stopped or step // steps_per_epoch > epoch:
                 break
         epoch += 1
         scheduler.step()

@@ -7,6 +7,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -489,6 +490,37 @@ void bind_cluster_control(ClusterClass& cluster) {
           },
           py::arg("lines"),
           "Send control lines ('lr=0.001', 'checkpoint', ...; docs/OPTIONS.md) to every shard's status LU.")
+      .def(
+          "set_or_take_weights",
+          [](Cluster& c, const py::function& set_weights, double patience_s) {
+            if (!(patience_s > 0 && patience_s <= 86400))
+              throw py::value_error("set_or_take_weights: patience_s=" + std::to_string(patience_s) +
+                                    ": must be seconds in (0, 86400]");
+            std::optional<py::error_already_set> raised;  // set_weights()'s exception, raised again here
+            Result<bool> outcome = [&] {
+              py::gil_scoped_release release;
+              return c.set_or_take_weights(
+                  [&]() -> blockps::Status {
+                    py::gil_scoped_acquire acquire;
+                    try {
+                      set_weights();
+                      return blockps::Status::Ok();
+                    } catch (py::error_already_set& e) {
+                      raised.emplace(std::move(e));
+                      return blockps::Status::Error("set_weights raised");
+                    }
+                  },
+                  std::chrono::milliseconds(static_cast<std::int64_t>(patience_s * 1000)));
+            }();
+            if (raised) throw std::move(*raised);
+            check(outcome.status());
+            return outcome.value();
+          },
+          py::arg("set_weights"), py::arg("patience_s") = 300.0,
+          "An elastic job's start (docs/DEPLOY.md, \"Elastic jobs\"): the first worker to ask the first shard sets "
+          "the weights (calls set_weights(), which writes them, then says init-done) and gets True; the others wait "
+          "until they are set and get False (then read them). Raises after patience_s seconds with the grant still "
+          "another host's, naming it.")
       .def("status_pages",
            [](Cluster& c) {
              Result<std::vector<blockps::ShardStatusPage>> pages = [&] {

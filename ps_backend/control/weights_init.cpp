@@ -7,7 +7,8 @@ namespace blockps {
 void WeightsInit::ask(const WorkerRef& who) {
   std::lock_guard lock(mutex_);
   if (state_ == State::unset || (state_ == State::granted && holder_.iqn == who.iqn)) {
-    if (state_ == State::unset) log_line("init-weights: granted to session " + std::to_string(who.itn) + " of " + who.iqn);
+    if (state_ == State::unset)
+      log_line("init-weights: granted to session " + std::to_string(who.itn) + " of " + who.iqn);
     state_ = State::granted;
     holder_ = who;  // a restarted holder's new session
   }

@@ -1,10 +1,10 @@
 // Who sets the weights of a new job (docs/OPTIONS.md, "Elastic jobs"): the hosts of an elastic job each run their
 // own launcher and meet only at the shards, so the first one sets the initial weights and the others take them.
 // A session asks with the control line init-weights; the shard grants the first that asks while its weights were
-// never set (no update applied since the shard was created, none in the checkpoint it loaded), and the grant holder says init-done once it
-// wrote them. The status page's /init tells everyone where it stands, so an asker learns from it whether it holds
-// the grant and the others wait for "set". A grant whose session is gone before init-done lapses (the next
-// init-weights takes it), so a host that dies while setting them holds no one up. Thread-safe.
+// never set (no update applied since the shard was created, none in the checkpoint it loaded), and the grant holder
+// says init-done once it wrote them. The status page's /init tells everyone where it stands, so an asker learns from it
+// whether it holds the grant and the others wait for "set". A grant whose session is gone before init-done lapses (the
+// next init-weights takes it), so a host that dies while setting them holds no one up. Thread-safe.
 #pragma once
 
 #include <chrono>

@@ -6,8 +6,10 @@
                            "before" right before a shard kill or host loss, "after" right after its restart,
                            "sample" every 2 s, "final" at the end
   timeline/JOB-rR.HOST.PID.loop.json  each rank's loop (train.py --timeline) in one life (process) of it,
-                           CLOCK_MONOTONIC microseconds; clock-offset holds wall minus monotonic seconds
-  JOB.json                 rank 0's evaluations (train.py --out), written when the job ended
+                           CLOCK_MONOTONIC microseconds; clock-offset holds wall minus monotonic seconds (the elastic
+                           job's HOST is its host's name, e1, e2, ...: its steps are counted per host)
+  JOB.json                 rank 0's evaluations (train.py --out), written when the job ended; the elastic job's
+                           hosts write elastic-NAME.json each (with "left": STEP when it was preempted)
 
 Exit 0 when every check passed, 1 otherwise (each failure is named).
 """
@@ -23,6 +25,14 @@ import sys
 # The faults that touch every job (a worker host's link carries all jobs; a shard host holds a shard of each), and
 # the targets of those that touch one: shard "JOB-HOST", worker "JOB@HOST".
 HOST_FAULTS = ("link-down", "link-slow", "host-lost")
+# The elastic job's faults (target "elastic@NAME"): a host that goes (preempted, killed) or comes.
+ELASTIC = "elastic"
+ELASTIC_FAULTS = ("host-preempt", "host-kill", "host-join")
+ELASTIC_GONE = ("host-preempt", "host-kill")
+# Around an elastic host's coming or going, how far the other hosts' steps are looked at (s before, s after), and how
+# much longer than its median step a host may go without one: nobody waits for a host that comes or goes.
+AROUND = (2.0, 10.0)
+ELASTIC_GAP_S = 2.0
 
 
 def parse_args():
@@ -46,6 +56,10 @@ class Fault:
         if self.kind in HOST_FAULTS:
             return list(all_jobs)
         return [re.split("[-@]", self.target)[0]]
+
+    def elastic_host(self):
+        """The elastic host a host-* fault preempted, killed or added."""
+        return self.target.split("@")[1] if self.kind in ELASTIC_FAULTS else None
 
     def shards(self, optimizer_jobs):
         """The optimizer shards this fault restarted: (job, host)."""
@@ -81,10 +95,12 @@ def checkpoint_block_steps(page):
 
 
 def read_steps(work, job, offset):
-    """Per rank: the wall-clock ends of its steps in every life, and per life the number of steps it finished."""
+    """Per rank (the elastic job: per host): the wall-clock ends of its steps in every life, and per life the number
+    of steps it finished."""
     ends, lives = collections.defaultdict(list), collections.defaultdict(list)
     for path in sorted(glob.glob(os.path.join(work, "timeline", f"{job}-r*.loop.json"))):
-        rank = int(re.search(r"-r(\d+)\.\w+\.\d+\.loop\.json$", path).group(1))
+        found = re.search(r"-r(\d+)\.(\w+)\.\d+\.loop\.json$", path)
+        rank = found.group(2) if job == ELASTIC else int(found.group(1))
         finished = 0
         with open(path) as f:
             for line in f:
@@ -138,16 +154,21 @@ def main():
                 failures.append(f"job {job} rank {rank}: no step for {longest:.1f} s (from wall clock {at:.1f}), "
                                 f"over --stall-limit {a.stall_limit:g}")
 
+    # The elastic hosts that went on purpose, and when: they step no more after it.
+    gone_at = {f.elastic_host(): f.start for f in faults if f.kind in ELASTIC_GONE}
+
     # Recovery: after each fault, every rank of every job it touched finished a step within the limit.
     rows = collections.OrderedDict()
     for fault in faults:
         row = rows.setdefault(fault.kind, {"n": 0, "recovered": 0, "recovery": [], "lost": [], "bound": [],
-                                           "failed": []})
+                                           "failed": [], "gap": []})
         row["n"] += 1
         worst = 0.0
-        recovered = "not restarted" not in fault.detail and "not started" not in fault.detail
+        recovered = not any(w in fault.detail for w in ("not restarted", "not started", "not joined", "did not leave"))
         for job in fault.jobs(all_jobs):
             for rank, e in steps[job][0].items():
+                if job == ELASTIC and rank in gone_at and gone_at[rank] <= fault.end:
+                    continue  # preempted or killed by this fault or an earlier one
                 after = [t for t in e if t > fault.end]
                 if not after:
                     recovered = False
@@ -178,6 +199,22 @@ def main():
                 recovered = False
                 failures.append(f"{fault.kind} {fault.target}: {shard} came back with {r} block updates, fewer than "
                                 f"the {c} of its last checkpoint before the fault: it lost more than the promise")
+        # Nobody waits for an elastic host that comes or goes: every other host live around it stepped on.
+        if fault.kind in ELASTIC_FAULTS:
+            lo, hi = fault.start - AROUND[0], fault.end + AROUND[1]
+            for host, e in steps[ELASTIC][0].items():
+                if host == fault.elastic_host() or not e or e[0] > lo or e[-1] < hi:
+                    continue  # the host of the fault, or one not live across the window
+                gaps = [b - a_ for a_, b in zip(e, e[1:])]
+                median = statistics.median(gaps)
+                window = [b - a_ for a_, b in zip(e, e[1:]) if b >= lo and a_ <= hi]
+                longest = max(window, default=0.0)
+                row["gap"].append(longest)
+                if longest > median + ELASTIC_GAP_S:
+                    recovered = False
+                    failures.append(f"{fault.kind} {fault.target}: elastic host {host} went {longest:.1f} s without a "
+                                    f"step around it (its median step {median:.2f} s): it waited for the host that "
+                                    f"{'joined' if fault.kind == 'host-join' else 'went'}")
         row["recovery"].append(worst)
         if recovered:
             row["recovered"] += 1
@@ -209,9 +246,22 @@ def main():
                 failures.append(f"{job}-{host}: applied {applied} block updates, more than the {pushed_steps * blocks} "
                                 f"the ranks pushed: a push was applied twice")
 
-    # Accuracy: each job's last evaluation (rank 0's record, written at the end).
-    for job in all_jobs:
-        path = os.path.join(work, f"{job}.json")
+    # Accuracy: each job's last evaluation (rank 0's record, written at the end); the elastic job's: each host's that
+    # trained to the end.
+    outputs = {job: [os.path.join(work, f"{job}.json")] for job in all_jobs if job != ELASTIC}
+    if ELASTIC in all_jobs:
+        outputs[ELASTIC] = []
+        for path in sorted(glob.glob(os.path.join(work, f"{ELASTIC}-*.json"))):
+            try:
+                with open(path) as f:
+                    left = "left" in json.load(f)
+            except (OSError, ValueError):
+                left = False  # read again below, where it fails naming the file
+            if not left:
+                outputs[ELASTIC].append(path)
+        if not outputs[ELASTIC]:
+            failures.append("job elastic: no host trained to the end (no elastic-NAME.json without \"left\")")
+    for job, path in ((job, path) for job in all_jobs for path in outputs[job]):
         try:
             with open(path) as f:
                 records = json.load(f)["records"]
@@ -219,20 +269,23 @@ def main():
         except (OSError, ValueError, KeyError, IndexError):
             failures.append(f"job {job}: no final evaluation ({path})")
             continue
+        job = job if job != ELASTIC else f"{job} ({os.path.basename(path)})"
         print(f"job {job}: final test accuracy {accuracy:.4f} after {records[-1]['step']} steps "
               f"(at least {a.min_accuracy:g}): {'ok' if accuracy >= a.min_accuracy else 'TOO LOW'}")
         if accuracy < a.min_accuracy:
             failures.append(f"job {job}: final test accuracy {accuracy:.4f} < {a.min_accuracy:g}")
 
     print(f"{'fault':<12} {'count':>5} {'recovered':>9} {'recovery s (median/max)':>24} "
-          f"{'lost updates (max) / bound':>27}  failed")
+          f"{'lost updates (max) / bound':>27} {'others gap s (max)':>18}  failed")
     for kind, row in rows.items():
         recovery = f"{statistics.median(row['recovery']):.1f}/{max(row['recovery']):.1f}" if row["recovery"] else "-"
         lost = (f"{max(row['lost']):.1f} / {max(row['bound']):.1f}" if row["lost"] else "-")
-        print(f"{kind:<12} {row['n']:>5} {row['recovered']:>9} {recovery:>24} {lost:>27}  "
+        gap = f"{max(row['gap']):.2f}" if row["gap"] else "-"
+        print(f"{kind:<12} {row['n']:>5} {row['recovered']:>9} {recovery:>24} {lost:>27} {gap:>18}  "
               f"{', '.join(row['failed']) or '-'}")
     print("(recovery: from the fault's end to the slowest touched rank's next step; lost updates: optimizer steps of "
-          "a restarted shard lost, in model steps, against the updates since its last checkpoint)")
+          "a restarted shard lost, in model steps, against the updates since its last checkpoint; others gap: around "
+          "an elastic host's coming or going, the longest time another elastic host went without a step)")
     if failures:
         for failure in failures:
             print(f"CHECK FAILED: {failure}")

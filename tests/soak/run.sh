@@ -5,14 +5,18 @@
 #                     [--stall-limit 150] [--faults LIST] [--prefix soak] [--build-dir DIR] [--keep]
 #
 # The cluster (bench/lib/emulated_hosts.sh): worker hosts w0 and w1 and shard hosts s0 and s1, network namespaces on
-# one switch, every link shaped to --rate each way. Three jobs train Fashion-MNIST's MLP (client/examples/train.py)
-# side by side, each as torchrun on both worker hosts (one rank per host, --max-restarts, rendezvous on w0) with
-# --resume (a restarted job goes on from its last evaluation), each on two shards of its own (one on s0, one on s1),
-# started as a user starts them (scripts/ps-up.sh in the shard host; a tgtd per shard):
+# one switch, every link shaped to --rate each way. Four jobs train Fashion-MNIST's MLP (client/examples/train.py)
+# side by side, each on two shards of its own (one on s0, one on s1), started as a user starts them
+# (scripts/ps-up.sh in the shard host; a tgtd per shard). Three run as torchrun on both worker hosts (one rank per
+# host, --max-restarts, rendezvous on w0) with --resume (a restarted job goes on from its last evaluation):
 #   sync   DistributedOptimizer, the shards run the optimizer, mode=sync (workers=2, min_workers=1)
 #   async  DistributedOptimizer, mode=async
 #   hook   DDP with the blockps communication hook, the shards average (opt=average, mode=sync), the optimizer in
 #          the ranks
+# and one is elastic (docs/DEPLOY.md, "Elastic jobs"):
+#   elastic  DistributedOptimizer(elastic=True) (train.py --elastic 2), mode=sync (workers=1, max_workers=4): each
+#          of its hosts e1, e2, ... is a torchrun of its own (--standalone, one rank) in a worker host's namespace,
+#          named by BLOCKPS_HOST; the shards are their only meeting point. e1 and e2 start it (on w0 and w1).
 # The optimizer shards checkpoint every 5 s and copy each checkpoint off the host (checkpoint_copy= into the work
 # directory's offhost/, standing for other storage); the averaging shards keep nothing.
 # From --seed (printed; default: a random one), every --fault-every seconds the driver does one fault, its kinds in
@@ -27,9 +31,18 @@
 #   host-lost    a shard host lost with its disk: its namespace (its tgtds) and its directory removed; a
 #                replacement with the same address starts the optimizer shards from their off-host copies and the
 #                averaging shard empty (docs/DEPLOY.md, "Losing a shard host")
+#   host-preempt an elastic host told to go: SIGTERM to its torchrun, which passes it on; the rank finishes its step,
+#                leaves the shards and exits 0 (a host that has not left within 60 s fails the fault)
+#   host-kill    an elastic host killed without notice: kill -9 of its torchrun and its rank
+#   host-join    a new elastic host (the next name, on a random worker host) joins the running job; it must take the
+#                shards' weights and step within 120 s
+#                (host-preempt and host-kill start a new host first when only one is live, so the job never ends)
 # After --minutes the faults stop; the jobs end at their next evaluation (train.py --stop-file). Then it checks and
 # prints a table per fault kind (tests/soak/chaos_report.py):
-#   - every fault recovered: each job it touched completed a step within --stall-limit s of the fault's end;
+#   - every fault recovered: each job it touched completed a step within --stall-limit s of the fault's end (the
+#     elastic hosts that stay: a preempted or killed one does not come back);
+#   - nobody waited for an elastic host that came or went: around each host-* fault (from 2 s before it to 10 s
+#     after it) every other live elastic host's longest gap between two steps is at most 2 s beyond its median step;
 #   - no step stalled: no job went --stall-limit s without completing a step;
 #   - each shard kill and host loss lost at most the updates since the shard's last checkpoint (from the status
 #     page's /model/block_steps and /checkpoint/block_steps before the fault and after the restart);
@@ -64,7 +77,7 @@ blockps_die_status=2
 . "$repo/bench/lib/emulated_hosts.sh"
 
 minutes=5 seed="" fault_every=30 rate=100mbit min_accuracy=0.80 stall_limit=150 prefix=soak build_dir=$repo/build keep=""
-all_faults=(shard-kill worker-kill worker-stop link-down link-slow host-lost)
+all_faults=(shard-kill worker-kill worker-stop link-down link-slow host-lost host-preempt host-kill host-join)
 fault_list=$(IFS=,; echo "${all_faults[*]}")
 mtu=1500
 while [ $# -gt 0 ]; do
@@ -124,7 +137,8 @@ if ip netns list | awk '{print $1}' | grep -q "^$prefix-"; then
 fi
 
 # --- the cluster ---------------------------------------------------------------------------------------------------
-jobs=(sync async hook)
+jobs=(sync async hook elastic)
+torchrun_jobs=(sync async hook)  # the worker-* faults' jobs; the elastic job has its host-* faults
 shard_hosts=(s0 s1)
 worker_timeout_ms=5000
 block_bytes=$((256 << 10))
@@ -182,6 +196,7 @@ job_bsopts() {
     sync) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=sync;workers=2;min_workers=1;straggler_ms=5000" ;;
     async) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=async" ;;
     hook) echo "$common;opt=average;checkpoint_s=0;mode=sync;workers=2;min_workers=1;straggler_ms=5000" ;;
+    elastic) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=sync;workers=1;max_workers=4;min_workers=1;straggler_ms=5000" ;;
   esac
 }
 is_optimizer_job() { [ "$1" != hook ]; }
@@ -297,7 +312,33 @@ start_job() { # JOB: torchrun on both worker hosts
     agents+=("$job-$host:$!")
   done
 }
-for job in "${jobs[@]}"; do start_job "$job"; done
+for job in "${torchrun_jobs[@]}"; do start_job "$job"; done
+# The elastic job's hosts: each a torchrun of its own (--standalone, one rank, restarted as any torchrun restarts its
+# ranks) in a worker host's namespace; its name (BLOCKPS_HOST) makes its iSCSI name and its stream of batches.
+elastic_next=1
+departed=""  # the elastic hosts preempted or killed: " elastic-eN ..." (their torchrun is gone, on purpose)
+# start_elastic_host WORKER_HOST: the next elastic host; its name in $joined.
+start_elastic_host() {
+  joined=e$elastic_next
+  elastic_next=$((elastic_next + 1))
+  ip netns exec "$prefix-$1" env PYTHONPATH="$build_dir/python" OMP_NUM_THREADS=1 BLOCKPS_HOST="$joined" BLOCKPS_JOB=soak-elastic \
+    "$torchrun" --standalone --nnodes 1 --nproc_per_node 1 --max_restarts 1000 --monitor_interval 1 --redirects 1 --tee 1 \
+    "$repo/client/examples/train.py" --ps "$work/conf/elastic.toml" --elastic 2 --model mlp --epochs 1000 --evals-per-epoch 8 \
+    --name elastic --stop-file "$work/stop" --out "$work/elastic-$joined.json" \
+    --timeline "$work/timeline/elastic-r{rank}.$joined.{pid}" >"$work/logs/elastic-$joined.log" 2>&1 &
+  agents+=("elastic-$joined:$!")
+}
+start_elastic_host w0
+start_elastic_host w1
+# elastic_live: the names of the elastic hosts started and not preempted or killed.
+elastic_live() {
+  local entry
+  for entry in "${agents[@]}"; do
+    [[ ${entry%:*} == elastic-* ]] || continue
+    [[ " $departed " == *" ${entry%:*} "* ]] || echo "${entry%%:*}"
+  done | sed 's/^elastic-//'
+}
+agent_pid() { local entry; for entry in "${agents[@]}"; do [ "${entry%:*}" != "$1" ] || echo "${entry##*:}"; done; }
 # rank_pid JOB HOST: the job's rank on HOST now (the agent's child running train.py), or nothing.
 rank_pid() {
   local entry
@@ -308,9 +349,11 @@ rank_pid() {
 }
 # wait_for_training TIMEOUT: until every job's rank 0 has printed an evaluation (all train), or fail.
 wait_for_training() {
-  local deadline=$((SECONDS + $1)) job entry
+  local deadline=$((SECONDS + $1)) job entry log
   for job in "${jobs[@]}"; do
-    until grep -q "test acc" "$work/logs/$job-w0.log" 2>/dev/null; do
+    log=$work/logs/$job-w0.log
+    [ "$job" != elastic ] || log=$work/logs/elastic-e1.log
+    until grep -q "test acc" "$log" 2>/dev/null; do
       for entry in "${agents[@]}"; do
         kill -0 "${entry##*:}" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ] && continue
         tail -n 30 "$work/logs/${entry%:*}.log" >&2
@@ -334,12 +377,24 @@ RANDOM=$seed
 pick() { local -n into=$1 from=$2; into=${from[RANDOM % ${#from[@]}]}; }
 # fault_log KIND TARGET START END DETAIL: one line of $work/faults.tsv (wall clock seconds).
 fault_log() { printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" >>"$work/faults.tsv"; }
+# wait_for_join NAME: until the new elastic host NAME took the shards' weights and logged a step (120 s at most).
+wait_for_join() {
+  local tries
+  for tries in $(seq 240); do
+    grep -qs "at the job's step" "$work/logs/elastic-$1.log" &&
+      grep -qs '"name": "step"' "$work/timeline/elastic-r0.$1."*.loop.json && return 0
+    sleep 0.5
+  done
+  warn "elastic host $1 did not join within 120 s:"
+  tail -5 "$work/logs/elastic-$1.log" >&2
+  return 1
+}
 restart_shard() { # JOB HOST: as the unit does (RestartSec=1)
   sleep 1
   start_shard "$1" "$2" || { warn "shard $(shard_name "$1" "$2") did not start again:"; tail -5 "$work/logs/ps-up-$(shard_name "$1" "$2").log" >&2; return 1; }
 }
 do_fault() { # KIND
-  local kind=$1 t0 job host pid seconds name optimizer_jobs=(sync async)
+  local kind=$1 t0 job host pid seconds name optimizer_jobs=(sync async elastic)
   # shellcheck disable=SC2034  # picked from through pick's nameref
   local worker_hosts=(w0 w1) all_hosts=(w0 w1 s0 s1)
   t0=$EPOCHREALTIME
@@ -355,7 +410,7 @@ do_fault() { # KIND
       fault_log "$kind" "$(shard_name "$job" "$host")" "$t0" "$EPOCHREALTIME" "tgtd $pid"
       ;;
     worker-kill | worker-stop)
-      pick job jobs
+      pick job torchrun_jobs
       pick host worker_hosts
       pid=$(rank_pid "$job" "$host")
       if [ -z "$pid" ]; then fault_log "$kind" "$job@$host" "$t0" "$EPOCHREALTIME" "no rank running (restarting)"; return 0; fi
@@ -384,6 +439,39 @@ do_fault() { # KIND
       sleep "$seconds"
       hosts_shape_link "$host" "$rate"
       fault_log "$kind" "$host" "$t0" "$EPOCHREALTIME" "${seconds}s at $((rate_bps / 20 / 1000))kbit"
+      ;;
+    host-preempt | host-kill)
+      local live detail=""
+      mapfile -t live < <(elastic_live)
+      if [ "${#live[@]}" -lt 2 ]; then  # the job must go on: a host joins first
+        pick host worker_hosts
+        start_elastic_host "$host"
+        wait_for_join "$joined" || { fault_log "$kind" "elastic@$joined" "$t0" "$EPOCHREALTIME" "not joined"; return 1; }
+        detail="$joined joined first; "
+        mapfile -t live < <(elastic_live)
+      fi
+      pick name live
+      pid=$(agent_pid "elastic-$name")
+      departed+=" elastic-$name"
+      if [ "$kind" = host-kill ]; then
+        pkill -9 -P "$pid" 2>/dev/null || true
+        kill -9 "$pid" 2>/dev/null || true
+        fault_log "$kind" "elastic@$name" "$t0" "$EPOCHREALTIME" "${detail}torchrun $pid and its rank killed"
+        return 0
+      fi
+      kill -TERM "$pid"
+      for seconds in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+      if kill -0 "$pid" 2>/dev/null || ! grep -q "preempted: host $name left" "$work/logs/elastic-$name.log"; then
+        fault_log "$kind" "elastic@$name" "$t0" "$EPOCHREALTIME" "${detail}did not leave cleanly within 60 s"
+        return 1
+      fi
+      fault_log "$kind" "elastic@$name" "$t0" "$EPOCHREALTIME" "${detail}left after its step (torchrun $pid)"
+      ;;
+    host-join)
+      pick host worker_hosts
+      start_elastic_host "$host"
+      wait_for_join "$joined" || { fault_log "$kind" "elastic@$joined" "$t0" "$EPOCHREALTIME" "not joined"; return 1; }
+      fault_log "$kind" "elastic@$joined" "$t0" "$EPOCHREALTIME" "on $host: $(grep -o "at the job's step [0-9]*" "$work/logs/elastic-$joined.log" | head -1)"
       ;;
     host-lost)
       pick host shard_hosts
@@ -444,6 +532,7 @@ say "faults over; the jobs end at their next evaluation"
 touch "$work/stop"
 deadline=$((SECONDS + stall_limit + 120))
 for entry in "${agents[@]}"; do
+  [[ " $departed " != *" ${entry%:*} "* ]] || continue  # preempted or killed on purpose
   pid=${entry##*:}
   while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 1; done
   if kill -0 "$pid" 2>/dev/null; then broken="${broken:+$broken; }torchrun of ${entry%:*} did not end"; elif ! wait "$pid"; then
@@ -451,8 +540,9 @@ for entry in "${agents[@]}"; do
     tail -20 "$work/logs/${entry%:*}.log" | sed 's/^/soak:   /' >&2 || true
   fi
 done
-for job in sync async; do for host in "${shard_hosts[@]}"; do read_status "$job" "$host" final || true; done; done
-for job in "${jobs[@]}"; do grep "test acc" "$work/logs/$job-w0.log" | tail -1 | sed "s/^/soak: $job, last evaluation: /" || true; done
+for job in sync async elastic; do for host in "${shard_hosts[@]}"; do read_status "$job" "$host" final || true; done; done
+for job in "${torchrun_jobs[@]}"; do grep "test acc" "$work/logs/$job-w0.log" | tail -1 | sed "s/^/soak: $job, last evaluation: /" || true; done
+for name in $(elastic_live); do grep "test acc" "$work/logs/elastic-$name.log" | tail -1 | sed "s/^/soak: elastic host $name, last evaluation: /" || true; done
 report_args=(--work "$work" --jobs "$(IFS=,; echo "${jobs[*]}")" --stall-limit "$stall_limit" --min-accuracy "$min_accuracy"
   --seed "$seed" --shard-hosts "$(IFS=,; echo "${shard_hosts[*]}")")
 [ -z "$broken" ] || report_args+=(--broken "$broken")

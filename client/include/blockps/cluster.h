@@ -18,6 +18,7 @@
 // from several threads are queued on each shard's I/O thread and run there one after another.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -234,6 +235,14 @@ class Cluster {
   Status control(std::string_view lines);
   // Every shard's status page, in cluster-file order.
   Result<std::vector<ShardStatusPage>> status_pages();
+  // An elastic job's start (docs/DEPLOY.md, "Elastic jobs"): its hosts meet only at the shards, so the first to ask
+  // sets the weights and the others take them. Asks the first shard of the file (control line init-weights; the
+  // shard grants the first session that asks while its weights are unset); when it grants this worker,
+  // `set_weights()` writes them (to every shard) and init-done follows, and the result is true. Otherwise it waits,
+  // reading that shard's status page every 50 ms, until its /init/state is "set" (false: take the shards' weights),
+  // asking again whenever the grant lapsed (its holder's session gone). Errors: set_weights()'s, a shard that
+  // refuses the lines (its admins=), or `patience` passed with the grant still another host's (naming it).
+  Result<bool> set_or_take_weights(const std::function<Status()>& set_weights, std::chrono::milliseconds patience);
   // Every shard's grad LU queue counters (commands issued, and issued while the other direction had commands
   // in flight), in cluster-file order: how much of the traffic used both directions at once.
   Result<std::vector<LuQueueCounters>> grad_queue_counters();

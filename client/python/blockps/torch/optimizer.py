@@ -25,6 +25,15 @@ never stepped locally. What happens, and the rules a user can rely on:
   hold instead (resume); it is the default after a torchrun restart. Ranks meet once, at start, in a
   torch.distributed barrier (gloo; initialised here when the script has not): never again, so a rank that dies
   later cannot hang the others through it.
+- Elastic (elastic=True; docs/DEPLOY.md, "Elastic jobs"): every worker host runs a launcher of its own (torchrun
+  for its local ranks, or one process) and the shards are the only meeting point: hosts come and go while the others
+  train on. The ranks of a host still meet in their own process group (host aggregation, buffers, evaluations); no
+  host waits for another. The job must be named (job=, [client] job or BLOCKPS_JOB), each host's workers log in as
+  ...worker-<hostname>-<BLOCKPS_HOST or launcher>-rank<R>, and at start the first host to ask the first shard sets the
+  weights (init-weights, then init-done) while the others wait for them and take them (set_or_take_weights): a host
+  that joins a running job takes the trained weights. On sync shards with max_workers= above workers=, a joining host
+  is in the rounds it enters. leave() (on a preemption notice) ends this rank's part after its last step, and the
+  shards drop it at once; shard_rounds() is the job's step count (its sync rounds), for a script's schedule and end.
 - Layout (ModelLayout, blockps/torch/layout.py): the trainable parameters end to end in reverse registration order
   (backward produces the last layers' gradients first, so the first blocks fill first), then, from the next block
   boundary, the floating-point buffers. The cluster's model must hold ModelLayout.elements elements.
@@ -63,6 +72,8 @@ never stepped locally. What happens, and the rules a user can rely on:
   are refused at construction. Each error points to DDP with blockps.torch.averaging_hook, where the optimizer
   stays in the script and any of these work.
 """
+import gc
+import json
 import math
 import os
 import queue
@@ -75,7 +86,7 @@ from ..shard_settings import shard_options
 from .layout import ModelLayout
 from .wire import WIRE_DTYPES, bytes_of, wire_buffer, wire_element_bytes
 from .compression import shards_compression
-from .worker import exchanger, open_for_job, open_worker, torchrun_identity
+from .worker import elastic_worker_name, exchanger, open_for_job, open_worker, torchrun_identity
 
 _USE_THE_HOOK = ("use DistributedDataParallel with blockps.torch.averaging_hook over opt=average shards instead: the "
                  "optimizer then stays in the script (docs/OPTIONS.md, \"DDP through blockps\")")
@@ -150,7 +161,9 @@ class DistributedOptimizer(torch.optim.Optimizer):
     combine the gradients of a host's ranks before its leader pushes (blockps/torch/host.py). compression: None
     (default) follows the shards' compress= (blockps/torch/compression.py: after their compress_after full-precision
     rounds, each block's push goes compressed with this rank's error feedback; the pulled weights stay in the wire
-    dtype); 'none', 'sign1' or 'int8' must be what they run (ValueError otherwise).
+    dtype); 'none', 'sign1' or 'int8' must be what they run (ValueError otherwise). elastic: this host needs no other
+    (see the module's doc); init must then be None (the shards decide) or "ps" (wait for the weights another host
+    sets), and elastic_patience_s bounds that wait.
 
     early_forward: step() returns once the step's sends are out, without waiting for the pulls, so the next
     forward can start while the last exchanges run. A forward pre-hook on each module that itself holds parameters
@@ -168,22 +181,34 @@ class DistributedOptimizer(torch.optim.Optimizer):
 
     def __init__(self, optimizer, model, cluster=None, *, init=None, bucket_bytes=1 << 20,
                  backward_passes_per_step=1, staging=False, check_optimizer=True, job=None, takeover=False,
-                 host_aggregation=True, early_forward=False, compression=None):
+                 host_aggregation=True, early_forward=False, compression=None, elastic=False,
+                 elastic_patience_s=300.0):
         self.rank, self.world_size, restarts = torchrun_identity()
+        self.elastic = bool(elastic)
         if cluster is None:
             cluster = os.environ.get("BLOCKPS_CLUSTER")
             if not cluster:
                 raise ValueError("blockps: no cluster: pass cluster= (a file or blockps.Cluster) or set BLOCKPS_CLUSTER")
+        if elastic:
+            if init == "model":
+                raise ValueError("blockps: init='model' with elastic=True: a host joining a running job would write "
+                                 "its model over the trained weights; the shards decide who sets them (init=None)")
+            if not 0 < elastic_patience_s <= 86400:
+                raise ValueError(f"blockps: elastic_patience_s={elastic_patience_s}: must be seconds in (0, 86400]")
+            init = init or "elastic"
         if init is None:
             init = "ps" if restarts > 0 else "model"
-        if init not in ("model", "ps"):
+        if init not in ("model", "ps", "elastic"):
             raise ValueError(f"blockps: init={init!r}: must be 'model' or 'ps'")
+        self._elastic_patience_s = elastic_patience_s
+        self.set_the_weights = False  # elastic: whether this host set the job's weights (the first to ask)
         if backward_passes_per_step < 1:
             raise ValueError(f"blockps: backward_passes_per_step={backward_passes_per_step}: must be >= 1")
 
         def open_checked():
-            opened = open_for_job(cluster, f"rank{self.rank}", job, takeover,
-                                  user="blockps.torch.DistributedOptimizer", averaging=False)
+            worker = elastic_worker_name(self.rank) if elastic else f"rank{self.rank}"
+            opened = open_for_job(cluster, worker, job, takeover, user="blockps.torch.DistributedOptimizer",
+                                  averaging=False, elastic=elastic)
             # The layout puts the first layers at the highest offsets: send them first, as the next forward needs.
             opened.prefer_send_order("descending")
             if check_optimizer:
@@ -238,6 +263,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self._buffer_transfer = bool(layout.buffers) and (self.rank != 0 or self.host is not None)
         self._early_forward = early_forward
         self._pull = None  # the last step's _StepPull while weights of it are not installed (early_forward)
+        self._left = False  # leave() was called
         self._pull_lock = threading.Lock()
         # Direct early_forward: zero_grad() turns to the other gradient buffer while the pushes read this one.
         self._spare_grads = wire_buffer(self.elements, wire, cuda) if early_forward and self._direct else None
@@ -279,9 +305,20 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def _start(self, init):
         layout, w = self.layout, self._weights[0]
         used_blocks = layout.buffer_offset // layout.block_elements + layout.buffer_blocks
-        if self.rank == 0 and init == "model":
+        if self.rank == 0 and init in ("model", "elastic"):
             self._gather(w, layout.parameters + layout.buffers)
-            self.cluster.write_weights_blocks(0, used_blocks, bytes_of(self.layout.block_span(w, 0, used_blocks)))
+
+            def set_weights():
+                self.cluster.write_weights_blocks(0, used_blocks, bytes_of(self.layout.block_span(w, 0, used_blocks)))
+            if init == "model":
+                set_weights()
+            else:  # the first host to ask sets them, the others wait until they are set
+                self.set_the_weights = self.cluster.set_or_take_weights(set_weights, self._elastic_patience_s)
+        elif self.rank == 0 and self.elastic:  # init="ps": wait for the host that sets them
+            def another_host_sets_them():
+                raise ValueError("blockps: init='ps' with elastic=True: the shards' weights are not set yet and this "
+                                 "host was asked to set them; start it with init=None")
+            self.cluster.set_or_take_weights(another_host_sets_them, self._elastic_patience_s)
         if self.world_size > 1:
             torch.distributed.barrier()
         self._from_shards(0, used_blocks, w)
@@ -490,6 +527,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None, **scaler_arguments):
         """Send what backward left, wait for every pull, install the new weights (and rank 0's buffers). With
         early_forward, return once the sends are out (see the class's doc)."""
+        if self._left:
+            raise RuntimeError("blockps: step() after leave(): this rank left the job")
         self.wait_for_weights()  # a pull no backward ended (step() twice): this step's exchanges reuse its buffers
         loss = None
         if closure is not None:
@@ -670,6 +709,39 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.wait_for_weights()  # early_forward: the files then hold the last step's rounds, as after step()
         if self.rank == 0:
             self.cluster.control("checkpoint")
+
+    def shard_rounds(self):
+        """The job's step count as the shards keep it: the most rounds applied to a block, over every shard (sync and
+        ssp shards; the fewest would count the blocks past the model's end, which no round reaches). A host joining an
+        elastic job starts its schedule there. Read from the status pages, so call it once in a while (at
+        evaluations), not every step. On a host's non-leader ranks: from the leader, shared."""
+        def most_rounds():
+            most = 0
+            for shard, text in self.cluster.status_pages():
+                rounds = json.loads(text).get("rounds", {})
+                if "rounds_max" not in rounds:
+                    raise ValueError(f"blockps: shard_rounds(): shard {shard} is mode=async: it has no rounds")
+                most = max(most, rounds["rounds_max"])
+            return most
+        if self.host is None:
+            return most_rounds()
+        value = torch.zeros(1, dtype=torch.float64)
+
+        def fill():
+            value[0] = most_rounds()
+        self._exchange_path.share_async(value, fill).wait()
+        return int(value[0])
+
+    def leave(self):
+        """This rank's part ends (a preemption notice: the host will go): the last step's pull ends, then its sessions
+        close, so that sync shards drop this host at once (a host's leader closes the host's) instead of after
+        worker_timeout_ms, and nothing of its is half-pushed. Call it between steps; the optimizer cannot step
+        afterwards."""
+        self.wait_for_weights()
+        self._left = True
+        self._exchange_path = None
+        self.cluster = None  # the last reference: the library logs out of every shard as it goes
+        gc.collect()
 
     def zero_grad(self, set_to_none=False):
         """Zero the gradients in place (set_to_none is ignored) without waiting for the last step's pull. Direct

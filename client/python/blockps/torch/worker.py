@@ -19,14 +19,29 @@ def torchrun_identity():
         raise ValueError(f"blockps: RANK, WORLD_SIZE and TORCHELASTIC_RESTART_COUNT must be integers: {e}") from None
 
 
-def open_for_job(cluster, worker, job, takeover, user, averaging):
+ELASTIC_NEEDS_A_JOB = ("an elastic job's hosts each run a launcher of their own, which names no job they share: give "
+                       "job=, the cluster file's [client] job or BLOCKPS_JOB")
+
+
+def elastic_worker_name(rank):
+    """The worker name of `rank` of an elastic job's host (its IQN: iqn...:worker-<hostname>-<this>): every host runs
+    ranks 0..L-1 of a launcher of its own, so the name adds the host (BLOCKPS_HOST, else the launcher: torchrun's agent
+    process, else this process), lower case letters, digits, '-' and '.' as IQNs allow."""
+    env = os.environ
+    host = env.get("BLOCKPS_HOST") or (f"agent{os.getppid()}" if "TORCHELASTIC_RUN_ID" in env else f"p{os.getpid()}")
+    host = "".join(c if c.isalnum() or c in "-." else "-" for c in host.lower())
+    return f"{host}-rank{rank}"
+
+
+def open_for_job(cluster, worker, job, takeover, user, averaging, elastic=False):
     """The cluster (a blockps.Cluster or a cluster file path; each rank logs in as `worker`), claimed for the job
     the library chooses (`job`, else the cluster file's [client] job, else BLOCKPS_JOB, else the launcher's name:
     blockps/jobs.py) once its shards were found to be of the kind `user` needs (`averaging`: opt=average; else
     optimizer shards): nothing is written to a shard of the wrong kind (blockps.MismatchError), and nothing before
     a job is named (blockps.InvalidArgumentError). A Cluster the script opened is claimed here (unless it holds the
-    job already). A shard held by another job refuses with the holder named (blockps.Error)."""
-    default_job, why_none = launcher_job_name()
+    job already). A shard held by another job refuses with the holder named (blockps.Error). `elastic`: no
+    launcher's name is a default (each host's launcher has its own)."""
+    default_job, why_none = (None, ELASTIC_NEEDS_A_JOB) if elastic else launcher_job_name()
     chosen = dict(job=job, takeover=takeover, expect="averaging" if averaging else "optimizer",
                   default_job=default_job, no_default_job_because=why_none or "")
     try:

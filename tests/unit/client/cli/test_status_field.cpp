@@ -63,7 +63,7 @@ TEST(IsStatusPageField, ElementsOfAnArrayAndTheirKeys) {
 TEST(StatusPageFields, ListsTheContractsPointersCommaSeparatedInItsOrder) {
   const std::string list = status_page_fields();
   EXPECT_EQ(list.rfind("/blockps/status_format, /shard, /shard/path, /shard/options, /shard/settings, /shard/size, ", 0), 0u) << list;
-  EXPECT_TRUE(list.ends_with(", /place/text, /refusals/recent")) << list;
+  EXPECT_TRUE(list.ends_with(", /place/text, /init, /init/state, /init/by, /refusals/recent")) << list;
   std::size_t count = 0;
   for (std::size_t from = 0, comma; from <= list.size(); from = comma + 2) {
     comma = list.find(", ", from);
@@ -72,7 +72,7 @@ TEST(StatusPageFields, ListsTheContractsPointersCommaSeparatedInItsOrder) {
     EXPECT_TRUE(is_status_page_field(field)) << "'" << field << "'";
     ++count;
   }
-  EXPECT_EQ(count, 70u);  // one per pointer of contract/status_page.h
+  EXPECT_EQ(count, 74u);  // one per pointer of contract/status_page.h
 }
 
 const nlohmann::json kPage = nlohmann::json::parse(R"({
