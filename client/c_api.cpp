@@ -1,6 +1,7 @@
 // The C API (blockps/blockps.h) over the C++ Cluster. Every entry point catches everything (no exception unwinds
 // into C code); a Status becomes a result code through its StatusCode (result_of, the one mapping) and this
 // thread's last error message.
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <exception>
@@ -412,6 +413,31 @@ blockps_result blockps_write_weights(blockps_cluster* cluster, const void* weigh
 blockps_result blockps_read_weights(blockps_cluster* cluster, void* weights, size_t bytes) {
   return blocking("blockps_read_weights", cluster, weights, bytes,
                   [&](blockps::Cluster& c) { return c.read_weights(out(weights, bytes)); });
+}
+
+blockps_result blockps_set_or_take_weights(blockps_cluster* cluster, blockps_set_weights_fn set_weights, void* user,
+                                           uint64_t patience_ms, int* set_them) {
+  constexpr const char* what = "blockps_set_or_take_weights";
+  return guarded(what, [&] {
+    if (cluster == nullptr) return null_argument(what, "cluster");
+    if (set_weights == nullptr) return null_argument(what, "set_weights");
+    if (set_them == nullptr) return null_argument(what, "set_them");
+    if (patience_ms == 0 || patience_ms > 86'400'000)
+      return fail(BLOCKPS_ERR_INVALID_ARGUMENT, what,
+                  "patience_ms " + std::to_string(patience_ms) + ": must be 1..86400000 (a day)");
+    blockps_result written = BLOCKPS_OK;  // set_weights()'s own result, returned as it is
+    const blockps::Result<bool> outcome = cluster->cluster->set_or_take_weights(
+        [&] {
+          written = set_weights(user);
+          return written == BLOCKPS_OK ? Status::Ok() : Status::Error("set_weights failed");
+        },
+        std::chrono::milliseconds(patience_ms));
+    if (written != BLOCKPS_OK) return written;  // its message is the one set_weights left
+    if (!outcome.ok()) return finish(outcome.status());
+    *set_them = outcome.value() ? 1 : 0;
+    clear_error();
+    return BLOCKPS_OK;
+  });
 }
 
 blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char* json, size_t json_capacity,

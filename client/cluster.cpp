@@ -399,13 +399,13 @@ Result<bool> Cluster::set_or_take_weights(const std::function<Status()>& set_wei
     }
     if (state == "unset") asked = false;  // the grant lapsed (its holder's session is gone): ask again
     if (std::chrono::steady_clock::now() >= deadline)
-      return Status::Error(StatusCode::unknown,
-                           "shard " + shards_[0]->spec().name + ": the weights of job " + job() +
-                               " are not set after " + std::to_string(patience.count()) + " ms: " +
-                               (state == "granted" ? by + " holds the init-weights grant and has not said init-done"
-                                                   : "nobody holds the grant") +
-                               " (is that host still starting? its session is dropped once gone, and the grant with "
-                               "it)");
+      return Status::Error(
+          StatusCode::io, "shard " + shards_[0]->spec().name + ": the weights of job " + job() + " are not set after " +
+                              std::to_string(patience.count()) + " ms: " +
+                              (state == "granted" ? by + " holds the init-weights grant and has not said init-done"
+                                                  : "nobody holds the grant") +
+                              " (is that host still starting? its session is dropped once gone, and the grant with "
+                              "it)");
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
 }

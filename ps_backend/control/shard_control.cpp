@@ -134,7 +134,7 @@ Status ShardControl::act(const ControlAction& action, const WorkerRef* sender) {
     case ControlAction::Kind::init_done:
       if (!sender) return refuse("control " + action.line + ": the session that sent it is not known to the shard");
       if (action.kind == ControlAction::Kind::init_done) return shard_.weights_init().done(*sender);
-      shard_.weights_init().ask(*sender);
+      shard_.weights_init().ask(*sender, shard_.trained());
       return Status::Ok();
   }
   return Status::Ok();

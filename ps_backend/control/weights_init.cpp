@@ -4,8 +4,9 @@
 
 namespace blockps {
 
-void WeightsInit::ask(const WorkerRef& who) {
+void WeightsInit::ask(const WorkerRef& who, bool trained) {
   std::lock_guard lock(mutex_);
+  if (trained && state_ == State::unset) return;  // view() says set: nobody sets them again
   if (state_ == State::unset || (state_ == State::granted && holder_.iqn == who.iqn)) {
     if (state_ == State::unset)
       log_line("init-weights: granted to session " + std::to_string(who.itn) + " of " + who.iqn);

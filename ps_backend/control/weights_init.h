@@ -27,10 +27,10 @@ class WeightsInit {
     std::string by;  // granted: the IQN of the session that sets them; set: the one that did ("" when loaded)
   };
 
-  /// init-weights from `who`: granted when the weights are unset, or the grant is already `who`'s IQN (a host that
-  /// asks again after a restart). Otherwise nothing changes: the status page says who holds the grant, or that the
-  /// weights are set. Never refused.
-  void ask(const WorkerRef& who);
+  /// init-weights from `who`: granted when the weights are unset and not `trained` (an update applied: a shard loaded
+  /// from a checkpoint after a restart), or the grant is already `who`'s IQN (a host that asks again after a restart).
+  /// Otherwise nothing changes: the status page says who holds the grant, or that the weights are set. Never refused.
+  void ask(const WorkerRef& who, bool trained);
   /// init-done from `who`: the grant holder's weights are set. invalid_argument when `who` holds no grant.
   Status done(const WorkerRef& who);
   /// A grant whose session is gone lapses (tgt's main thread; `alive` is its session lookup).

@@ -131,8 +131,10 @@ class ServedShard {
   }
   /// Who sets the weights of a new job (init-weights, init-done; weights_init.h).
   WeightsInit& weights_init() { return weights_init_; }
-  /// Where that stands: an update applied reads as set.
-  WeightsInit::View weights_init_view() const { return weights_init_.view(model_->total_block_steps() > 0); }
+  /// Whether an update was applied to the weights (since the shard was created, or in the checkpoint it loaded).
+  bool trained() const { return model_->total_block_steps() > 0; }
+  /// Where that stands: a trained shard reads as set.
+  WeightsInit::View weights_init_view() const { return weights_init_.view(trained()); }
   /// Which part of which model the shard holds (none until a place= line or a checkpoint gave it one).
   std::optional<Place> place() const;
   /// Set the place (control line place=); returns the one it replaces.

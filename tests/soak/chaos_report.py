@@ -22,6 +22,9 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "lib"))
+from loop_timeline import read_loop, waits  # noqa: E402  (bench/lib: one reading of train.py's timelines)
+
 # The faults that touch every job (a worker host's link carries all jobs; a shard host holds a shard of each), and
 # the targets of those that touch one: shard "JOB-HOST", worker "JOB@HOST".
 HOST_FAULTS = ("link-down", "link-slow", "host-lost")
@@ -94,27 +97,18 @@ def checkpoint_block_steps(page):
     return page["checkpoint"]["block_steps"]
 
 
-def read_steps(work, job, offset):
+def read_steps(work, job, offset, evaluations=None):
     """Per rank (the elastic job: per host): the wall-clock ends of its steps in every life, and per life the number
-    of steps it finished."""
+    of steps it finished. `evaluations` (a dict), when given, gets per rank its evaluations' (start, end)."""
     ends, lives = collections.defaultdict(list), collections.defaultdict(list)
     for path in sorted(glob.glob(os.path.join(work, "timeline", f"{job}-r*.loop.json"))):
         found = re.search(r"-r(\d+)\.(\w+)\.\d+\.loop\.json$", path)
         rank = found.group(2) if job == ELASTIC else int(found.group(1))
-        finished = 0
-        with open(path) as f:
-            for line in f:
-                line = line.strip().lstrip("[").rstrip(",").rstrip("]")
-                if not line.startswith("{"):
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue  # the last line of a life killed while writing it
-                if event.get("name") == "step":
-                    ends[rank].append(offset + (event["ts"] + event["dur"]) / 1e6)
-                    finished += 1
-        lives[rank].append(finished)
+        life, evaluated = read_loop(path, offset)
+        ends[rank] += life
+        if evaluations is not None:
+            evaluations.setdefault(rank, []).extend(evaluated)
+        lives[rank].append(len(life))
     return {r: sorted(e) for r, e in ends.items()}, lives
 
 
@@ -133,7 +127,8 @@ def main():
     if os.path.exists(os.path.join(work, "faults.tsv")):
         with open(os.path.join(work, "faults.tsv")) as f:
             faults = [Fault(line) for line in f if line.strip()]
-    steps = {job: read_steps(work, job, offset) for job in all_jobs}
+    evaluations = {}  # the elastic hosts' own evaluations: a host that evaluates waits for nobody
+    steps = {job: read_steps(work, job, offset, evaluations if job == ELASTIC else None) for job in all_jobs}
     pages = {(job, host): read_pages(os.path.join(work, "status", f"{job}-{host}.jsonl"))
              for job in optimizer_jobs for host in shard_hosts}
 
@@ -167,8 +162,9 @@ def main():
         recovered = not any(w in fault.detail for w in ("not restarted", "not started", "not joined", "did not leave"))
         for job in fault.jobs(all_jobs):
             for rank, e in steps[job][0].items():
-                if job == ELASTIC and rank in gone_at and gone_at[rank] <= fault.end:
-                    continue  # preempted or killed by this fault or an earlier one
+                if job == ELASTIC and ((rank in gone_at and gone_at[rank] <= fault.end) or
+                                       (e and e[0] > fault.end and rank != fault.elastic_host())):
+                    continue  # preempted or killed by this fault or an earlier one, or joined after it
                 after = [t for t in e if t > fault.end]
                 if not after:
                     recovered = False
@@ -202,12 +198,15 @@ def main():
         # Nobody waits for an elastic host that comes or goes: every other host live around it stepped on.
         if fault.kind in ELASTIC_FAULTS:
             lo, hi = fault.start - AROUND[0], fault.end + AROUND[1]
+            # A sync round waits for its slowest member, also while that one evaluates: any host's evaluation is
+            # time a host may wait that has nothing to do with a host coming or going.
+            everyone_evaluating = sorted(span for spans in evaluations.values() for span in spans)
             for host, e in steps[ELASTIC][0].items():
                 if host == fault.elastic_host() or not e or e[0] > lo or e[-1] < hi:
                     continue  # the host of the fault, or one not live across the window
-                gaps = [b - a_ for a_, b in zip(e, e[1:])]
+                gaps = waits(e, everyone_evaluating)
                 median = statistics.median(gaps)
-                window = [b - a_ for a_, b in zip(e, e[1:]) if b >= lo and a_ <= hi]
+                window = [g for g, a_, b in zip(gaps, e, e[1:]) if b >= lo and a_ <= hi]
                 longest = max(window, default=0.0)
                 row["gap"].append(longest)
                 if longest > median + ELASTIC_GAP_S:

@@ -15,7 +15,7 @@
 #          the ranks
 # and one is elastic (docs/DEPLOY.md, "Elastic jobs"):
 #   elastic  DistributedOptimizer(elastic=True) (train.py --elastic 2), mode=sync (workers=1, max_workers=4): each
-#          of its hosts e1, e2, ... is a torchrun of its own (--standalone, one rank) in a worker host's namespace,
+#          of its hosts e1, e2, ... is a torchrun of its own (one rank, its own rendezvous) in a worker host's namespace,
 #          named by BLOCKPS_HOST; the shards are their only meeting point. e1 and e2 start it (on w0 and w1).
 # The optimizer shards checkpoint every 5 s and copy each checkpoint off the host (checkpoint_copy= into the work
 # directory's offhost/, standing for other storage); the averaging shards keep nothing.
@@ -196,7 +196,9 @@ job_bsopts() {
     sync) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=sync;workers=2;min_workers=1;straggler_ms=5000" ;;
     async) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=async" ;;
     hook) echo "$common;opt=average;checkpoint_s=0;mode=sync;workers=2;min_workers=1;straggler_ms=5000" ;;
-    elastic) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=sync;workers=1;max_workers=4;min_workers=1;straggler_ms=5000" ;;
+    # straggler_ms=1500: a round waits at most that long for a host that joined (docs/DEPLOY.md, "Elastic jobs"),
+    # beyond an evaluation's 1.2 s here.
+    elastic) echo "$common;$optimizer_bsopts;init=zeros;seed=1;checkpoint_s=5;mode=sync;workers=1;max_workers=4;min_workers=1;straggler_ms=1500" ;;
   esac
 }
 is_optimizer_job() { [ "$1" != hook ]; }
@@ -313,7 +315,7 @@ start_job() { # JOB: torchrun on both worker hosts
   done
 }
 for job in "${torchrun_jobs[@]}"; do start_job "$job"; done
-# The elastic job's hosts: each a torchrun of its own (--standalone, one rank, restarted as any torchrun restarts its
+# The elastic job's hosts: each a torchrun of its own (one rank, restarted as any torchrun restarts its
 # ranks) in a worker host's namespace; its name (BLOCKPS_HOST) makes its iSCSI name and its stream of batches.
 elastic_next=1
 departed=""  # the elastic hosts preempted or killed: " elastic-eN ..." (their torchrun is gone, on purpose)
@@ -321,8 +323,10 @@ departed=""  # the elastic hosts preempted or killed: " elastic-eN ..." (their t
 start_elastic_host() {
   joined=e$elastic_next
   elastic_next=$((elastic_next + 1))
+  # Its own rendezvous port (--standalone's fixed 29400 would be another host's store in the same namespace).
   ip netns exec "$prefix-$1" env PYTHONPATH="$build_dir/python" OMP_NUM_THREADS=1 BLOCKPS_HOST="$joined" BLOCKPS_JOB=soak-elastic \
-    "$torchrun" --standalone --nnodes 1 --nproc_per_node 1 --max_restarts 1000 --monitor_interval 1 --redirects 1 --tee 1 \
+    "$torchrun" --nnodes 1 --nproc_per_node 1 --rdzv_backend c10d --rdzv_endpoint "127.0.0.1:$((29500 + elastic_next))" \
+    --rdzv_id "soak-elastic-$joined" --rdzv_conf is_host=1 --max_restarts 1000 --monitor_interval 1 --redirects 1 --tee 1 \
     "$repo/client/examples/train.py" --ps "$work/conf/elastic.toml" --elastic 2 --model mlp --epochs 1000 --evals-per-epoch 8 \
     --name elastic --stop-file "$work/stop" --out "$work/elastic-$joined.json" \
     --timeline "$work/timeline/elastic-r{rank}.$joined.{pid}" >"$work/logs/elastic-$joined.log" 2>&1 &
@@ -456,6 +460,7 @@ do_fault() { # KIND
       if [ "$kind" = host-kill ]; then
         pkill -9 -P "$pid" 2>/dev/null || true
         kill -9 "$pid" 2>/dev/null || true
+        wait "$pid" 2>/dev/null || true  # reaped here: bash's "Killed" notice goes nowhere
         fault_log "$kind" "elastic@$name" "$t0" "$EPOCHREALTIME" "${detail}torchrun $pid and its rank killed"
         return 0
       fi

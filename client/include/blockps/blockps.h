@@ -40,7 +40,7 @@
 
 /* The version of the API this header declares. Compare with blockps_api_version() to check that the library
  * loaded at run time is at least as new as the header the program was built with. */
-#define BLOCKPS_API_VERSION 8
+#define BLOCKPS_API_VERSION 9
 
 #if defined(__GNUC__)
 #define BLOCKPS_EXPORT __attribute__((visibility("default")))
@@ -233,6 +233,20 @@ BLOCKPS_EXPORT blockps_result blockps_read_weights(blockps_cluster* cluster, voi
  * then nothing is written but *json_bytes), IO, NO_MEMORY. */
 BLOCKPS_EXPORT blockps_result blockps_status_page(blockps_cluster* cluster, size_t shard, char* json,
                                                   size_t json_capacity, size_t* json_bytes);
+
+/* (API version 9) An elastic job's start (docs/DEPLOY.md, "Elastic jobs"): its hosts each run a launcher of their own
+ * and meet only at the shards, so the first to ask sets the weights and the others take them. Asks the cluster
+ * file's first shard (control line init-weights: it grants the first session that asks while its weights are unset).
+ * When it grants this worker, set_weights(user) writes the weights (blockps_write_weights, from the caller's thread),
+ * init-done follows and *set_them is 1. Otherwise it waits, reading that shard's status page every 50 ms, until
+ * another worker set them (asking again whenever the grant lapsed: its holder's session gone), and *set_them is 0:
+ * read them then. A set_weights that does not return BLOCKPS_OK: its result is returned, and this worker keeps the
+ * grant until its sessions close (blockps_cluster_close). Errors: INVALID_ARGUMENT (NULL cluster, set_weights or
+ * set_them; patience_ms 0), IO (a shard refused the lines: its admins=; or patience_ms passed with the grant another
+ * worker's: the message names it), MISMATCH (a shard module older than this library). */
+typedef blockps_result (*blockps_set_weights_fn)(void* user);
+BLOCKPS_EXPORT blockps_result blockps_set_or_take_weights(blockps_cluster* cluster, blockps_set_weights_fn set_weights,
+                                                          void* user, uint64_t patience_ms, int* set_them);
 
 /* (API version 5) What one shard's sessions (its three LUs) have done and recovered from since the cluster
  * opened. Each kind of recovery is also logged (blockps_set_log; stderr by default) ("blockps: shard 'S' grad LU (URL):

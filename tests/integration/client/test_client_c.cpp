@@ -11,6 +11,7 @@
 #include <fstream>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/blockps_shard.h"
@@ -62,10 +63,12 @@ class ClientCTest : public ::testing::Test {
 
   // A cluster file for the running shards saying `block` (the shards have kBlockBytes). reconnect_s = 0: the dead
   // shard's test wants the failure at once (test_reconnect.cpp has the recovery).
-  std::string cluster_file(std::uint64_t block = kBlockBytes) {
+  // `initiator`: the worker's iSCSI name ("": the library's default, which every cluster of this process shares).
+  std::string cluster_file(std::uint64_t block = kBlockBytes, const std::string& initiator = "") {
     std::string text = "[model]\nsize = " + std::to_string(kModelBytes) +
                        "\ndtype = \"f32\"\nblock = " + std::to_string(block) +
-                       "\n[client]\nqueue_depth = 4\nmax_request = \"256K\"\nreconnect_s = 0\n";
+                       "\n[client]\nqueue_depth = 4\nmax_request = \"256K\"\nreconnect_s = 0\n" +
+                       (initiator.empty() ? "" : "initiator = \"" + initiator + "\"\n");
     for (int s = 0; s < kShards; ++s) {
       text += "[[shard]]\nname = \"shard" + std::to_string(s) + "\"\n";
       text += "grad = \"" + tgtd_[s].url(shard_iqn(s), 1) + "\"\n";
@@ -239,6 +242,69 @@ TEST_F(ClientCTest, MismatchesAndADeadShardAreResultCodesNamingTheShard) {
   EXPECT_EQ(other, nullptr);
   EXPECT_NE(std::string(blockps_last_error()).find("shard 'shard1' grad LU"), std::string::npos)
       << blockps_last_error();
+}
+
+// An elastic job's start (issue 51) through the C API: three workers of their own (their own iSCSI names). C is granted
+// first and its set_weights fails: its result comes back, A then waits its patience out (the error names C), and once
+// C's sessions closed the grant lapses. A is granted and sets the weights slowly while B asks: B waits until they are
+// set and finds A's weights.
+struct Setter {
+  blockps_cluster* cluster = nullptr;
+  std::vector<float> weights;
+  std::promise<void> granted;
+  blockps_result result = BLOCKPS_OK;
+};
+
+blockps_result set_slowly(void* user) {
+  auto* s = static_cast<Setter*>(user);
+  s->granted.set_value();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // B asks meanwhile
+  return blockps_write_weights(s->cluster, s->weights.data(), kModelBytes);
+}
+
+blockps_result set_fails(void* user) { return static_cast<Setter*>(user)->result; }
+
+TEST_F(ClientCTest, TheFirstWorkerToAskSetsTheWeightsAndTheOthersWaitForThem) {
+  blockps_cluster *a = nullptr, *b = nullptr, *c = nullptr;
+  const std::string iqn = "iqn.2026-11.io.blockps:capi-elastic-";
+  ASSERT_EQ(blockps_cluster_open(cluster_file(kBlockBytes, iqn + "a").c_str(), &a), BLOCKPS_OK) << blockps_last_error();
+  ASSERT_EQ(blockps_cluster_open(cluster_file(kBlockBytes, iqn + "b").c_str(), &b), BLOCKPS_OK) << blockps_last_error();
+  ASSERT_EQ(blockps_cluster_open(cluster_file(kBlockBytes, iqn + "c").c_str(), &c), BLOCKPS_OK) << blockps_last_error();
+  int set_them = -1;
+  Setter failing;
+  failing.result = BLOCKPS_ERR_IO;
+  EXPECT_EQ(blockps_set_or_take_weights(c, set_fails, &failing, 1000, &set_them), BLOCKPS_ERR_IO);
+  EXPECT_EQ(set_them, -1);
+  blockps_result r = blockps_set_or_take_weights(a, set_fails, &failing, 300, &set_them);
+  EXPECT_EQ(r, BLOCKPS_ERR_IO) << outcome(r);
+  EXPECT_NE(std::string(blockps_last_error()).find(iqn + "c holds the init-weights grant"), std::string::npos)
+      << blockps_last_error();
+  blockps_cluster_close(c);  // its sessions end: the grant lapses at the shard's next look
+
+  Setter setter;
+  setter.cluster = a;
+  setter.weights = whole_numbers(kModelBytes / 4, 5);
+  std::future<blockps_result> first = std::async(std::launch::async, [&] {
+    int set = -1;
+    const blockps_result done = blockps_set_or_take_weights(a, set_slowly, &setter, 10000, &set);
+    return done == BLOCKPS_OK && set == 1 ? BLOCKPS_OK : BLOCKPS_ERR_INTERNAL;
+  });
+  setter.granted.get_future().wait();
+  Setter never_called;
+  never_called.result = BLOCKPS_ERR_INTERNAL;
+  r = blockps_set_or_take_weights(b, set_fails, &never_called, 10000, &set_them);
+  ASSERT_EQ(r, BLOCKPS_OK) << outcome(r);
+  EXPECT_EQ(set_them, 0) << "B asked second: A sets them";
+  EXPECT_EQ(first.get(), BLOCKPS_OK) << "A was granted and set them";
+  std::vector<float> taken(kModelBytes / 4, -1.0f);
+  ASSERT_EQ(blockps_read_weights(b, taken.data(), kModelBytes), BLOCKPS_OK) << blockps_last_error();
+  EXPECT_EQ(taken, setter.weights) << "B returned before A's weights were all written";
+  r = blockps_set_or_take_weights(b, set_fails, &never_called, 1000, &set_them);
+  EXPECT_EQ(r, BLOCKPS_OK) << outcome(r);
+  EXPECT_EQ(set_them, 0) << "set weights stay set";
+  EXPECT_EQ(blockps_set_or_take_weights(b, set_fails, &never_called, 0, &set_them), BLOCKPS_ERR_INVALID_ARGUMENT);
+  blockps_cluster_close(a);
+  blockps_cluster_close(b);
 }
 
 }  // namespace
