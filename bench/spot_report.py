@@ -38,6 +38,8 @@ def read_run(out, run, offset):
         steps[host].sort()
     accuracies = []
     for path in glob.glob(os.path.join(out, f"{run}-h*.json")):
+        if path.endswith(".loop.json"):
+            continue  # a timeline
         with open(path) as f:
             result = json.load(f)
         if "left" not in result and result["records"]:
