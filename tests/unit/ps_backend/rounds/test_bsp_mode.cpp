@@ -457,5 +457,117 @@ TEST(BspModeLead, AStragglerDeadlineReleasesTheHoldAndAMemberThatStoppedPushingS
   EXPECT_EQ(bench.push(bsp, kA, g, kBlockBytes), Admission::run);
 }
 
+// Elastic membership (issue 51): two workers train, a third joins at a random moment of their steps (its first push a
+// late member's) and later one of the first two leaves; each worker sends its blocks in descending order with at most
+// two WRITEs in flight (the library's exchange_writes: a WRITE the shard parks stays in flight) and pulls each block
+// after its WRITE landed (a parked READ holds no WRITE), in every interleaving a seeded scheduler picks. No
+// interleaving may leave every worker waiting on the others (only the straggler rule, a minute away here, would
+// break it): rounds close at the pace of the pushes.
+TEST(BspModeElastic, AHostJoiningOrLeavingInAnyInterleavingNeverLeavesEveryWorkerWaiting) {
+  constexpr std::uint64_t kBlocks = kShardBytes / kBlockBytes;
+  constexpr std::size_t kWindow = 2;
+  const WorkerRef* workers[] = {&kA, &kB, &kC};
+  struct Worker {
+    bool live = false, gone = false;
+    int step = 0;
+    std::vector<std::uint64_t> unsent;  // this step's blocks not sent yet, in its order
+    std::vector<std::uint64_t> parked;  // WRITEs sent and parked by the shard (in flight)
+    std::vector<std::uint64_t> unread;  // landed blocks whose READ has not run yet
+  };
+  for (unsigned seed = 1; seed <= 300; ++seed) {
+    std::mt19937 random(seed);
+    RoundPolicy p = sync_policy_with_lead(2, 2);
+    p.max_workers = 3;
+    ModeBench bench(p);
+    BspMode bsp(bench.ctx);
+    std::vector<Worker> ws(3);
+    const auto new_step = [&](Worker& w) {
+      w.unsent.clear();
+      for (std::uint64_t b = kBlocks; b-- > 0;) w.unsent.push_back(b);
+    };
+    ws[0].live = ws[1].live = true;
+    new_step(ws[0]);
+    new_step(ws[1]);
+    const int join_at = static_cast<int>(random() % 60), leave_at = join_at + 20 + static_cast<int>(random() % 60);
+    std::string trace;
+    const auto note = [&trace](int worker, char what, long n) {  // "Aw3": A's WRITE of block 3 ran
+      trace.push_back(' ');
+      trace.push_back(static_cast<char>('A' + worker));
+      trace.push_back(what);
+      trace.append(std::to_string(n));
+    };
+    int idle = 0, turn = 0;
+    while (ws[0].step + ws[1].step + ws[2].step < 30) {
+      ++turn;
+      if (turn == join_at) {
+        ws[2].live = true;
+        new_step(ws[2]);
+        trace += " [C joins]";
+      }
+      if (turn == leave_at) {  // B leaves between two steps: it finishes the one it is in first
+        ws[1].gone = true;
+        trace += " [B leaves after its step]";
+      }
+      bsp.tick();
+      const int i = static_cast<int>(random() % 3);
+      Worker& w = ws[static_cast<std::size_t>(i)];
+      if (!w.live) {
+        ++idle;
+      } else {
+        bool moved = false;
+        const auto push = [&](std::uint64_t b) {
+          return bench.push(bsp, *workers[i], gradient(kBlockBytes, 1.0f + static_cast<float>(w.step)),
+                            b * kBlockBytes) == Admission::run;
+        };
+        // A parked WRITE the shard now takes; a READ of a landed block, if its round closed; the next WRITE, if fewer
+        // than the window are in flight.
+        for (auto it = w.parked.begin(); !moved && it != w.parked.end(); ++it) {
+          if (!push(*it)) continue;
+          note(i, 'w', static_cast<long>(*it));
+          w.unread.push_back(*it);
+          w.parked.erase(it);
+          moved = true;
+        }
+        for (auto it = w.unread.begin(); !moved && it != w.unread.end(); ++it) {
+          if (bench.pull(bsp, *workers[i], *it, *it) != Admission::run) continue;
+          note(i, 'r', static_cast<long>(*it));
+          w.unread.erase(it);
+          moved = true;
+        }
+        if (!moved && !w.unsent.empty() && w.parked.size() < kWindow) {
+          const std::uint64_t b = w.unsent.front();
+          w.unsent.erase(w.unsent.begin());
+          if (push(b)) {
+            note(i, 'w', static_cast<long>(b));
+            w.unread.push_back(b);
+          } else {
+            note(i, 'p', static_cast<long>(b));
+            w.parked.push_back(b);
+          }
+          moved = true;
+        }
+        if (w.unsent.empty() && w.parked.empty() && w.unread.empty()) {  // the step's pulls are in: the next step
+          ++w.step;
+          note(i, '#', w.step);
+          if (w.gone) {
+            w.live = false;
+            bench.drop(bsp, *workers[i]);  // its sessions close: the shard drops it
+          } else {
+            new_step(w);
+          }
+          moved = true;
+        }
+        idle = moved ? 0 : idle + 1;
+      }
+      if (idle > 300) {
+        ADD_FAILURE() << "seed " << seed << ": every worker waits on the others (C joined at turn " << join_at
+                      << ", B left after turn " << leave_at
+                      << "); the last moves:" << trace.substr(trace.size() > 600 ? trace.size() - 600 : 0);
+        break;
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace blockps::unit
