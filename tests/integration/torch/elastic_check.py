@@ -7,7 +7,8 @@ by the test while the first host trains on.
         sync shards of CLUSTER (its model initialised from seed S, so that hosts start from different weights unless
         they take the shards'); one line per step in DIR/NAME.steps ("<end, monotonic s> <step>"); it trains until
         DIR/stop exists, or until SIGTERM (a preemption notice), when it finishes its step, leave()s and exits 0.
-        It checks that exactly the first host set the weights (--expect set|took) and that a host that took them
+        With --init ps it waits for another host to set them (started first, it must not keep the first host
+        from setting them). It checks that exactly the first host set the weights (--expect set|took) and that a host that took them
         holds the shards' weights, not its own; the one that stops at DIR/stop saves its final weights. The test
         sets BLOCKPS_HOST=NAME, so its workers log in as ...worker-<hostname>-NAME-rank0.
     elastic_check.py verify CLUSTER DIR --survivor NAME --left NAME... --gone NAME...   after the run: the survivor
@@ -71,7 +72,7 @@ def host(a):
     m = model(a.seed)
     own = flat(m).clone()
     optimizer = blockps.torch.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.05), m, cluster=a.cluster,
-                                                   elastic=True, elastic_patience_s=60)
+                                                   elastic=True, elastic_patience_s=60, init=a.init)
     check(optimizer.set_the_weights == (a.expect == "set"), who,
           f"set_the_weights is {optimizer.set_the_weights}, expected this host to {a.expect} the weights")
     start = flat(m).clone()
@@ -154,6 +155,7 @@ def main():
     p.add_argument("--name")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--expect", choices=["set", "took"], default="took")
+    p.add_argument("--init", choices=["ps"], default=None, help="init='ps': wait for another host to set the weights")
     p.add_argument("--survivor")
     p.add_argument("--left", nargs="*", default=[])
     p.add_argument("--gone", nargs="*", default=[])

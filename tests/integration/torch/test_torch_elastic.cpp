@@ -1,5 +1,7 @@
 // Hosts that come and go (issue 51), through DistributedOptimizer(elastic=True) on real shards: each worker host is
-// a process of its own with no process group across hosts. Host a starts the job (it sets the weights); host b joins
+// a process of its own with no process group across hosts. Host w starts first with init="ps" (it waits for the
+// weights without asking to set them, so it holds nobody up) and is preempted once it trained. Host a starts the job
+// (it sets the weights, though w asked the shards first); host b joins
 // (it takes the trained weights), is preempted (SIGTERM: it finishes its step, leaves, exits 0); host c joins and is
 // killed (SIGKILL); host a never waits for them (its longest gap between steps), the shards drop both, every round is
 // applied once with a in it, and a's final weights are the shards'. The checks are in elastic_check.py.
@@ -46,9 +48,9 @@ TEST_F(TorchElasticTest, AHostJoinsIsPreemptedAnotherIsKilledAndTheFirstNeverWai
   const std::string d = dir_.path(), check = BLOCKPS_ELASTIC_CHECK, cluster = local_.cluster_file();
   const std::string python = "env PYTHONPATH=" + std::string(BLOCKPS_PYTHON_DIR) +
                              " OMP_NUM_THREADS=1 BLOCKPS_JOB=elastic-test " + BLOCKPS_PYTHON + " '" + check + "' ";
-  const auto host = [&](const std::string& name, int seed, const std::string& expect) {
+  const auto host = [&](const std::string& name, int seed, const std::string& expect, const std::string& more = "") {
     return "BLOCKPS_HOST=" + name + " " + python + "host '" + cluster + "' '" + d + "' --name " + name + " --seed " +
-           std::to_string(seed) + " --expect " + expect + " > '" + d + "/" + name + ".log' 2>&1";
+           std::to_string(seed) + " --expect " + expect + more + " > '" + d + "/" + name + ".log' 2>&1";
   };
   // steps NAME N: wait (at most 120 s) until host NAME logged N steps.
   const std::string script =
@@ -56,7 +58,9 @@ TEST_F(TorchElasticTest, AHostJoinsIsPreemptedAnotherIsKilledAndTheFirstNeverWai
       "'/$1.steps 2>/dev/null || echo 0)\" -ge $2 ] && "
       "return 0; sleep 0.1; done; echo \"host $1 did not reach $2 steps\"; return 1; }\n"
       "set -u; ok=1\n" +
-      host("a", 1, "set") + " & a=$!\n" + "steps a 10 || ok=0\n" + host("b", 2, "took") + " & b=$!\n" +
+      host("w", 4, "took", " --init ps") + " & w=$!\n" + "sleep 1\n" + host("a", 1, "set") + " & a=$!\n" +
+      "steps a 10 || ok=0\n" + "steps w 5 || ok=0\n" + "kill -TERM $w; wait $w; w_rc=$?\n" + host("b", 2, "took") +
+      " & b=$!\n" +
       "steps b 10 || ok=0\n"
       "kill -TERM $b; wait $b; b_rc=$?\n"
       "steps a 30 || ok=0\n" +
@@ -70,14 +74,15 @@ TEST_F(TorchElasticTest, AHostJoinsIsPreemptedAnotherIsKilledAndTheFirstNeverWai
       d +
       "/stop'; wait $a; a_rc=$?\n"
       "cat '" +
-      d + "'/a.log '" + d + "'/b.log '" + d + "'/c.log\n" + python + "verify '" + cluster + "' '" + d +
-      "' --survivor a --left b --gone c; v_rc=$?\n"
-      "echo \"exit a=$a_rc b=$b_rc verify=$v_rc ok=$ok\"; [ $a_rc = 0 ] && [ $b_rc = 0 ] && [ $v_rc = 0 ] && [ $ok = 1 "
-      "]";
+      d + "'/w.log '" + d + "'/a.log '" + d + "'/b.log '" + d + "'/c.log\n" + python + "verify '" + cluster + "' '" +
+      d +
+      "' --survivor a --left w b --gone c; v_rc=$?\n"
+      "echo \"exit a=$a_rc w=$w_rc b=$b_rc verify=$v_rc ok=$ok\"; [ $a_rc = 0 ] && [ $w_rc = 0 ] && [ $b_rc = 0 ] && "
+      "[ $v_rc = 0 ] && [ $ok = 1 ]";
   const CommandResult r = run_command({"/bin/bash", "-c", script}, {.timeout = std::chrono::seconds(300), .cwd = {}});
   std::cout << r.output;
   EXPECT_TRUE(r.ok()) << r.describe();
-  for (const std::string who : {"host a", "host b", "verify"})
+  for (const std::string who : {"host w", "host a", "host b", "verify"})
     EXPECT_NE(r.output.find(who + ": every check passed"), std::string::npos) << who;
   EXPECT_NE(r.output.find("host b: preempted: left after"), std::string::npos);
 }

@@ -78,6 +78,7 @@ import math
 import os
 import queue
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
@@ -314,11 +315,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 set_weights()
             else:  # the first host to ask sets them, the others wait until they are set
                 self.set_the_weights = self.cluster.set_or_take_weights(set_weights, self._elastic_patience_s)
-        elif self.rank == 0 and self.elastic:  # init="ps": wait for the host that sets them
-            def another_host_sets_them():
-                raise ValueError("blockps: init='ps' with elastic=True: the shards' weights are not set yet and this "
-                                 "host was asked to set them; start it with init=None")
-            self.cluster.set_or_take_weights(another_host_sets_them, self._elastic_patience_s)
+        elif self.rank == 0 and self.elastic:  # init="ps": wait for another host to set them, never asked to
+            self._wait_for_weights_set()
         if self.world_size > 1:
             torch.distributed.barrier()
         self._from_shards(0, used_blocks, w)
@@ -709,6 +707,24 @@ class DistributedOptimizer(torch.optim.Optimizer):
         self.wait_for_weights()  # early_forward: the files then hold the last step's rounds, as after step()
         if self.rank == 0:
             self.cluster.control("checkpoint")
+
+    def _wait_for_weights_set(self):
+        """elastic with init="ps": polls the first shard's /init (where set_or_take_weights asks) until the weights are
+        set, without asking for the grant (a host that must not set them never holds the others up), for at most
+        elastic_patience_s; RuntimeError naming where it stands then."""
+        deadline = time.monotonic() + self._elastic_patience_s
+        while True:
+            shard, text = self.cluster.status_pages()[0]
+            init = json.loads(text).get("init", {})
+            if init.get("state") == "set":
+                return
+            if time.monotonic() >= deadline:
+                holder = f" (granted to {init['by']})" if init.get("by") else ""
+                raise RuntimeError(
+                    f"blockps: init='ps' with elastic=True: shard {shard}'s weights are still {init.get('state')!r}"
+                    f"{holder} after elastic_patience_s={self._elastic_patience_s}: no host of the job set them "
+                    "(start the first with init=None)")
+            time.sleep(0.05)
 
     def shard_rounds(self):
         """The job's step count as the shards keep it: the most rounds applied to a block, over every shard (sync and
