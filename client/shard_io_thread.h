@@ -263,10 +263,13 @@ class ShardIoThread {
   void log_recovery(LuRole role) {
     const LuQueueCounters after = lu(role).queue_counters();
     const LuQueueCounters before = std::exchange(logged_[static_cast<int>(role)], after);
-    const auto line = [&](std::uint64_t delta, const char* what) {
+    const auto line = [&](std::uint64_t delta, const std::string& what) {
       if (delta > 0) log_line(lu_name(role) + ": " + what + " (" + std::to_string(delta) + ")");
     };
-    line(after.reconnects - before.reconnects, "session lost and logged in again");
+    std::string lost = lu(role).last_session_loss();
+    std::replace(lost.begin(), lost.end(), '\n', ' ');  // libiscsi's messages may hold line breaks: one line
+    line(after.reconnects - before.reconnects,
+         "session lost and logged in again" + (lost.empty() ? std::string() : ", the last time because " + lost));
     line(after.unanswered_writes_dropped - before.unanswered_writes_dropped,
          "WRITEs (pushes) given up: the session was lost before their answer, so they are not sent again and "
          "their gradients may be missing from the shard");

@@ -53,6 +53,7 @@ class LibiscsiTransport final : public LuTransport {
   std::uint64_t max_command_bytes() const override { return lun_.max_command_bytes(); }
   std::uint64_t max_safe_write_bytes() const override { return kLibiscsiImmediateWriteBytes; }
   LuQueueCounters queue_counters() const override { return counters_; }
+  std::string last_session_loss() const override { return last_loss_; }
 
   std::optional<LuFailure> run_growing(std::vector<LuCommand>& commands, QueueLimits limits,
                                        CommandFeed* feed) override {
@@ -85,6 +86,7 @@ class LibiscsiTransport final : public LuTransport {
                                                              seconds_text(reconnect_for_) +
                                                              " s ([client] reconnect_s); the last login: " + *why);
         }
+        last_loss_ = lost_because;
         if (!join_.lines.empty()) {
           const ScsiResult joined = write_join();
           if (!joined.ok() && !lun_.connected()) {  // lost again: log in again, within the same time
@@ -220,6 +222,7 @@ class LibiscsiTransport final : public LuTransport {
 
   IscsiLun lun_;
   std::string name_;
+  std::string last_loss_;  // why the session was last lost, once logged in again
   std::chrono::milliseconds reconnect_for_;
   LuQueueCounters counters_;
   std::string lost_while_idle_;        // why keep_alive() found the session lost, for the next run()'s messages

@@ -107,6 +107,8 @@ class LuTransport {
                                                CommandFeed* feed) = 0;
   // What the batches so far did (commands issued, and issued beside the other direction).
   virtual LuQueueCounters queue_counters() const = 0;
+  // Why the session was last lost, when the transport logged in again ("" when it never was, or cannot be).
+  virtual std::string last_session_loss() const { return {}; }
   // The most bytes one command may carry (0: no limit): libiscsi over iser:// (kLibiscsiIserMaxCommandBytes).
   virtual std::uint64_t max_command_bytes() const { return 0; }
   // The largest WRITE this transport sends safely in one command where larger ones are possible but fragile

@@ -190,7 +190,11 @@ TEST_F(ReconnectTest, ASessionClosedBetweenStepsLosesNoPushOfTheNextStep) {
   EXPECT_EQ(c1.reconnects, 1u);
   // The user sees it without a debugger: one log line naming the shard and the LU, and the shard's counters.
   EXPECT_NE(logged.find("blockps: shard 'shard1' grad LU ("), std::string::npos) << logged;
-  EXPECT_NE(logged.find("session lost and logged in again (1)"), std::string::npos) << logged;
+  // With why: the restarted target closed the session.
+  EXPECT_NE(logged.find("session lost and logged in again, the last time because the session was lost"),
+            std::string::npos)
+      << logged;
+  EXPECT_NE(logged.find(" (1)\n"), std::string::npos) << logged;
   EXPECT_EQ(logged.find("shard 'shard0'"), std::string::npos) << "shard 0 needed no recovery: " << logged;
   EXPECT_GE(cluster_->recovery_counters().value()[1].reconnects, 1u);
   EXPECT_EQ(cluster_->recovery_counters().value()[0].reconnects, 0u);
